@@ -1,0 +1,6 @@
+"""Documents: read PDF, text, Markdown and HTML into plain text that knows its pages."""
+
+from kvchat.documents.model import Document, Page
+from kvchat.documents.loader import load_document
+
+__all__ = ["Document", "Page", "load_document"]

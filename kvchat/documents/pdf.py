@@ -1,0 +1,55 @@
+"""PDF text through pypdf, one Page per PDF page."""
+
+from __future__ import annotations
+
+import io
+import logging
+from pathlib import Path
+
+from pypdf import PdfReader
+from pypdf.errors import FileNotDecryptedError, PdfReadError, PyPdfError
+
+from kvchat.documents.model import Document, Page
+from kvchat.errors import DocumentError
+
+PAGE_SEPARATOR = "\n\n"
+
+
+def _open(path: Path, data: bytes) -> PdfReader:
+    try:
+        reader = PdfReader(io.BytesIO(data))
+        if reader.is_encrypted and not reader.decrypt(""):
+            raise DocumentError(f"{path}: the PDF is encrypted", "save an unencrypted copy first")
+        return reader
+    except (PdfReadError, PyPdfError, ValueError, KeyError, TypeError) as error:
+        raise DocumentError(f"{path}: not a readable PDF ({error})", "is the file complete?") from None
+
+
+def _page_texts(path: Path, reader: PdfReader) -> list[str]:
+    try:
+        return [(page.extract_text() or "").strip() for page in reader.pages]
+    except FileNotDecryptedError:
+        raise DocumentError(f"{path}: the PDF is encrypted", "save an unencrypted copy first") from None
+    except Exception as error:  # pypdf raises many types on damaged page streams
+        raise DocumentError(f"{path}: damaged PDF ({error})", "is the file complete?") from None
+
+
+def read_pdf(path: Path, data: bytes) -> Document:
+    logging.getLogger("pypdf").setLevel(logging.ERROR)
+    texts = _page_texts(path, _open(path, data))
+    if not any(texts):
+        raise DocumentError(
+            f"{path}: the PDF has no extractable text (scanned pages?)",
+            "run OCR on it first (e.g. ocrmypdf) or give the text",
+        )
+    pages: list[Page] = []
+    parts: list[str] = []
+    offset = 0
+    for number, text in enumerate(texts, start=1):
+        if parts:
+            parts.append(PAGE_SEPARATOR)
+            offset += len(PAGE_SEPARATOR)
+        pages.append(Page(number=number, start=offset, end=offset + len(text)))
+        parts.append(text)
+        offset += len(text)
+    return Document(path=path, kind="pdf", text="".join(parts), pages=pages)

@@ -1,0 +1,54 @@
+"""One error hierarchy for kvchat. Every error carries a one-line message and a hint.
+
+Front ends translate these in exactly one place each (CLI: exit code 2 and one line on stderr).
+"""
+
+from __future__ import annotations
+
+
+class KvchatError(Exception):
+    """Base class: `message` says what went wrong, `hint` what the user can do about it."""
+
+    exit_code = 2
+
+    def __init__(self, message: str, hint: str = "") -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def one_line(self) -> str:
+        return f"{self.message} (hint: {self.hint})" if self.hint else self.message
+
+
+class DocumentError(KvchatError):
+    """The document cannot be read: missing, empty, encrypted, scanned, corrupt or binary."""
+
+
+class ModelError(KvchatError):
+    """The model is missing, damaged or cannot be loaded."""
+
+
+class SettingsError(KvchatError):
+    """A setting is out of range or inconsistent with another one."""
+
+
+class PromptTooLongError(KvchatError):
+    """The prompt (document + question) plus the answer does not fit the model or the context."""
+
+
+class DecodeError(KvchatError):
+    """llama.cpp refused a batch (no room in the KV cache, aborted, invalid batch, internal error)."""
+
+    def __init__(self, message: str, hint: str = "", code: int = 0) -> None:
+        super().__init__(message, hint)
+        self.code = code
+
+
+class KvCacheFullError(DecodeError):
+    """No free KV cell was left for the batch (llama_decode returned 1)."""
+
+
+class CancelledError(KvchatError):
+    """The user stopped the work (Ctrl-C, Esc, a closed connection)."""
+
+    exit_code = 130

@@ -1,0 +1,75 @@
+"""The one event stream the engine emits and every front end renders."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Prompt reading: `done` of `total` tokens after `elapsed_s` seconds."""
+
+    done: int
+    total: int
+    elapsed_s: float
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.done / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class Pruned:
+    """The prompt's cache was reduced from `prompt_tokens` to `kept_tokens` entries."""
+
+    prompt_tokens: int
+    kept_tokens: int
+    kept_positions: tuple[int, ...] = field(repr=False)
+    observe_s: float = 0.0
+    compact_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class Evicted:
+    """Entries removed while reading or generating (the sink + recent ring)."""
+
+    count: int
+    positions: tuple[int, ...] = field(repr=False)
+
+
+@dataclass(frozen=True)
+class Token:
+    """A piece of answer text (UTF-8 complete) for one or more generated tokens."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class Stats:
+    model: str
+    method: str
+    budget: int
+    prompt_tokens: int
+    kept_tokens: int
+    generated_tokens: int
+    kv_bytes_full: int
+    kv_bytes_kept: int
+    prefill_tokens_per_s: float
+    decode_tokens_per_s: float
+    ttft_s: float
+    total_s: float
+    peak_cells: int
+    stop_reason: str
+
+    @property
+    def compression(self) -> float:
+        return self.prompt_tokens / self.kept_tokens if self.kept_tokens else 1.0
+
+
+@dataclass(frozen=True)
+class Done:
+    answer: str
+    stats: Stats
+
+
+Event = Progress | Pruned | Evicted | Token | Done

@@ -1,0 +1,17 @@
+"""The llama adapter: the only code that imports llama_cpp."""
+
+from kvchat.llama.context import ContextSettings, LlamaContext
+from kvchat.llama.model import Detokenizer, LlamaModel, ModelShape
+from kvchat.llama.probe import AttentionProbe
+from kvchat.llama.sampler import Sampler, SamplerSettings
+
+__all__ = [
+    "AttentionProbe",
+    "ContextSettings",
+    "Detokenizer",
+    "LlamaContext",
+    "LlamaModel",
+    "ModelShape",
+    "Sampler",
+    "SamplerSettings",
+]

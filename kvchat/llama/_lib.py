@@ -1,0 +1,55 @@
+"""The raw bindings: llama_cpp's low-level module and the few ggml functions it does not bind.
+
+Every raw `llama_*` / `ggml_*` name kvchat uses lives in this package (kvchat.llama), so that a
+renamed upstream API is fixed here and nowhere else.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import pathlib
+import sys
+from functools import cache
+
+import llama_cpp as raw  # noqa: F401  (re-exported for the adapter modules)
+
+
+def _library_path(stem: str) -> pathlib.Path:
+    lib_dir = pathlib.Path(raw.__file__).parent / "lib"
+    suffix = {"darwin": ".dylib", "win32": ".dll"}.get(sys.platform, ".so")
+    prefix = "" if sys.platform == "win32" else "lib"
+    return lib_dir / f"{prefix}{stem}{suffix}"
+
+
+@cache
+def ggml_base() -> ctypes.CDLL:
+    """libggml-base with the tensor accessors the attention probe needs."""
+    lib = ctypes.CDLL(str(_library_path("ggml-base")))
+    lib.ggml_get_name.argtypes = [ctypes.c_void_p]
+    lib.ggml_get_name.restype = ctypes.c_char_p
+    lib.ggml_nbytes.argtypes = [ctypes.c_void_p]
+    lib.ggml_nbytes.restype = ctypes.c_size_t
+    lib.ggml_backend_tensor_get.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t]
+    lib.ggml_backend_tensor_get.restype = None
+    return lib
+
+
+class GgmlTensorHead(ctypes.Structure):
+    """The first fields of `struct ggml_tensor` (stable across ggml versions): type, buffer, ne, nb."""
+
+    _fields_ = [
+        ("type", ctypes.c_int32),
+        ("buffer", ctypes.c_void_p),
+        ("ne", ctypes.c_int64 * 4),
+        ("nb", ctypes.c_size_t * 4),
+    ]
+
+
+GGML_TYPE_F32 = 0
+
+
+@cache
+def backend_ready() -> bool:
+    """Initialise llama.cpp's backends once per process."""
+    raw.llama_backend_init()
+    return True

@@ -1,0 +1,176 @@
+"""A llama.cpp context: batched decode with explicit positions, logits and the KV operations."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from kvchat.errors import DecodeError, KvCacheFullError, ModelError, SettingsError
+from kvchat.llama._lib import raw
+from kvchat.llama.model import CACHE_TYPE_BYTES, LlamaModel
+from kvchat.llama.probe import AttentionProbe
+from kvchat.llama.state import cell_positions
+
+
+@dataclass(frozen=True)
+class ContextSettings:
+    n_ctx: int
+    n_batch: int = 512
+    threads: int | None = None
+    flash_attn: bool = False
+    n_seq_max: int = 1
+    cache_type: str = "f16"
+
+    def thread_count(self) -> int:
+        return self.threads or max(1, os.cpu_count() or 1)
+
+
+class LlamaContext:
+    """Owns a `llama_context` and its batch. `probe` is attached when flash attention is off."""
+
+    def __init__(self, model: LlamaModel, settings: ContextSettings) -> None:
+        self.model = model
+        self.settings = settings
+        self.probe = None if settings.flash_attn else AttentionProbe(model.shape.n_layer)
+        self._ctx = raw.llama_init_from_model(model.handle, self._params())
+        if not self._ctx:
+            raise ModelError(
+                f"llama.cpp could not create a context of {settings.n_ctx} tokens",
+                "lower --n-ctx or --max-tokens, or free memory",
+            )
+        self._memory = raw.llama_get_memory(self._ctx)
+        self._batch = raw.llama_batch_init(settings.n_batch, 0, settings.n_seq_max)
+        self._logits_row = -1
+
+    def _params(self) -> object:
+        settings = self.settings
+        params = raw.llama_context_default_params()
+        params.n_ctx = settings.n_ctx
+        params.n_batch = params.n_ubatch = settings.n_batch
+        params.n_seq_max = settings.n_seq_max
+        params.n_threads = params.n_threads_batch = settings.thread_count()
+        params.flash_attn_type = (
+            raw.LLAMA_FLASH_ATTN_TYPE_ENABLED if settings.flash_attn else raw.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        )
+        if settings.cache_type not in CACHE_TYPE_BYTES:
+            raise SettingsError(f"unknown cache type {settings.cache_type!r}", "use f16 or q8_0")
+        params.type_k = params.type_v = CACHE_TYPE_BYTES[settings.cache_type][0]
+        params.no_perf = True
+        if self.probe is not None:
+            params.cb_eval = self.probe.callback
+            params.cb_eval_user_data = None
+        return params
+
+    @property
+    def n_ctx(self) -> int:
+        return raw.llama_n_ctx(self._ctx)
+
+    # ---- decoding -------------------------------------------------------------------------
+
+    def decode(self, tokens: list[int], start_pos: int, seq: int = 0, want_logits: bool = True) -> None:
+        """Decode `tokens` at positions start_pos, start_pos+1, ... (at most n_batch at once)."""
+        if len(tokens) > self.settings.n_batch:
+            raise ValueError(f"batch of {len(tokens)} tokens exceeds n_batch {self.settings.n_batch}")
+        batch = self._batch
+        batch.n_tokens = len(tokens)
+        for index, token in enumerate(tokens):
+            batch.token[index] = token
+            batch.pos[index] = start_pos + index
+            batch.n_seq_id[index] = 1
+            batch.seq_id[index][0] = seq
+            batch.logits[index] = 0
+        if want_logits:
+            batch.logits[len(tokens) - 1] = 1
+        self._raise_for(raw.llama_decode(self._ctx, batch))
+        self._logits_row = len(tokens) - 1 if want_logits else -1
+
+    @staticmethod
+    def _raise_for(code: int) -> None:
+        if code == 0:
+            return
+        if code == 1:
+            raise KvCacheFullError("the KV cache is full", "raise --n-ctx or lower --max-tokens", code)
+        if code == 2:
+            raise DecodeError("decoding was aborted", "", code)
+        if code == -1:
+            raise DecodeError("llama.cpp rejected the batch as invalid", "this is a bug in kvchat", code)
+        raise DecodeError(f"llama.cpp failed to decode (code {code})", "see the log file", code)
+
+    def logits(self) -> np.ndarray:
+        """Next-token logits after the last decode (a copy)."""
+        if self._logits_row < 0:
+            raise RuntimeError("the last decode produced no logits")
+        pointer = raw.llama_get_logits_ith(self._ctx, self._logits_row)
+        return np.ctypeslib.as_array(pointer, shape=(self.model.shape.n_vocab,)).copy()
+
+    @property
+    def handle(self) -> object:
+        return self._ctx
+
+    # ---- KV operations --------------------------------------------------------------------
+
+    def remove(self, seq: int, p0: int, p1: int) -> None:
+        """Remove positions [p0, p1) of `seq` (p1 < 0: to the end)."""
+        if not raw.llama_memory_seq_rm(self._memory, seq, p0, p1):
+            raise DecodeError(f"llama.cpp could not remove positions [{p0}, {p1})", "this is a bug in kvchat")
+
+    def remove_runs(self, seq: int, runs: list[tuple[int, int]]) -> None:
+        for p0, p1 in runs:
+            self.remove(seq, p0, p1)
+
+    def shift(self, seq: int, p0: int, p1: int, delta: int) -> None:
+        """Add `delta` to positions [p0, p1); K is re-rotated lazily on the next decode."""
+        raw.llama_memory_seq_add(self._memory, seq, p0, p1, delta)
+
+    def can_shift(self) -> bool:
+        return bool(raw.llama_memory_can_shift(self._memory))
+
+    def pos_min(self, seq: int = 0) -> int:
+        return raw.llama_memory_seq_pos_min(self._memory, seq)
+
+    def pos_max(self, seq: int = 0) -> int:
+        return raw.llama_memory_seq_pos_max(self._memory, seq)
+
+    def clear(self) -> None:
+        raw.llama_memory_clear(self._memory, True)
+
+    def state_bytes(self, seq: int = 0) -> bytes:
+        """The sequence's KV entries as llama.cpp serialises them (llama_state_seq_get_data)."""
+        size = raw.llama_state_seq_get_size(self._ctx, seq)
+        buffer = (ctypes.c_uint8 * size)()
+        written = raw.llama_state_seq_get_data(self._ctx, buffer, size, seq)
+        return bytes(memoryview(buffer)[:written])
+
+    def load_state(self, data: bytes, seq: int = 0) -> None:
+        buffer = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
+        if raw.llama_state_seq_set_data(self._ctx, buffer, len(data), seq) == 0:
+            raise DecodeError("llama.cpp could not restore the KV state", "the saved state does not fit this context")
+
+    def compact(self, seq: int = 0) -> None:
+        """Move the sequence's cells to be contiguous from cell 0 (positions unchanged).
+
+        Removing entries leaves holes that attention still scans; a state round-trip writes the
+        kept cells back densely, so decoding really gets faster.
+        """
+        data = self.state_bytes(seq)
+        self.remove(seq, -1, -1)
+        self.load_state(data, seq)
+
+    def positions(self, seq: int = 0) -> np.ndarray:
+        """Positions of the sequence's cells, in cell order (parsed from the state's header)."""
+        return cell_positions(self.state_bytes(seq))
+
+    def close(self) -> None:
+        if self._ctx:
+            raw.llama_batch_free(self._batch)
+            raw.llama_free(self._ctx)
+            self._ctx = None
+
+    def __enter__(self) -> "LlamaContext":
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()

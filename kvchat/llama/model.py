@@ -1,0 +1,151 @@
+"""A loaded GGUF model: shape, vocabulary, tokenizer and chat template."""
+
+from __future__ import annotations
+
+import codecs
+import ctypes
+from dataclasses import dataclass
+from pathlib import Path
+
+from kvchat.errors import ModelError, PromptTooLongError
+from kvchat.llama._lib import backend_ready, raw
+from kvchat.llama.logs import route_logs
+
+# Bytes per element of the KV cache types kvchat offers (ggml_type ids).
+CACHE_TYPE_BYTES = {"f16": (1, 2.0), "q8_0": (8, 34 / 32), "f32": (0, 4.0)}
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    n_layer: int
+    n_head: int
+    n_head_kv: int
+    head_dim: int
+    n_ctx_train: int
+    n_vocab: int
+
+    def kv_bytes_per_token(self, cache_type: str = "f16") -> int:
+        """K and V of every layer for one token: 2 x layers x kv_heads x head_dim x bytes."""
+        element_bytes = CACHE_TYPE_BYTES[cache_type][1]
+        return int(2 * self.n_layer * self.n_head_kv * self.head_dim * element_bytes)
+
+
+class LlamaModel:
+    """Owns a `llama_model`; free it with close() (or use as a context manager)."""
+
+    def __init__(self, path: Path, gpu_layers: int = 0) -> None:
+        route_logs()
+        backend_ready()
+        params = raw.llama_model_default_params()
+        params.n_gpu_layers = gpu_layers
+        self.path = Path(path)
+        self._model = raw.llama_model_load_from_file(str(self.path).encode(), params)
+        if not self._model:
+            raise ModelError(f"{self.path}: llama.cpp could not load this model", "is it a complete GGUF file?")
+        self._vocab = raw.llama_model_get_vocab(self._model)
+        self.shape = self._read_shape()
+        self.chat_template = self._read_chat_template()
+
+    def _read_shape(self) -> ModelShape:
+        n_head = raw.llama_model_n_head(self._model)
+        key_length = self.metadata(f"{self.metadata('general.architecture')}.attention.key_length")
+        n_embd = raw.llama_model_n_embd(self._model)
+        return ModelShape(
+            n_layer=raw.llama_model_n_layer(self._model),
+            n_head=n_head,
+            n_head_kv=raw.llama_model_n_head_kv(self._model),
+            head_dim=int(key_length) if key_length else n_embd // n_head,
+            n_ctx_train=raw.llama_model_n_ctx_train(self._model),
+            n_vocab=raw.llama_vocab_n_tokens(self._vocab),
+        )
+
+    def _read_chat_template(self) -> str:
+        template = raw.llama_model_chat_template(self._model, None)
+        if not template:
+            raise ModelError(f"{self.path}: the model has no chat template", "use an instruct/chat GGUF")
+        return template.decode("utf-8")
+
+    @property
+    def handle(self) -> object:
+        return self._model
+
+    @property
+    def vocab(self) -> object:
+        return self._vocab
+
+    def metadata(self, key: str) -> str | None:
+        buffer = ctypes.create_string_buffer(512)
+        length = raw.llama_model_meta_val_str(self._model, key.encode(), buffer, len(buffer))
+        return buffer.value.decode("utf-8", errors="replace") if length >= 0 else None
+
+    def tokenize(self, text: str, parse_special: bool = True) -> list[int]:
+        """Tokens of `text`; control tokens written in the text (ChatML markers) are parsed."""
+        data = text.encode("utf-8")
+        capacity = len(data) + 16
+        tokens = (raw.llama_token * capacity)()
+        count = raw.llama_tokenize(self._vocab, data, len(data), tokens, capacity, False, parse_special)
+        if count < 0:
+            capacity = -count
+            tokens = (raw.llama_token * capacity)()
+            count = raw.llama_tokenize(self._vocab, data, len(data), tokens, capacity, False, parse_special)
+        if count < 0:
+            raise PromptTooLongError("the text is too long to tokenize", "use a shorter document")
+        return list(tokens[:count])
+
+    def piece(self, token: int, special: bool = False) -> bytes:
+        """The raw bytes of one token (may be part of a UTF-8 character)."""
+        buffer = ctypes.create_string_buffer(64)
+        length = raw.llama_token_to_piece(self._vocab, token, buffer, len(buffer), 0, special)
+        if length < 0:
+            buffer = ctypes.create_string_buffer(-length)
+            length = raw.llama_token_to_piece(self._vocab, token, buffer, len(buffer), 0, special)
+        return buffer.raw[: max(length, 0)]
+
+    def pieces_text(self, tokens: list[int]) -> list[str]:
+        """Each token's text on its own (for span detection), invalid UTF-8 replaced."""
+        return [self.piece(token).decode("utf-8", errors="replace") for token in tokens]
+
+    def is_end_of_generation(self, token: int) -> bool:
+        return bool(raw.llama_vocab_is_eog(self._vocab, token))
+
+    def apply_chat_template(self, messages: list[dict[str, str]], add_assistant: bool = True) -> str:
+        """Render `messages` with the model's own chat template (llama.cpp's template engine)."""
+        array = (raw.llama_chat_message * len(messages))()
+        encoded = [(m["role"].encode(), m["content"].encode()) for m in messages]
+        for slot, (role, content) in zip(array, encoded):
+            slot.role, slot.content = role, content
+        template = self.chat_template.encode()
+        capacity = sum(len(c) + len(r) for r, c in encoded) * 2 + 256
+        buffer = ctypes.create_string_buffer(capacity)
+        length = raw.llama_chat_apply_template(template, array, len(messages), add_assistant, buffer, capacity)
+        if length > capacity:
+            buffer = ctypes.create_string_buffer(length)
+            length = raw.llama_chat_apply_template(template, array, len(messages), add_assistant, buffer, length)
+        if length < 0:
+            raise ModelError(f"{self.path}: llama.cpp does not support this model's chat template", "use another GGUF")
+        return buffer.raw[:length].decode("utf-8")
+
+    def close(self) -> None:
+        if self._model:
+            raw.llama_model_free(self._model)
+            self._model = None
+
+    def __enter__(self) -> "LlamaModel":
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+
+class Detokenizer:
+    """Turns a stream of tokens into text, never splitting a UTF-8 character across events."""
+
+    def __init__(self, model: LlamaModel) -> None:
+        self._model = model
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    def feed(self, token: int) -> str:
+        return self._decoder.decode(self._model.piece(token))
+
+    def flush(self) -> str:
+        return self._decoder.decode(b"", final=True)

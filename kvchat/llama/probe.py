@@ -1,0 +1,80 @@
+"""The attention probe: reads the model's softmaxed attention through llama.cpp's eval callback.
+
+With flash attention off, layer `il`'s attention probabilities are the graph node
+`kq_soft_max-<il>`, shape (ne) [n_kv, n_tokens, n_head, n_stream], columns = KV cells. While
+active, the probe asks the scheduler for exactly those nodes and reduces each one at once to
+votes (sum over the window's query rows), so memory stays O(layers x heads x cells).
+While inactive it answers False to every node straight away.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+
+from kvchat.llama._lib import GGML_TYPE_F32, GgmlTensorHead, ggml_base, raw
+
+NODE_PREFIX = b"kq_soft_max-"
+
+
+class AttentionProbe:
+    """Collects votes (n_layer, n_head, n_cells) for one observation window at a time."""
+
+    def __init__(self, n_layer: int) -> None:
+        self.n_layer = n_layer
+        self._lib = ggml_base()
+        self._active = False
+        self._n_cells = 0
+        self._votes: dict[int, np.ndarray] = {}
+        self._row_mass: dict[int, np.ndarray] = {}
+        # Referenced for the probe's lifetime: llama.cpp calls it on every graph node.
+        self.callback = raw.ggml_backend_sched_eval_callback(self._on_node)
+
+    def start(self, n_cells: int) -> None:
+        """Observe the next decode; cells [0, n_cells) are the valid ones (a hole-free cache)."""
+        self._active = True
+        self._n_cells = n_cells
+        self._votes = {}
+        self._row_mass = {}
+
+    def stop(self) -> np.ndarray:
+        """Stop observing; the votes of every layer, shape (n_layer, n_head, n_cells)."""
+        self._active = False
+        missing = [il for il in range(self.n_layer) if il not in self._votes]
+        if missing:
+            raise RuntimeError(
+                f"attention probe saw no kq_soft_max for layers {missing[:4]}: is flash attention on?"
+            )
+        return np.stack([self._votes[il] for il in range(self.n_layer)])
+
+    def row_mass(self) -> np.ndarray:
+        """Per layer, head and query row: the attention mass on valid cells (should be ~1)."""
+        return np.stack([self._row_mass[il] for il in range(self.n_layer)])
+
+    def _on_node(self, tensor: int, ask: bool, _user_data: object) -> bool:
+        if not self._active:
+            return False
+        name = self._lib.ggml_get_name(tensor)
+        if not name or not name.startswith(NODE_PREFIX):
+            return False
+        if not ask:
+            self._collect(tensor, int(name[len(NODE_PREFIX) :]))
+        return True
+
+    def _collect(self, tensor: int, layer: int) -> None:
+        head = GgmlTensorHead.from_address(tensor)
+        if head.type != GGML_TYPE_F32:
+            raise RuntimeError(f"kq_soft_max-{layer} is not f32 (type {head.type})")
+        n_kv, n_tokens, n_head, n_stream = (int(n) for n in head.ne)
+        nbytes = self._lib.ggml_nbytes(tensor)
+        probabilities = np.empty(nbytes // 4, dtype=np.float32)
+        self._lib.ggml_backend_tensor_get(tensor, probabilities.ctypes.data_as(ctypes.c_void_p), 0, nbytes)
+        rows = probabilities.reshape(n_stream, n_head, n_tokens, n_kv)[0, :, :, : self._n_cells]
+        votes = rows.sum(axis=1)
+        if layer in self._votes:  # the window was split over several micro-batches
+            votes = votes + self._votes[layer]
+            self._row_mass[layer] = np.concatenate([self._row_mass[layer], rows.sum(axis=-1)], axis=1)
+        else:
+            self._row_mass[layer] = rows.sum(axis=-1)
+        self._votes[layer] = votes

@@ -1,0 +1,50 @@
+"""llama.cpp's sampler chain: greedy at temperature 0, else top-k / top-p / min-p / temperature / dist."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvchat.llama._lib import raw
+
+DEFAULT_SEED = 0xFFFFFFFF  # LLAMA_DEFAULT_SEED: a random seed
+
+
+@dataclass(frozen=True)
+class SamplerSettings:
+    temperature: float = 0.0
+    top_k: int = 40
+    top_p: float = 0.95
+    min_p: float = 0.05
+    seed: int | None = None
+
+
+class Sampler:
+    """Owns a `llama_sampler` chain; samples from the context's last logits."""
+
+    def __init__(self, settings: SamplerSettings) -> None:
+        self.settings = settings
+        self._chain = raw.llama_sampler_chain_init(raw.llama_sampler_chain_default_params())
+        for sampler in self._stages(settings):
+            raw.llama_sampler_chain_add(self._chain, sampler)
+
+    @staticmethod
+    def _stages(settings: SamplerSettings) -> list[object]:
+        if settings.temperature <= 0:
+            return [raw.llama_sampler_init_greedy()]
+        seed = DEFAULT_SEED if settings.seed is None else settings.seed & 0xFFFFFFFF
+        return [
+            raw.llama_sampler_init_top_k(settings.top_k),
+            raw.llama_sampler_init_top_p(settings.top_p, 1),
+            raw.llama_sampler_init_min_p(settings.min_p, 1),
+            raw.llama_sampler_init_temp(settings.temperature),
+            raw.llama_sampler_init_dist(seed),
+        ]
+
+    def sample(self, context_handle: object) -> int:
+        """Sample the next token from the last output row and accept it into the chain."""
+        return int(raw.llama_sampler_sample(self._chain, context_handle, -1))
+
+    def close(self) -> None:
+        if self._chain:
+            raw.llama_sampler_free(self._chain)
+            self._chain = None

@@ -1,0 +1,33 @@
+"""Where kvchat keeps its files. `KVCHAT_HOME` overrides every path (tests, portable installs)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from platformdirs import user_cache_dir, user_data_dir, user_log_dir
+
+APP_NAME = "kvchat"
+
+
+def _home() -> Path | None:
+    value = os.environ.get("KVCHAT_HOME")
+    return Path(value).expanduser() if value else None
+
+
+def data_dir() -> Path:
+    """Assembled models live here."""
+    home = _home()
+    return home / "data" if home else Path(user_data_dir(APP_NAME, appauthor=False))
+
+
+def cache_dir() -> Path:
+    """Saved document states live here."""
+    home = _home()
+    return home / "cache" if home else Path(user_cache_dir(APP_NAME, appauthor=False))
+
+
+def log_dir() -> Path:
+    """llama.cpp's own log lines go to a file here."""
+    home = _home()
+    return home / "logs" if home else Path(user_log_dir(APP_NAME, appauthor=False))

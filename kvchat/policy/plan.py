@@ -1,0 +1,44 @@
+"""A prune plan: which positions survive and the merged runs of positions to remove."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+def merge_runs(positions: np.ndarray) -> list[tuple[int, int]]:
+    """Merge sorted, unique positions into half-open runs [p0, p1)."""
+    if len(positions) == 0:
+        return []
+    positions = np.asarray(positions, dtype=np.int64)
+    breaks = np.flatnonzero(np.diff(positions) != 1) + 1
+    starts = np.concatenate(([0], breaks))
+    ends = np.concatenate((breaks, [len(positions)]))
+    return [(int(positions[s]), int(positions[e - 1]) + 1) for s, e in zip(starts, ends)]
+
+
+@dataclass(frozen=True)
+class PrunePlan:
+    """Kept positions (sorted) out of `n_tokens`, and the runs of dropped ones to remove."""
+
+    n_tokens: int
+    kept: np.ndarray
+
+    @property
+    def dropped(self) -> np.ndarray:
+        mask = np.ones(self.n_tokens, dtype=bool)
+        mask[self.kept] = False
+        return np.flatnonzero(mask)
+
+    @property
+    def drop_runs(self) -> list[tuple[int, int]]:
+        return merge_runs(self.dropped)
+
+    @property
+    def n_kept(self) -> int:
+        return len(self.kept)
+
+    @classmethod
+    def from_mask(cls, keep_mask: np.ndarray) -> "PrunePlan":
+        return cls(n_tokens=len(keep_mask), kept=np.flatnonzero(keep_mask))

@@ -1,0 +1,61 @@
+"""Reduce per-head votes to one score per position.
+
+llama.cpp's KV cells are shared by every head of a layer and pruning removes a cell from all
+layers at once, so SnapKV's per-head selection has to become one ranking of positions. The
+reductions compared (see `kvchat bench --variant heads=...` and the README for the numbers):
+
+- `sum`: plain sum over layers and heads. Dominated by the few heads with large mass on the
+  document.
+- `normalized`: each head's votes over the candidate positions are scaled to sum to one before
+  summing, so every head gets one equal vote.
+- `topk-count`: each head picks its own top-k; a position scores the number of heads that picked
+  it (ties broken by the normalized sum). Closest to SnapKV's per-head selection.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+import numpy as np
+
+
+class HeadReduction(str, Enum):
+    SUM = "sum"
+    NORMALIZED = "normalized"
+    TOPK_COUNT = "topk-count"
+
+
+def _normalized(votes: np.ndarray, candidates: np.ndarray) -> np.ndarray:
+    masked = np.where(candidates, votes, 0.0)
+    totals = masked.sum(axis=-1, keepdims=True)
+    return masked / np.maximum(totals, 1e-12)
+
+
+def _topk_count(votes: np.ndarray, candidates: np.ndarray, k: int) -> np.ndarray:
+    n_candidates = int(candidates.sum())
+    normalized_sum = _normalized(votes, candidates).reshape(-1, votes.shape[-1]).sum(axis=0)
+    if k >= n_candidates:
+        return normalized_sum
+    per_head = np.where(candidates, votes, -np.inf).reshape(-1, votes.shape[-1])
+    top = np.argpartition(-per_head, k - 1, axis=-1)[:, :k]
+    counts = np.bincount(top.ravel(), minlength=votes.shape[-1]).astype(np.float64)
+    tie_break = normalized_sum / max(float(normalized_sum.max()), 1e-12) * 0.5
+    return counts + tie_break
+
+
+def reduce_votes(
+    votes: np.ndarray, candidates: np.ndarray, reduction: HeadReduction, k: int
+) -> np.ndarray:
+    """Scores (n_positions,) from votes (n_layers, n_heads, n_positions).
+
+    `candidates` marks the positions competing for the budget (pinned ones are excluded);
+    `k` is how many of them will be kept. Non-candidates score -inf.
+    """
+    reduction = HeadReduction(reduction)
+    if reduction is HeadReduction.SUM:
+        scores = votes.reshape(-1, votes.shape[-1]).sum(axis=0, dtype=np.float64)
+    elif reduction is HeadReduction.NORMALIZED:
+        scores = _normalized(votes, candidates).reshape(-1, votes.shape[-1]).sum(axis=0)
+    else:
+        scores = _topk_count(votes, candidates, k)
+    return np.where(candidates, scores, -np.inf)

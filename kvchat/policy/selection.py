@@ -1,0 +1,102 @@
+"""SnapKV selection: which prompt positions keep their KV entries."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from kvchat.errors import SettingsError
+from kvchat.policy.plan import PrunePlan
+from kvchat.policy.pooling import PoolMode, pool_scores
+from kvchat.policy.scoring import HeadReduction, reduce_votes
+
+
+@dataclass(frozen=True)
+class SnapKV:
+    """Keep `budget` prompt positions: pins (sinks + observation window) plus the top-scored rest.
+
+    `budget` counts everything kept, the window included (SnapKV's max_capacity_prompt).
+    """
+
+    budget: int = 1024
+    window: int = 32
+    kernel: int = 7
+    pool: PoolMode = "max"
+    sinks: int = 4
+    heads: HeadReduction = HeadReduction.NORMALIZED
+    spans: bool = True
+
+    def __post_init__(self) -> None:
+        if self.window < 1:
+            raise SettingsError(f"window must be at least 1, got {self.window}", "try --window 32")
+        if self.budget < self.window + self.sinks:
+            raise SettingsError(
+                f"budget {self.budget} is smaller than window {self.window} + {self.sinks} sinks",
+                f"use --budget {self.window + self.sinks} or more, or a smaller --window",
+            )
+        if self.kernel < 1 or self.kernel % 2 == 0:
+            raise SettingsError(f"kernel must be an odd number, got {self.kernel}", "try --kernel 7")
+        if self.pool not in ("max", "avg"):
+            raise SettingsError(f"pool must be max or avg, got {self.pool!r}", "use --pool max")
+
+    def pinned_mask(self, n_tokens: int, extra: np.ndarray | None = None) -> np.ndarray:
+        """Positions always kept: the first `sinks`, the last `window`, and any `extra` pins."""
+        pinned = np.zeros(n_tokens, dtype=bool) if extra is None else extra.astype(bool).copy()
+        pinned[: self.sinks] = True
+        pinned[max(0, n_tokens - self.window) :] = True
+        return pinned
+
+    def plan(
+        self,
+        votes: np.ndarray,
+        span_ids: np.ndarray | None = None,
+        extra_pins: np.ndarray | None = None,
+    ) -> PrunePlan:
+        """Plan from votes (n_layers, n_heads, n_tokens): window attention summed over queries."""
+        n_tokens = votes.shape[-1]
+        if n_tokens <= self.budget:
+            return PrunePlan(n_tokens=n_tokens, kept=np.arange(n_tokens))
+        pinned = self.pinned_mask(n_tokens, extra_pins)
+        capacity = self.budget - int(pinned.sum())
+        if capacity <= 0:
+            return PrunePlan.from_mask(pinned)
+        pooled = pool_scores(votes, self.kernel, self.pool)
+        scores = reduce_votes(pooled, ~pinned, self.heads, capacity)
+        if self.spans and span_ids is not None:
+            keep = _keep_spans(scores, pinned, capacity, span_ids)
+        else:
+            keep = _keep_top(scores, pinned, capacity)
+        return PrunePlan.from_mask(keep)
+
+
+def _keep_top(scores: np.ndarray, pinned: np.ndarray, capacity: int) -> np.ndarray:
+    keep = pinned.copy()
+    top = np.argpartition(-scores, capacity - 1)[:capacity]
+    keep[top] = True
+    return keep
+
+
+def _keep_spans(
+    scores: np.ndarray, pinned: np.ndarray, capacity: int, span_ids: np.ndarray
+) -> np.ndarray:
+    """Greedy by score: take a winner's whole span if it still fits, then fill to the budget."""
+    keep = pinned.copy()
+    span_starts = np.searchsorted(span_ids, span_ids, side="left")
+    span_ends = np.searchsorted(span_ids, span_ids, side="right")
+    order = np.argsort(-scores, kind="stable")
+    remaining = capacity
+    for position in order:
+        if remaining == 0 or not np.isfinite(scores[position]):
+            break
+        if keep[position]:
+            continue
+        members = np.arange(span_starts[position], span_ends[position])
+        members = members[~keep[members]]
+        if len(members) <= remaining:
+            keep[members] = True
+            remaining -= len(members)
+    if remaining > 0:
+        scores_left = np.where(keep, -np.inf, scores)
+        keep[np.argpartition(-scores_left, remaining - 1)[:remaining]] = True
+    return keep

