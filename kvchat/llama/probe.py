@@ -13,6 +13,7 @@ import ctypes
 
 import numpy as np
 
+from kvchat.errors import KvchatError
 from kvchat.llama._lib import GGML_TYPE_F32, GgmlTensorHead, ggml_base, raw
 
 NODE_PREFIX = b"kq_soft_max-"
@@ -28,6 +29,7 @@ class AttentionProbe:
         self._n_cells = 0
         self._votes: dict[int, np.ndarray] = {}
         self._row_mass: dict[int, np.ndarray] = {}
+        self._error: Exception | None = None
         # Referenced for the probe's lifetime: llama.cpp calls it on every graph node.
         self.callback = raw.ggml_backend_sched_eval_callback(self._on_node)
 
@@ -37,35 +39,50 @@ class AttentionProbe:
         self._n_cells = n_cells
         self._votes = {}
         self._row_mass = {}
+        self._error = None
 
     def stop(self) -> np.ndarray:
         """Stop observing; the votes of every layer, shape (n_layer, n_head, n_cells)."""
         self._active = False
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
         missing = [il for il in range(self.n_layer) if il not in self._votes]
         if missing:
-            raise RuntimeError(
-                f"attention probe saw no kq_soft_max for layers {missing[:4]}: is flash attention on?"
+            raise KvchatError(
+                f"the attention probe saw no attention for layers {missing[:4]}",
+                "attention scores need flash attention off and ordinary attention layers",
             )
         return np.stack([self._votes[il] for il in range(self.n_layer)])
+
+    def abort(self) -> None:
+        """Stop observing after a failed decode; the partial votes are dropped."""
+        self._active = False
+        self._votes = {}
 
     def row_mass(self) -> np.ndarray:
         """Per layer, head and query row: the attention mass on valid cells (should be ~1)."""
         return np.stack([self._row_mass[il] for il in range(self.n_layer)])
 
     def _on_node(self, tensor: int, ask: bool, _user_data: object) -> bool:
+        """Called by llama.cpp for every graph node; must never raise into C."""
         if not self._active:
             return False
-        name = self._lib.ggml_get_name(tensor)
-        if not name or not name.startswith(NODE_PREFIX):
-            return False
-        if not ask:
-            self._collect(tensor, int(name[len(NODE_PREFIX) :]))
+        try:
+            name = self._lib.ggml_get_name(tensor)
+            if not name or not name.startswith(NODE_PREFIX):
+                return False
+            if not ask:
+                self._collect(tensor, int(name[len(NODE_PREFIX) :]))
+        except Exception as error:  # kept and raised by stop(), outside the callback
+            self._error = error
+            self._active = False
         return True
 
     def _collect(self, tensor: int, layer: int) -> None:
         head = GgmlTensorHead.from_address(tensor)
         if head.type != GGML_TYPE_F32:
-            raise RuntimeError(f"kq_soft_max-{layer} is not f32 (type {head.type})")
+            raise KvchatError(f"kq_soft_max-{layer} is not f32 (type {head.type})", "use flash attention off")
         n_kv, n_tokens, n_head, n_stream = (int(n) for n in head.ne)
         nbytes = self._lib.ggml_nbytes(tensor)
         probabilities = np.empty(nbytes // 4, dtype=np.float32)

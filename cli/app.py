@@ -1,0 +1,44 @@
+"""The `kvchat` command. Errors from every command are translated here, and only here."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+import typer
+
+from kvchat.cli.ask import ask_command
+from kvchat.cli.logs import configure_logging
+from kvchat.cli.models import models_command
+from kvchat.errors import KvchatError
+
+app = typer.Typer(
+    name="kvchat",
+    help="Chat with long documents on your own machine, with a KV cache that stays small.",
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+app.command("ask")(ask_command)
+app.command("models")(models_command)
+
+EXIT_INTERRUPTED = 130
+
+
+def main() -> None:
+    """Entry point: run the app; one line on stderr and a non-zero exit for every failure."""
+    configure_logging()
+    command = typer.main.get_command(app)
+    try:
+        code = command.main(args=sys.argv[1:], prog_name="kvchat", standalone_mode=False)
+    except KvchatError as error:
+        sys.stdout.flush()
+        print(f"kvchat: error: {error.one_line()}", file=sys.stderr)
+        sys.exit(error.exit_code)
+    except (KeyboardInterrupt, click.exceptions.Abort):
+        print("\nkvchat: stopped", file=sys.stderr)
+        sys.exit(EXIT_INTERRUPTED)
+    except click.ClickException as error:
+        error.show()
+        sys.exit(error.exit_code)
+    sys.exit(code if isinstance(code, int) else 0)

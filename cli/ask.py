@@ -1,0 +1,56 @@
+"""`kvchat ask PATH QUESTION`: read a document, keep what the question needs, stream the answer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.console import Console
+
+from kvchat.cli.render import render
+from kvchat.documents import load_document
+from kvchat.engine import AskSettings, Engine
+from kvchat.errors import SettingsError
+from kvchat.llama import SamplerSettings
+from kvchat.policy import HeadReduction, SnapKV
+
+
+def _question(text: str) -> str:
+    if not text.strip():
+        raise SettingsError("the question is empty", 'ask something, e.g. "What is the termination clause?"')
+    return text
+
+
+def ask_command(
+    path: Path = typer.Argument(..., help="The document: PDF, TXT, Markdown or HTML."),
+    question: str = typer.Argument(..., help="What to ask about it."),
+    model: str = typer.Option("default", "--model", "-m", help="Registry name (see `kvchat models`) or a GGUF path."),
+    budget: int = typer.Option(1024, help="KV entries kept for the prompt, observation window included."),
+    window: int = typer.Option(32, help="Observation window: the last prompt tokens whose attention votes."),
+    kernel: int = typer.Option(7, help="Pooling kernel (odd) that keeps neighbours of chosen tokens."),
+    pool: str = typer.Option("max", help="Pooling: max or avg."),
+    heads: HeadReduction = typer.Option(HeadReduction.NORMALIZED, help="How votes of all heads become one score."),
+    spans: bool = typer.Option(True, help="Keep whole numbers and words once one of their tokens is chosen."),
+    method: str = typer.Option("snapkv", help="snapkv (prune after reading) or full (keep everything)."),
+    max_tokens: int = typer.Option(512, help="Most tokens to generate."),
+    temperature: float = typer.Option(0.0, help="0 = greedy (deterministic)."),
+    seed: int | None = typer.Option(None, help="Sampling seed (with --temperature > 0)."),
+    threads: int | None = typer.Option(None, help="CPU threads (default: all cores)."),
+    gpu_layers: int = typer.Option(0, help="Layers to offload to the GPU."),
+    n_ctx: int | None = typer.Option(None, help="Context size (default: fits the prompt + max tokens)."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object with the answer and stats."),
+) -> None:
+    """Ask a question about a document; the answer streams to stdout, stats to stderr."""
+    console = Console(stderr=True)
+    settings = AskSettings(
+        method=method,  # type: ignore[arg-type]
+        policy=SnapKV(budget=budget, window=window, kernel=kernel, pool=pool, heads=heads, spans=spans),  # type: ignore[arg-type]
+        max_tokens=max_tokens,
+        sampler=SamplerSettings(temperature=temperature, seed=seed),
+        n_ctx=n_ctx,
+        threads=threads,
+    )
+    document = load_document(path)
+    question = _question(question)
+    with Engine(model, gpu_layers=gpu_layers) as engine:
+        render(engine.ask(document, question, settings), as_json, console)

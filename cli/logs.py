@@ -1,0 +1,25 @@
+"""Logging for the front ends: everything (llama.cpp's C logs included) to a file, never the terminal."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from kvchat.paths import log_dir
+
+LOG_FILE_NAME = "kvchat.log"
+
+
+def configure_logging() -> None:
+    """Send kvchat's and llama.cpp's log lines to <log dir>/kvchat.log (KVCHAT_LOG_LEVEL sets the level)."""
+    directory = log_dir()
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        handler: logging.Handler = logging.FileHandler(directory / LOG_FILE_NAME, encoding="utf-8")
+    except OSError:
+        handler = logging.NullHandler()
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger("kvchat")
+    root.handlers[:] = [handler]
+    root.setLevel(os.environ.get("KVCHAT_LOG_LEVEL", "INFO").upper())
+    root.propagate = False

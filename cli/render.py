@@ -1,0 +1,94 @@
+"""Render the engine's events: answer text to stdout, progress and stats to stderr."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterable
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from kvchat.events import Done, Event, Progress as ReadProgress, Pruned, Stats, Token
+
+MIB = 2**20
+JSON_KEYS = (
+    "answer", "model", "method", "budget", "prompt_tokens", "kept_tokens", "kv_bytes_full",
+    "kv_bytes_kept", "prefill_tokens_per_s", "decode_tokens_per_s", "ttft_s", "total_s",
+)
+
+
+def stats_line(stats: Stats) -> str:
+    return (
+        f"prompt {stats.prompt_tokens:,} tok · kept {stats.kept_tokens:,} ({stats.compression:.1f}x) · "
+        f"KV {stats.kv_bytes_full / MIB:.1f} → {stats.kv_bytes_kept / MIB:.1f} MiB · "
+        f"prefill {stats.prefill_tokens_per_s:.0f} tok/s · decode {stats.decode_tokens_per_s:.1f} tok/s · "
+        f"TTFT {stats.ttft_s:.2f} s"
+    )
+
+
+def json_record(done: Done) -> dict[str, object]:
+    stats = done.stats
+    record: dict[str, object] = {"answer": done.answer}
+    record.update({key: getattr(stats, key) for key in JSON_KEYS if key != "answer"})
+    return record
+
+
+class ReadingBar:
+    """A progress bar over the prompt's tokens with tokens/s and ETA, on stderr."""
+
+    def __init__(self, console: Console) -> None:
+        self._progress = Progress(
+            TextColumn("reading"),
+            BarColumn(),
+            TextColumn("{task.completed:,}/{task.total:,} tok"),
+            TextColumn("{task.fields[rate]:>6.0f} tok/s"),
+            TimeElapsedColumn(),
+            TextColumn("ETA"),
+            TimeRemainingColumn(),
+            console=console,
+            transient=True,
+        )
+        self._task: TaskID | None = None
+
+    def update(self, event: ReadProgress) -> None:
+        if self._task is None:
+            self._progress.start()
+            self._task = self._progress.add_task("reading", total=event.total, rate=0.0)
+        self._progress.update(self._task, completed=event.done, rate=event.tokens_per_s)
+
+    def close(self) -> None:
+        if self._task is not None:
+            self._progress.stop()
+            self._task = None
+
+
+def render(events: Iterable[Event], as_json: bool, console: Console) -> Done | None:
+    """Consume the event stream; returns the Done event."""
+    bar = ReadingBar(console)
+    done: Done | None = None
+    wrote_text = False
+    try:
+        for event in events:
+            if isinstance(event, ReadProgress):
+                bar.update(event)
+            elif isinstance(event, Pruned):
+                bar.close()
+            elif isinstance(event, Token):
+                bar.close()
+                if not as_json:
+                    sys.stdout.write(event.text)
+                    sys.stdout.flush()
+                    wrote_text = True
+            elif isinstance(event, Done):
+                done = event
+    finally:
+        bar.close()
+        if wrote_text:
+            sys.stdout.write("\n")
+            sys.stdout.flush()
+    if done is not None:
+        if as_json:
+            sys.stdout.write(json.dumps(json_record(done)) + "\n")
+        console.print(stats_line(done.stats), highlight=False, soft_wrap=True)
+    return done

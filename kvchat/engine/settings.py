@@ -1,0 +1,39 @@
+"""Settings of one ask: the method, the selection policy, generation limits and the sampler."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from kvchat.errors import SettingsError
+from kvchat.llama import SamplerSettings
+from kvchat.policy import SnapKV
+
+Method = Literal["snapkv", "full"]
+METHODS: tuple[str, ...] = ("snapkv", "full")
+
+
+@dataclass(frozen=True)
+class AskSettings:
+    method: Method = "snapkv"
+    policy: SnapKV = field(default_factory=SnapKV)
+    max_tokens: int = 512
+    sampler: SamplerSettings = field(default_factory=SamplerSettings)
+    n_ctx: int | None = None
+    n_batch: int = 512
+    threads: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.method not in METHODS:
+            raise SettingsError(f"unknown method {self.method!r}", f"use one of: {', '.join(METHODS)}")
+        if self.max_tokens < 1:
+            raise SettingsError(f"max tokens must be at least 1, got {self.max_tokens}", "try --max-tokens 512")
+        if self.policy.window > self.n_batch:
+            raise SettingsError(
+                f"window {self.policy.window} is larger than the batch size {self.n_batch}",
+                f"use --window {self.n_batch} or less",
+            )
+
+    @property
+    def prunes(self) -> bool:
+        return self.method == "snapkv"
