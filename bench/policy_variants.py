@@ -1,0 +1,68 @@
+"""Compare selection variants (head reduction, span-aware selection, pooling) on one read per case.
+
+Usage: python bench/policy_variants.py [--cases N] [--length TOKENS] [--budgets 256,512,1024]
+Each case is read once; every variant starts from a restored copy of that read, so the variants
+differ only in what they keep. Prints one JSON line per (case, variant, budget) and a summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import defaultdict
+from dataclasses import replace
+
+from kvchat.bench.tasks import multikey_case, needle_case, score
+from kvchat.engine import AskSettings, Engine
+from kvchat.engine.ask import PromptRun
+from kvchat.events import Done
+from kvchat.policy import HeadReduction, SnapKV
+
+VARIANTS = {
+    f"{heads.value}{'+spans' if spans else ''}": SnapKV(heads=heads, spans=spans)
+    for heads in HeadReduction
+    for spans in (False, True)
+}
+VARIANTS["normalized+spans+avg5"] = SnapKV(heads=HeadReduction.NORMALIZED, spans=True, pool="avg", kernel=5)
+
+
+def cases(engine: Engine, count: int, length: int) -> list:
+    count_tokens = lambda text: len(engine.model.tokenize(text))  # noqa: E731
+    made = [multikey_case(count_tokens, length, 8, seed) for seed in range(count)]
+    made += [needle_case(count_tokens, length, depth, seed) for seed, depth in enumerate((0.1, 0.5, 0.9))]
+    return made
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--cases", type=int, default=6)
+    parser.add_argument("--length", type=int, default=4000)
+    parser.add_argument("--budgets", default="256,512,1024")
+    args = parser.parse_args()
+    budgets = [int(b) for b in args.budgets.split(",")]
+    engine = Engine()
+    totals: dict[tuple[str, str, int], list[float]] = defaultdict(list)
+    for case in cases(engine, args.cases, args.length):
+        tokens = engine.prompt_tokens_for_text(case.document, case.question)
+        base = AskSettings(max_tokens=24)
+        with PromptRun(engine.model, tokens, base, "default") as run:
+            for _ in run.read(len(tokens) - base.policy.window):
+                pass
+            run.save()
+            for name, policy in [("full", SnapKV())] + list(VARIANTS.items()):
+                for budget in budgets if name != "full" else [budgets[0]]:
+                    settings = replace(base, method="full" if name == "full" else "snapkv",
+                                       policy=replace(policy, budget=budget))
+                    run.restore()
+                    done = [e for e in run.finish(settings) if isinstance(e, Done)][0]
+                    value = score(done.answer, case.answers)
+                    totals[(case.task, name, budget)].append(value)
+                    print(json.dumps({"task": case.task, "meta": case.meta, "variant": name, "budget": budget,
+                                      "prompt": len(tokens), "score": value, "answer": done.answer[:60]}), flush=True)
+    for (task, name, budget), values in sorted(totals.items()):
+        print(f"{task:9s} {name:24s} {budget:5d} {sum(values)/len(values):.2f} ({len(values)})", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

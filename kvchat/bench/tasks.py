@@ -1,0 +1,105 @@
+"""Synthetic long-context tasks in RULER's style, built from the shipped essays and word lists.
+
+Every case is a document, a question and the gold strings; scoring is RULER's case-insensitive
+substring match. Lengths are hit with the tested model's own tokenizer (`count_tokens`).
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
+
+CountTokens = Callable[[str], int]
+SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+
+
+@dataclass(frozen=True)
+class Case:
+    task: str
+    document: str
+    question: str
+    answers: tuple[str, ...]
+    meta: dict[str, object] = field(default_factory=dict)
+
+
+def score(answer: str, golds: tuple[str, ...]) -> float:
+    """Fraction of gold strings found in the answer, case-insensitively (RULER's 'all' metric)."""
+    if not golds:
+        return 0.0
+    lowered = answer.lower()
+    return sum(gold.lower() in lowered for gold in golds) / len(golds)
+
+
+@cache
+def essay_text() -> str:
+    folder = resources.files("kvchat.bench") / "data" / "essays"
+    names = sorted(entry.name for entry in folder.iterdir() if entry.name.endswith(".txt"))
+    return "\n\n".join((folder / name).read_text(encoding="utf-8").strip() for name in names)
+
+
+@cache
+def _word_list(name: str) -> tuple[str, ...]:
+    path = resources.files("kvchat.bench") / "data" / "wonderwords" / name
+    return tuple(word for word in path.read_text(encoding="utf-8").split() if word.isalpha())
+
+
+def random_key(rng: random.Random) -> str:
+    """An adjective-noun key, as RULER makes them."""
+    return f"{rng.choice(_word_list('adjectivelist.txt'))}-{rng.choice(_word_list('nounlist.txt'))}"
+
+
+def haystack(count_tokens: CountTokens, target_tokens: int) -> str:
+    """The longest prefix of the essays (cut at a sentence end) that is at most `target_tokens`."""
+    text = essay_text()
+    low, high = 0, len(text)
+    while high - low > 64:
+        middle = (low + high) // 2
+        if count_tokens(text[:middle]) <= target_tokens:
+            low = middle
+        else:
+            high = middle
+    cut = text.rfind(". ", 0, low)
+    return text[: cut + 1 if cut > 0 else low]
+
+
+def insert_at_depth(text: str, sentence: str, depth: float) -> str:
+    """Insert `sentence` at the sentence boundary just before `depth` (0..1) of the text."""
+    offset = int(len(text) * depth)
+    boundary = max(text.rfind(". ", 0, offset), 0)
+    split = boundary + 2 if boundary else 0
+    return text[:split] + sentence + " " + text[split:]
+
+
+def needle_case(count_tokens: CountTokens, length: int, depth: float, seed: int) -> Case:
+    """One key-to-7-digit-number needle in the essays at `depth` (RULER niah_single_2)."""
+    rng = random.Random(seed)
+    key, value = random_key(rng), str(rng.randint(1_000_000, 9_999_999))
+    needle = f"One of the special magic numbers for {key} is: {value}."
+    filler = haystack(count_tokens, length - count_tokens(needle) - 40)
+    question = f"What is the special magic number for {key} mentioned in the provided text?"
+    return Case("needle", insert_at_depth(filler, needle, depth), question, (value,),
+                {"length": length, "depth": depth, "seed": seed})
+
+
+def multikey_case(count_tokens: CountTokens, length: int, n_keys: int, seed: int) -> Case:
+    """`n_keys` key-to-number needles spread through the essays; one of them is asked."""
+    rng = random.Random(seed)
+    pairs = []
+    while len(pairs) < n_keys:
+        key = random_key(rng)
+        if key not in dict(pairs):
+            pairs.append((key, str(rng.randint(1_000_000, 9_999_999))))
+    needles = [f"One of the special magic numbers for {k} is: {v}." for k, v in pairs]
+    filler = haystack(count_tokens, length - sum(map(count_tokens, needles)) - 40)
+    depths = sorted(rng.uniform(0.05, 0.95) for _ in needles)
+    for needle, depth in reversed(list(zip(needles, depths))):
+        filler = insert_at_depth(filler, needle, depth)
+    asked = rng.randrange(n_keys)
+    key, value = pairs[asked]
+    question = f"What is the special magic number for {key} mentioned in the provided text?"
+    return Case("multikey", filler, question, (value,),
+                {"length": length, "keys": n_keys, "asked_depth": depths[asked], "seed": seed})

@@ -1,0 +1,74 @@
+"""The layering of DESIGN.md: policy <- llama adapter <- engine <- front ends, one direction."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+REPO = Path(__file__).parents[1]
+PACKAGES = {
+    "policy": REPO / "kvchat" / "policy",
+    "llama": REPO / "kvchat" / "llama",
+    "engine": REPO / "kvchat" / "engine",
+    "documents": REPO / "kvchat" / "documents",
+    "models": REPO / "models",
+    "cli": REPO / "cli",
+}
+# What each layer may import from kvchat (besides itself).
+ALLOWED = {
+    "policy": {"kvchat.errors"},
+    "documents": {"kvchat.errors"},
+    "models": {"kvchat.errors", "kvchat.paths", "kvchat.models"},
+    "llama": {"kvchat.errors", "kvchat.llama"},
+    "engine": {"kvchat.errors", "kvchat.events", "kvchat.llama", "kvchat.policy", "kvchat.documents",
+               "kvchat.models", "kvchat.engine", "kvchat.paths"},
+}
+
+
+def imported_modules(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+    return names
+
+
+def imports_of(package: str) -> set[str]:
+    return {name for file in PACKAGES[package].rglob("*.py") for name in imported_modules(file)}
+
+
+def test_only_the_adapter_imports_llama_cpp() -> None:
+    for file in REPO.glob("*/**/*.py"):
+        if "tests" in file.parts or PACKAGES["llama"] in file.parents:
+            continue
+        raw = {n for n in imported_modules(file) if n == "llama_cpp" or n.startswith("llama_cpp.")}
+        assert not raw, f"{file} imports {raw}"
+
+
+def test_policy_is_numpy_only() -> None:
+    third_party = {n.split(".")[0] for n in imports_of("policy")} - {"kvchat", "__future__"}
+    assert third_party <= {"numpy", "dataclasses", "enum", "typing"}
+
+
+def test_each_layer_imports_only_what_is_below_it() -> None:
+    for package, allowed in ALLOWED.items():
+        ours = {n for n in imports_of(package) if n.startswith("kvchat.")}
+        own = f"kvchat.{package}"
+        bad = {n for n in ours if not n.startswith(own) and not any(n == a or n.startswith(a + ".") for a in allowed)}
+        assert not bad, f"{package} imports {bad}"
+
+
+def test_front_ends_do_not_reach_into_the_adapter() -> None:
+    for name in imports_of("cli"):
+        assert not name.startswith("kvchat.llama._") and name != "llama_cpp"
+
+
+def test_no_print_in_the_library() -> None:
+    for package in ("policy", "llama", "engine", "documents", "models"):
+        for file in PACKAGES[package].rglob("*.py"):
+            tree = ast.parse(file.read_text(encoding="utf-8"))
+            calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "print"]
+            assert not calls, f"print() in {file}"

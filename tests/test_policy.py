@@ -1,0 +1,110 @@
+"""Selection policy on synthetic attention: no llama.cpp involved."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kvchat.errors import SettingsError
+from kvchat.policy import HeadReduction, PrunePlan, SnapKV, merge_runs, pool_scores, spans_from_pieces
+
+N_LAYERS, N_HEADS = 3, 4
+
+
+def synthetic_votes(n_tokens: int, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return rng.random((N_LAYERS, N_HEADS, n_tokens)).astype(np.float32) * 0.01
+
+
+@pytest.mark.parametrize("heads", list(HeadReduction))
+def test_planted_needle_column_survives(heads: HeadReduction) -> None:
+    votes = synthetic_votes(2000)
+    votes[:, :2, 1234] += 5.0  # two heads of every layer look hard at position 1234
+    plan = SnapKV(budget=64, window=16, heads=heads, spans=False).plan(votes)
+    assert 1234 in plan.kept
+
+
+@pytest.mark.parametrize("mode", ["max", "avg"])
+def test_pooling_keeps_neighbours(mode: str) -> None:
+    votes = synthetic_votes(500)
+    votes[:, :, 300] += 10.0
+    plan = SnapKV(budget=4 + 16 + 7, window=16, kernel=7, pool=mode, spans=False).plan(votes)
+    assert set(range(297, 304)) <= set(plan.kept.tolist())
+
+
+def test_pool_scores_shapes_and_values() -> None:
+    scores = np.array([0, 0, 5, 0, 0, 0], dtype=np.float32)
+    assert pool_scores(scores, 3, "max").tolist() == [0, 5, 5, 5, 0, 0]
+    assert pool_scores(scores, 3, "avg").tolist() == pytest.approx([0, 5 / 3, 5 / 3, 5 / 3, 0, 0])
+    assert pool_scores(np.ones((2, 3, 10)), 5, "max").shape == (2, 3, 10)
+    with pytest.raises(ValueError):
+        pool_scores(scores, 4, "max")
+
+
+@pytest.mark.parametrize("budget", [36, 100, 777])
+@pytest.mark.parametrize("spans", [False, True])
+def test_exact_budget_and_pins(budget: int, spans: bool) -> None:
+    n_tokens = 3000
+    votes = synthetic_votes(n_tokens, seed=budget)
+    votes[:, :, :4] = 0.0  # sinks get no votes: they must be kept anyway
+    span_ids = np.arange(n_tokens) // 5 if spans else None
+    policy = SnapKV(budget=budget, window=32, spans=spans)
+    plan = policy.plan(votes, span_ids=span_ids)
+    assert plan.n_kept == budget
+    kept = set(plan.kept.tolist())
+    assert set(range(4)) <= kept
+    assert set(range(n_tokens - 32, n_tokens)) <= kept
+    assert np.all(np.diff(plan.kept) > 0)
+
+
+def test_budget_at_least_prompt_keeps_everything() -> None:
+    plan = SnapKV(budget=1024).plan(synthetic_votes(700))
+    assert plan.n_kept == 700 and plan.drop_runs == []
+
+
+def test_extra_pins_are_kept() -> None:
+    votes = synthetic_votes(1000)
+    extra = np.zeros(1000, dtype=bool)
+    extra[500:520] = True
+    plan = SnapKV(budget=100, window=16).plan(votes, extra_pins=extra)
+    assert set(range(500, 520)) <= set(plan.kept.tolist()) and plan.n_kept == 100
+
+
+def test_merged_disjoint_runs() -> None:
+    assert merge_runs(np.array([1, 2, 3, 7, 9, 10])) == [(1, 4), (7, 8), (9, 11)]
+    assert merge_runs(np.array([], dtype=np.int64)) == []
+    plan = PrunePlan(n_tokens=12, kept=np.array([0, 4, 5, 6, 8, 11]))
+    runs = plan.drop_runs
+    assert runs == [(1, 4), (7, 8), (9, 11)]
+    covered = [p for p0, p1 in runs for p in range(p0, p1)]
+    assert sorted(covered + plan.kept.tolist()) == list(range(12))
+
+
+def test_span_aware_keeps_whole_number() -> None:
+    pieces = ["The", " number", " is", ":", " ", "7", "0", "0", "7", "0", "7", "1", ".", " Next"] + [" word"] * 200
+    n_tokens = len(pieces)
+    votes = synthetic_votes(n_tokens)
+    votes[:, :, 6] += 3.0  # only one digit wins the vote
+    span_ids = spans_from_pieces(pieces)
+    with_spans = SnapKV(budget=4 + 8 + 10, window=8, kernel=1, spans=True).plan(votes, span_ids=span_ids)
+    without = SnapKV(budget=4 + 8 + 10, window=8, kernel=1, spans=False).plan(votes, span_ids=span_ids)
+    digits = set(range(5, 12))
+    assert digits <= set(with_spans.kept.tolist())
+    assert not digits <= set(without.kept.tolist())
+
+
+def test_spans_from_pieces() -> None:
+    ids = spans_from_pieces([" The", " value", " 1", "2", ",", "3", "4", " is", " un", "believ", "able", "."])
+    assert ids[2] == ids[3] == ids[4] == ids[5] == ids[6]  # " 12,34" is one number
+    assert ids[8] == ids[9] == ids[10]  # " unbelievable" is one word
+    assert len(set(ids.tolist())) == 6
+    assert spans_from_pieces(["7"] * 40, max_span=16).max() == 2  # long runs are capped
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"budget": 30, "window": 32}, {"kernel": 4}, {"pool": "median"}, {"window": 0}],
+)
+def test_invalid_settings_are_refused(kwargs: dict) -> None:
+    with pytest.raises(SettingsError):
+        SnapKV(**kwargs)
