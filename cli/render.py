@@ -52,6 +52,8 @@ class ReadingBar:
         self._task: TaskID | None = None
 
     def update(self, event: ReadProgress) -> None:
+        if not self._progress.console.is_terminal:
+            return
         if self._task is None:
             self._progress.start()
             self._task = self._progress.add_task("reading", total=event.total, rate=0.0)
