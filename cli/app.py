@@ -36,9 +36,10 @@ def main() -> None:
         print(f"kvchat: error: {error.one_line()}", file=sys.stderr)
         sys.exit(error.exit_code)
     except (KeyboardInterrupt, click.exceptions.Abort):
-        print("\nkvchat: stopped", file=sys.stderr)
-        sys.exit(EXIT_INTERRUPTED)
+        code = EXIT_INTERRUPTED
     except click.ClickException as error:
         error.show()
         sys.exit(error.exit_code)
+    if code == EXIT_INTERRUPTED:  # Typer turns Ctrl-C into a silent Exit(130)
+        print("kvchat: stopped", file=sys.stderr)
     sys.exit(code if isinstance(code, int) else 0)

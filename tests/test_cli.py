@@ -120,3 +120,24 @@ def test_models_lists_the_registry(isolated_home) -> None:
     assert {"default", "better"} <= set(rows)
     assert rows["default"]["size"] == 491_400_064
     assert str(isolated_home) in rows["default"]["path"]
+
+
+def test_ctrl_c_stops_cleanly_with_130(tmp_path, isolated_home) -> None:
+    import signal
+    import time
+
+    from tiny_gguf import write_tiny_gguf
+
+    model = write_tiny_gguf(tmp_path / "long-context.gguf", context_length=32768)
+    document = tmp_path / "long.txt"
+    document.write_text("All work and no play makes a dull model. " * 600)
+    env = {**os.environ, "KVCHAT_HOME": str(isolated_home)}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "kvchat.cli", *ask_args(document, model)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )
+    time.sleep(4)
+    process.send_signal(signal.SIGINT)
+    stdout, stderr = process.communicate(timeout=120)
+    assert process.returncode == 130, stderr
+    assert "Traceback" not in stderr and stderr.strip().splitlines()[-1] == "kvchat: stopped"
