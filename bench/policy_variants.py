@@ -15,8 +15,7 @@ from dataclasses import replace
 
 from kvchat.bench.tasks import multikey_case, needle_case, score
 from kvchat.engine import AskSettings, Engine
-from kvchat.engine.ask import PromptRun
-from kvchat.events import Done
+from kvchat.engine.ask import replay
 from kvchat.policy import HeadReduction, SnapKV
 
 VARIANTS = {
@@ -46,20 +45,18 @@ def main() -> None:
     for case in cases(engine, args.cases, args.length):
         tokens = engine.prompt_tokens_for_text(case.document, case.question)
         base = AskSettings(max_tokens=24)
-        with PromptRun(engine.model, tokens, base, "default") as run:
-            for _ in run.read(len(tokens) - base.policy.window):
-                pass
-            run.save()
-            for name, policy in [("full", SnapKV())] + list(VARIANTS.items()):
-                for budget in budgets if name != "full" else [budgets[0]]:
-                    settings = replace(base, method="full" if name == "full" else "snapkv",
-                                       policy=replace(policy, budget=budget))
-                    run.restore()
-                    done = [e for e in run.finish(settings) if isinstance(e, Done)][0]
-                    value = score(done.answer, case.answers)
-                    totals[(case.task, name, budget)].append(value)
-                    print(json.dumps({"task": case.task, "meta": case.meta, "variant": name, "budget": budget,
-                                      "prompt": len(tokens), "score": value, "answer": done.answer[:60]}), flush=True)
+        labelled = [
+            (name, budget, replace(base, method="full" if name == "full" else "snapkv",
+                                   policy=replace(policy, budget=budget)))
+            for name, policy in [("full", SnapKV())] + list(VARIANTS.items())
+            for budget in (budgets if name != "full" else budgets[:1])
+        ]
+        for (name, budget, _), events in zip(labelled, replay(engine.model, tokens, [s for *_, s in labelled])):
+            done = events[-1]
+            value = score(done.answer, case.answers)
+            totals[(case.task, name, budget)].append(value)
+            print(json.dumps({"task": case.task, "meta": case.meta, "variant": name, "budget": budget,
+                              "prompt": len(tokens), "score": value, "answer": done.answer[:60]}), flush=True)
     for (task, name, budget), values in sorted(totals.items()):
         print(f"{task:9s} {name:24s} {budget:5d} {sum(values)/len(values):.2f} ({len(values)})", file=sys.stderr)
 

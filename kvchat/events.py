@@ -38,6 +38,13 @@ class Evicted:
 
 
 @dataclass(frozen=True)
+class Notice:
+    """Something the user should know that is not an error (a saved state was damaged, …)."""
+
+    text: str
+
+
+@dataclass(frozen=True)
 class Token:
     """A piece of answer text (UTF-8 complete) for one or more generated tokens."""
 
@@ -72,4 +79,4 @@ class Done:
     stats: Stats
 
 
-Event = Progress | Pruned | Evicted | Token | Done
+Event = Progress | Pruned | Evicted | Notice | Token | Done

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import importlib.util
 import os
 import tempfile
@@ -11,7 +12,7 @@ from pathlib import Path
 
 from kvchat.errors import ModelError
 from kvchat.models.registry import REGISTRY, ModelEntry, find_entry
-from kvchat.paths import data_dir
+from kvchat.paths import cache_dir, data_dir
 
 CHUNK_BYTES = 8 * 1024 * 1024
 
@@ -103,3 +104,33 @@ def resolve_model(name_or_path: str) -> Path:
     if not _is_assembled(entry, target):
         assemble(entry, target)
     return target
+
+
+def model_sha256(path: Path) -> str:
+    """The sha256 of a GGUF: pinned for registry models, computed once and remembered otherwise."""
+    for entry in REGISTRY:
+        if path == model_path(entry) and _is_assembled(entry, path):
+            return entry.sha256
+    stat = path.stat()
+    memo_path = cache_dir() / "model-sha256.json"
+    memo_key = f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}"
+    try:
+        memo = json.loads(memo_path.read_text())
+    except (OSError, ValueError):
+        memo = {}
+    if memo_key not in memo:
+        digest = hashlib.sha256()
+        with path.open("rb") as source:
+            while chunk := source.read(CHUNK_BYTES):
+                digest.update(chunk)
+        memo[memo_key] = digest.hexdigest()
+        _write_json_atomically(memo_path, memo)
+    return memo[memo_key]
+
+
+def _write_json_atomically(path: Path, value: object) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temp_name = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+    with os.fdopen(handle, "w") as out:
+        json.dump(value, out)
+    os.replace(temp_name, path)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from kvchat.engine import AskSettings
-from kvchat.engine.ask import ask_tokens
+from kvchat.engine.ask import replay
 from kvchat.engine.pipeline import apply_plan, observe, plan_prune
 from kvchat.events import Done, Pruned
 from kvchat.llama import ContextSettings, LlamaContext
@@ -120,7 +120,7 @@ def test_kept_count_and_positions_match_plan(tiny_model, prompt) -> None:
 
 
 def _answer(tiny_model, prompt: list[int], settings: AskSettings) -> tuple[Done, list]:
-    events = list(ask_tokens(tiny_model, prompt, settings, "tiny"))
+    (events,) = replay(tiny_model, prompt, [settings], "tiny")
     return events[-1], events
 
 

@@ -13,18 +13,12 @@ import pytest
 
 from kvchat.bench.tasks import needle_case, score
 from kvchat.engine import AskSettings
-from kvchat.engine.ask import PromptRun
-from kvchat.events import Done, Pruned
+from kvchat.engine.ask import replay
+from kvchat.events import Pruned
 from kvchat.policy import SnapKV
 
 pytestmark = pytest.mark.real_model
 SAMPLE_PDF = Path(__file__).parents[1] / "kvchat" / "samples" / "marketing_reseller_agreement.pdf"
-
-
-def finish(run: PromptRun, settings: AskSettings) -> tuple[Done, list]:
-    run.restore()
-    events = list(run.finish(settings))
-    return events[-1], events
 
 
 @pytest.mark.parametrize("depth", [0.1, 0.5, 0.9])
@@ -34,11 +28,8 @@ def test_needle_found_at_budget_256_and_full_agrees(real_engine, depth: float) -
     tokens = real_engine.prompt_tokens_for_text(case.document, case.question)
     assert 2800 <= len(tokens) <= 3300
     snapkv = AskSettings(policy=SnapKV(budget=256), max_tokens=24)
-    with PromptRun(model, tokens, snapkv, "default") as run:
-        list(run.read(len(tokens) - snapkv.policy.window))
-        run.save()
-        pruned, events = finish(run, snapkv)
-        full, _ = finish(run, replace(snapkv, method="full"))
+    events, full_events = replay(model, tokens, [snapkv, replace(snapkv, method="full")])
+    pruned, full = events[-1], full_events[-1]
     assert [e.kept_tokens for e in events if isinstance(e, Pruned)] == [256]
     assert score(pruned.answer, case.answers) == 1.0, (pruned.answer, case.answers)
     assert score(full.answer, case.answers) == 1.0, (full.answer, case.answers)

@@ -1,6 +1,7 @@
-"""The engine: sessions over one loaded model that turn documents and questions into events."""
+"""The engine: conversations over one loaded model that turn documents and questions into events."""
 
-from kvchat.engine.core import Engine
+from kvchat.engine.conversation import SELECTIONS, Conversation, Selection
+from kvchat.engine.core import Engine, state_store
 from kvchat.engine.settings import METHODS, AskSettings
 
-__all__ = ["METHODS", "AskSettings", "Engine"]
+__all__ = ["METHODS", "SELECTIONS", "AskSettings", "Conversation", "Engine", "Selection", "state_store"]

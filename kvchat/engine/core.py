@@ -1,4 +1,4 @@
-"""The Engine: one loaded model shared by every ask of a front end."""
+"""The Engine: one loaded model shared by every conversation and ask of a front end."""
 
 from __future__ import annotations
 
@@ -7,28 +7,40 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from kvchat.documents import Document
-from kvchat.engine.ask import ask_tokens
-from kvchat.engine.prompt import document_messages
+from kvchat.engine.conversation import Conversation, Selection
 from kvchat.engine.settings import AskSettings
+from kvchat.engine.states import DocumentStates
+from kvchat.engine.store import DEFAULT_MAX_BYTES, StateStore
 from kvchat.events import Event
 from kvchat.llama import LlamaModel
-from kvchat.models import resolve_model
+from kvchat.models import model_sha256, resolve_model
+from kvchat.paths import cache_dir
+
+
+def state_store(max_bytes: int = DEFAULT_MAX_BYTES) -> StateStore:
+    """The store of saved document readings under the user's cache directory."""
+    return StateStore(cache_dir() / "states", max_bytes)
 
 
 class Engine:
-    """Load a model once (by registry name or GGUF path); ask questions about documents."""
+    """Load a model once (by registry name or GGUF path); talk about documents with it.
 
-    def __init__(self, model: str = "default", gpu_layers: int = 0) -> None:
+    `use_cache` saves each document's reading and loads it on the next question.
+    """
+
+    def __init__(self, model: str = "default", gpu_layers: int = 0, use_cache: bool = True) -> None:
         self.model_name = model
         self.model_path: Path = resolve_model(model)
         self.model = LlamaModel(self.model_path, gpu_layers=gpu_layers)
+        self.states = (
+            DocumentStates(state_store(), model_sha256(self.model_path), model) if use_cache else None
+        )
 
-    def prompt_tokens(self, document: Document, question: str) -> list[int]:
-        return self.prompt_tokens_for_text(document.text, question)
-
-    def prompt_tokens_for_text(self, document_text: str, question: str) -> list[int]:
-        prompt = self.model.apply_chat_template(document_messages(document_text, question))
-        return self.model.tokenize(prompt)
+    def conversation(
+        self, document: Document, settings: AskSettings | None = None, selection: Selection = "question"
+    ) -> Conversation:
+        """A conversation about `document`; call open() on it before asking."""
+        return Conversation(self.model, self.model_name, document, settings or AskSettings(), selection, self.states)
 
     def ask(
         self,
@@ -36,10 +48,15 @@ class Engine:
         question: str,
         settings: AskSettings | None = None,
         cancel: threading.Event | None = None,
+        selection: Selection = "question",
     ) -> Iterator[Event]:
-        """Stream events for one question: Progress…, Pruned?, Token…, Done."""
-        tokens = self.prompt_tokens(document, question)
-        return ask_tokens(self.model, tokens, settings or AskSettings(), self.model_name, cancel)
+        """Stream events for one question: Progress…, Notice?, Pruned?, Token…, Done."""
+        conversation = self.conversation(document, settings, selection)
+        try:
+            yield from conversation.open(cancel)
+            yield from conversation.ask(question, cancel)
+        finally:
+            conversation.close()
 
     def close(self) -> None:
         self.model.close()

@@ -58,9 +58,11 @@ def observe(ctx: LlamaContext, window_tokens: list[int], start_pos: int) -> np.n
     return ctx.probe.stop()
 
 
-def plan_prune(policy: SnapKV, votes: np.ndarray, pieces: list[str] | None) -> PrunePlan:
+def plan_prune(
+    policy: SnapKV, votes: np.ndarray, pieces: list[str] | None, pins: np.ndarray | None = None
+) -> PrunePlan:
     span_ids = spans_from_pieces(pieces) if policy.spans and pieces is not None else None
-    return policy.plan(votes, span_ids=span_ids)
+    return policy.plan(votes, span_ids=span_ids, extra_pins=pins)
 
 
 def apply_plan(ctx: LlamaContext, plan: PrunePlan, seq: int = 0) -> tuple[float, float]:
@@ -90,6 +92,7 @@ class Generation:
 
     text: str = ""
     tokens: int = 0
+    decoded: int = 0
     stop_reason: str = "max_tokens"
     first_token_at: float = 0.0
     decode_s: float = 0.0
@@ -103,13 +106,14 @@ def generate(
     max_tokens: int,
     result: Generation,
     cancel: threading.Event | None = None,
+    stop_at_end: bool = True,
 ) -> Iterator[Token]:
     """Sample from the last logits, then decode one token at a time until end or the limit."""
     model = ctx.model
     token = sampler.sample(ctx.handle)
     result.first_token_at = time.perf_counter()
     while True:
-        if model.is_end_of_generation(token):
+        if stop_at_end and model.is_end_of_generation(token):
             result.stop_reason = "stop"
             break
         result.tokens += 1
@@ -124,6 +128,7 @@ def generate(
             break
         started = time.perf_counter()
         ctx.decode([token], next_pos)
+        result.decoded += 1
         next_pos += 1
         token = sampler.sample(ctx.handle)
         result.decode_s += time.perf_counter() - started

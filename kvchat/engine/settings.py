@@ -22,6 +22,7 @@ class AskSettings:
     n_ctx: int | None = None
     n_batch: int = 512
     threads: int | None = None
+    stop_at_end: bool = True  # False: always generate max_tokens (benchmarks compare equal lengths)
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:

@@ -1,5 +1,6 @@
 """The llama adapter: the only code that imports llama_cpp."""
 
+from kvchat.llama._lib import STATE_FORMAT
 from kvchat.llama.context import ContextSettings, LlamaContext
 from kvchat.llama.model import Detokenizer, LlamaModel, ModelShape
 from kvchat.llama.probe import AttentionProbe
@@ -12,6 +13,7 @@ __all__ = [
     "LlamaContext",
     "LlamaModel",
     "ModelShape",
+    "STATE_FORMAT",
     "Sampler",
     "SamplerSettings",
 ]

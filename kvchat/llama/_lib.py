@@ -46,6 +46,8 @@ class GgmlTensorHead(ctypes.Structure):
 
 
 GGML_TYPE_F32 = 0
+# Saved sequence states are only valid for the llama.cpp build that wrote them.
+STATE_FORMAT = f"llama-cpp-python-{raw.__version__}"
 
 
 @cache

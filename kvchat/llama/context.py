@@ -144,8 +144,10 @@ class LlamaContext:
         written = raw.llama_state_seq_get_data(self._ctx, buffer, size, seq)
         return bytes(memoryview(buffer)[:written])
 
-    def load_state(self, data: bytes, seq: int = 0) -> None:
-        buffer = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
+    def load_state(self, data: bytes | bytearray, seq: int = 0) -> None:
+        """Restore a sequence state; a bytearray is passed to C without a copy."""
+        array_type = ctypes.c_uint8 * len(data)
+        buffer = array_type.from_buffer(data) if isinstance(data, bytearray) else array_type.from_buffer_copy(data)
         if raw.llama_state_seq_set_data(self._ctx, buffer, len(data), seq) == 0:
             raise DecodeError("llama.cpp could not restore the KV state", "the saved state does not fit this context")
 

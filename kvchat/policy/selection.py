@@ -40,9 +40,9 @@ class SnapKV:
         if self.pool not in ("max", "avg"):
             raise SettingsError(f"pool must be max or avg, got {self.pool!r}", "use --pool max")
 
-    def pinned_mask(self, n_tokens: int, extra: np.ndarray | None = None) -> np.ndarray:
-        """Positions always kept: the first `sinks`, the last `window`, and any `extra` pins."""
-        pinned = np.zeros(n_tokens, dtype=bool) if extra is None else extra.astype(bool).copy()
+    def pinned_mask(self, n_tokens: int) -> np.ndarray:
+        """Positions always kept within the budget: the first `sinks` and the last `window`."""
+        pinned = np.zeros(n_tokens, dtype=bool)
         pinned[: self.sinks] = True
         pinned[max(0, n_tokens - self.window) :] = True
         return pinned
@@ -53,14 +53,18 @@ class SnapKV:
         span_ids: np.ndarray | None = None,
         extra_pins: np.ndarray | None = None,
     ) -> PrunePlan:
-        """Plan from votes (n_layers, n_heads, n_tokens): window attention summed over queries."""
+        """Plan from votes (n_layers, n_heads, n_tokens): window attention summed over queries.
+
+        `extra_pins` (a conversation's earlier turns) are kept on top of the budget: the budget
+        bounds what is chosen from the document, the conversation itself is never pruned.
+        """
         n_tokens = votes.shape[-1]
-        if n_tokens <= self.budget:
+        extra = np.zeros(n_tokens, dtype=bool) if extra_pins is None else extra_pins.astype(bool)
+        pinned = self.pinned_mask(n_tokens)
+        if int((~(pinned | extra)).sum()) <= self.budget - int(pinned.sum()):
             return PrunePlan(n_tokens=n_tokens, kept=np.arange(n_tokens))
-        pinned = self.pinned_mask(n_tokens, extra_pins)
         capacity = self.budget - int(pinned.sum())
-        if capacity <= 0:
-            return PrunePlan.from_mask(pinned)
+        pinned |= extra
         pooled = pool_scores(votes, self.kernel, self.pool)
         scores = reduce_votes(pooled, ~pinned, self.heads, capacity)
         if self.spans and span_ids is not None:

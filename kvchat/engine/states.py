@@ -1,0 +1,57 @@
+"""Saved readings of documents for one model: keys, notices, and the store underneath."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Iterator
+
+from kvchat.documents import Document
+from kvchat.engine.store import DamagedState, StateStore, new_header
+from kvchat.events import Event, Notice
+from kvchat.llama import STATE_FORMAT
+
+LOGGER = logging.getLogger(__name__)
+
+
+class DocumentStates:
+    """Find and keep the full KV state of a read document, keyed by everything that shapes it:
+    the model's sha256, the rendered document part (document + template + system prompt),
+    the KV cache type and llama.cpp's state format."""
+
+    def __init__(self, store: StateStore, model_sha256: str, model_name: str, cache_type: str = "f16") -> None:
+        self.store = store
+        self.model_sha256 = model_sha256
+        self.model_name = model_name
+        self.cache_type = cache_type
+
+    def key(self, prompt_sha256: str) -> str:
+        material = f"{STATE_FORMAT}|{self.model_sha256}|{prompt_sha256}|{self.cache_type}"
+        return hashlib.sha256(material.encode()).hexdigest()[:40]
+
+    def load(self, prompt_sha256: str, n_tokens: int) -> Iterator[Event]:
+        """Yields a Notice if a damaged state was found (and deleted); returns the state or None."""
+        try:
+            found = self.store.load(self.key(prompt_sha256), self.model_sha256, prompt_sha256)
+        except DamagedState as damaged:
+            LOGGER.warning("discarded saved state %s: %s", damaged.path, damaged.reason)
+            yield Notice(f"a saved reading was damaged ({damaged.reason}); reading the document again")
+            return None
+        except OSError as error:
+            yield Notice(f"could not read the saved reading ({error.strerror}); reading the document again")
+            return None
+        if found is None:
+            return None
+        header, payload = found
+        if header.n_tokens != n_tokens:
+            yield Notice("a saved reading did not match the document; reading it again")
+            return None
+        return payload
+
+    def save(self, prompt_sha256: str, n_tokens: int, state: bytes, document: Document) -> Iterator[Event]:
+        header = new_header(self.model_sha256, prompt_sha256, n_tokens, state, str(document.path), self.model_name)
+        try:
+            self.store.save(self.key(prompt_sha256), header, state)
+        except OSError as error:
+            LOGGER.warning("could not save state: %s", error)
+            yield Notice(f"could not save the reading for next time ({error.strerror})")

@@ -1,0 +1,178 @@
+"""Saved document states: the full KV cache of a read document, on disk, verified on load.
+
+One file per key: b"KVCHATST", u32 format version, u32 header length, a JSON header (model and
+prompt hashes, token count, payload length, CRC-32), then llama.cpp's sequence state. Files are
+written to a temp file and renamed, so concurrent writers of one key never leave a torn file; a
+size cap evicts the least recently used. A damaged, truncated or foreign file is deleted and
+reported, never loaded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import tempfile
+import time
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+MAGIC = b"KVCHATST"
+FORMAT_VERSION = 1
+PREAMBLE = struct.Struct("<8sII")
+STATE_SUFFIX = ".kvstate"
+DEFAULT_MAX_BYTES = 4 * 2**30
+
+
+class DamagedState(Exception):
+    """A saved state that must not be loaded; `reason` says why."""
+
+    def __init__(self, path: Path, reason: str) -> None:
+        super().__init__(f"{path.name}: {reason}")
+        self.path = path
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class StateHeader:
+    model_sha256: str
+    prompt_sha256: str
+    n_tokens: int
+    payload_bytes: int
+    crc32: int
+    document: str = ""
+    model: str = ""
+    created: float = 0.0
+
+    def to_bytes(self) -> bytes:
+        return json.dumps(self.__dict__, sort_keys=True).encode()
+
+
+@dataclass(frozen=True)
+class StoredState:
+    path: Path
+    header: StateHeader
+    size: int
+    last_used: float
+
+
+def _read_header(path: Path, handle) -> StateHeader:
+    preamble = handle.read(PREAMBLE.size)
+    if len(preamble) < PREAMBLE.size:
+        raise DamagedState(path, "truncated header")
+    magic, version, header_len = PREAMBLE.unpack(preamble)
+    if magic != MAGIC:
+        raise DamagedState(path, "not a kvchat state file")
+    if version != FORMAT_VERSION:
+        raise DamagedState(path, f"format version {version}, expected {FORMAT_VERSION}")
+    try:
+        return StateHeader(**json.loads(handle.read(header_len)))
+    except (ValueError, TypeError) as error:
+        raise DamagedState(path, f"unreadable header ({error})") from None
+
+
+class StateStore:
+    """States under `root`, at most `max_bytes` in all (least recently used go first)."""
+
+    def __init__(self, root: Path, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
+        self.root = root
+        self.max_bytes = max_bytes
+
+    def path_for(self, key: str) -> Path:
+        return self.root / f"{key}{STATE_SUFFIX}"
+
+    def load(self, key: str, model_sha256: str, prompt_sha256: str) -> tuple[StateHeader, bytearray] | None:
+        """The state saved under `key`, or None if there is none. Raises DamagedState (after
+        deleting the file) when it exists but must not be used."""
+        path = self.path_for(key)
+        try:
+            handle = path.open("rb")
+        except FileNotFoundError:
+            return None
+        try:
+            with handle:
+                header = _read_header(path, handle)
+                payload = bytearray(header.payload_bytes)
+                if handle.readinto(payload) != header.payload_bytes or handle.read(1):
+                    raise DamagedState(path, "truncated or padded payload")
+            self._check(path, header, payload, model_sha256, prompt_sha256)
+        except DamagedState:
+            path.unlink(missing_ok=True)
+            raise
+        os.utime(path)
+        return header, payload
+
+    @staticmethod
+    def _check(path: Path, header: StateHeader, payload: bytearray, model_sha256: str, prompt_sha256: str) -> None:
+        if header.model_sha256 != model_sha256:
+            raise DamagedState(path, "saved for another model")
+        if header.prompt_sha256 != prompt_sha256:
+            raise DamagedState(path, "saved for another document")
+        if zlib.crc32(payload) != header.crc32:
+            raise DamagedState(path, "checksum mismatch")
+
+    def save(self, key: str, header: StateHeader, payload: bytes) -> Path:
+        """Write atomically (temp file + rename), then enforce the size cap."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        target = self.path_for(key)
+        header_bytes = header.to_bytes()
+        handle, temp_name = tempfile.mkstemp(prefix=target.name + ".", suffix=".tmp", dir=self.root)
+        try:
+            with os.fdopen(handle, "wb") as out:
+                out.write(PREAMBLE.pack(MAGIC, FORMAT_VERSION, len(header_bytes)))
+                out.write(header_bytes)
+                out.write(payload)
+                out.flush()
+                os.fsync(out.fileno())
+            os.replace(temp_name, target)
+        finally:
+            if os.path.exists(temp_name):
+                os.unlink(temp_name)
+        self._enforce_cap(keep=target)
+        return target
+
+    def entries(self) -> list[StoredState]:
+        """Every readable state, most recently used first (damaged ones are skipped)."""
+        found = []
+        for path in self.root.glob(f"*{STATE_SUFFIX}") if self.root.is_dir() else []:
+            try:
+                with path.open("rb") as handle:
+                    header = _read_header(path, handle)
+                stat = path.stat()
+            except (DamagedState, OSError):
+                continue
+            found.append(StoredState(path, header, stat.st_size, stat.st_mtime))
+        return sorted(found, key=lambda entry: entry.last_used, reverse=True)
+
+    def clear(self) -> int:
+        """Delete every saved state (and stray temp files); returns the bytes freed."""
+        freed = 0
+        for path in self.root.glob("*") if self.root.is_dir() else []:
+            if path.name.endswith((STATE_SUFFIX, ".tmp")):
+                freed += path.stat().st_size
+                path.unlink(missing_ok=True)
+        return freed
+
+    def _enforce_cap(self, keep: Path) -> None:
+        files = sorted(self.root.glob(f"*{STATE_SUFFIX}"), key=lambda p: p.stat().st_mtime)
+        total = sum(p.stat().st_size for p in files)
+        for path in files:
+            if total <= self.max_bytes:
+                break
+            if path != keep:
+                total -= path.stat().st_size
+                path.unlink(missing_ok=True)
+
+
+def new_header(model_sha256: str, prompt_sha256: str, n_tokens: int, payload: bytes, document: str, model: str) -> StateHeader:
+    return StateHeader(
+        model_sha256=model_sha256,
+        prompt_sha256=prompt_sha256,
+        n_tokens=n_tokens,
+        payload_bytes=len(payload),
+        crc32=zlib.crc32(payload),
+        document=document,
+        model=model,
+        created=time.time(),
+    )
