@@ -11,23 +11,20 @@ import argparse
 import json
 from dataclasses import replace
 
+from kvchat.bench.compare import answer_of, compare
 from kvchat.bench.tasks import needle_case
 from kvchat.engine import AskSettings, Engine
-from kvchat.engine.ask import replay
-from kvchat.events import Done
 from kvchat.policy import SnapKV
 
 
 def measure(engine: Engine, length: int, budget: int, tokens: int) -> dict[str, object]:
-    model = engine.model
-    case = needle_case(lambda text: len(model.tokenize(text)), length, 0.5, seed=length)
-    prompt = engine.prompt_tokens_for_text(case.document, case.question)
+    case = needle_case(lambda text: len(engine.model.tokenize(text)), length, 0.5, seed=length)
     snapkv = AskSettings(policy=SnapKV(budget=budget), max_tokens=tokens, stop_at_end=False)
-    results: dict[str, object] = {"length": len(prompt), "budget": budget}
+    results: dict[str, object] = {"length": length, "budget": budget}
     variants = [replace(snapkv, method="full"), snapkv]
-    for settings, events in zip(variants, replay(model, prompt, variants)):
-        done = events[-1]
-        assert isinstance(done, Done)
+    for settings, events in zip(variants, compare(engine, case, variants)):
+        done = answer_of(events)
+        results["length"] = done.stats.prompt_tokens
         results[settings.method] = {
             "decode_tokens_per_s": round(done.stats.decode_tokens_per_s, 2),
             "generated": done.stats.generated_tokens,
@@ -46,7 +43,7 @@ def main() -> None:
     parser.add_argument("--budget", type=int, default=1024)
     parser.add_argument("--tokens", type=int, default=128)
     args = parser.parse_args()
-    with Engine() as engine:
+    with Engine(use_cache=False) as engine:
         for length in (int(n) for n in args.lengths.split(",")):
             print(json.dumps(measure(engine, length, args.budget, args.tokens)), flush=True)
 

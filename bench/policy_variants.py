@@ -13,9 +13,9 @@ import sys
 from collections import defaultdict
 from dataclasses import replace
 
+from kvchat.bench.compare import answer_of, compare
 from kvchat.bench.tasks import multikey_case, needle_case, score
 from kvchat.engine import AskSettings, Engine
-from kvchat.engine.ask import replay
 from kvchat.policy import HeadReduction, SnapKV
 
 VARIANTS = {
@@ -40,10 +40,9 @@ def main() -> None:
     parser.add_argument("--budgets", default="256,512,1024")
     args = parser.parse_args()
     budgets = [int(b) for b in args.budgets.split(",")]
-    engine = Engine()
+    engine = Engine(use_cache=False)
     totals: dict[tuple[str, str, int], list[float]] = defaultdict(list)
     for case in cases(engine, args.cases, args.length):
-        tokens = engine.prompt_tokens_for_text(case.document, case.question)
         base = AskSettings(max_tokens=24)
         labelled = [
             (name, budget, replace(base, method="full" if name == "full" else "snapkv",
@@ -51,12 +50,12 @@ def main() -> None:
             for name, policy in [("full", SnapKV())] + list(VARIANTS.items())
             for budget in (budgets if name != "full" else budgets[:1])
         ]
-        for (name, budget, _), events in zip(labelled, replay(engine.model, tokens, [s for *_, s in labelled])):
-            done = events[-1]
+        for (name, budget, _), events in zip(labelled, compare(engine, case, [s for *_, s in labelled])):
+            done = answer_of(events)
             value = score(done.answer, case.answers)
             totals[(case.task, name, budget)].append(value)
             print(json.dumps({"task": case.task, "meta": case.meta, "variant": name, "budget": budget,
-                              "prompt": len(tokens), "score": value, "answer": done.answer[:60]}), flush=True)
+                              "prompt": done.stats.prompt_tokens, "score": value, "answer": done.answer[:60]}), flush=True)
     for (task, name, budget), values in sorted(totals.items()):
         print(f"{task:9s} {name:24s} {budget:5d} {sum(values)/len(values):.2f} ({len(values)})", file=sys.stderr)
 

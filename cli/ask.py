@@ -38,6 +38,10 @@ def ask_command(
     threads: int | None = typer.Option(None, help="CPU threads (default: all cores)."),
     gpu_layers: int = typer.Option(0, help="Layers to offload to the GPU."),
     n_ctx: int | None = typer.Option(None, help="Context size (default: fits the prompt + max tokens)."),
+    select: str = typer.Option(
+        "question", help="question: select for this question; document: one query-agnostic selection."
+    ),
+    cache: bool = typer.Option(True, help="Save the document's reading and reuse it on the next question."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object with the answer and stats."),
 ) -> None:
     """Ask a question about a document; the answer streams to stdout, stats to stderr."""
@@ -52,5 +56,7 @@ def ask_command(
     )
     document = load_document(path)
     question = _question(question)
-    with Engine(model, gpu_layers=gpu_layers) as engine:
-        render(engine.ask(document, question, settings), as_json, console)
+    if select not in ("question", "document"):
+        raise SettingsError(f"unknown selection {select!r}", "use --select question or --select document")
+    with Engine(model, gpu_layers=gpu_layers, use_cache=cache) as engine:
+        render(engine.ask(document, question, settings, selection=select), as_json, console)  # type: ignore[arg-type]

@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from kvchat.events import Done, Event, Progress as ReadProgress, Pruned, Stats, Token
+from kvchat.events import Done, Event, Notice, Progress as ReadProgress, Pruned, Stats, Token
 
 MIB = 2**20
 JSON_KEYS = (
@@ -76,6 +76,8 @@ def render(events: Iterable[Event], as_json: bool, console: Console) -> Done | N
                 bar.update(event)
             elif isinstance(event, Pruned):
                 bar.close()
+            elif isinstance(event, Notice):
+                console.print(f"kvchat: {event.text}", highlight=False, soft_wrap=True)
             elif isinstance(event, Token):
                 bar.close()
                 if not as_json:

@@ -57,5 +57,5 @@ def default_model_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def real_engine(default_model_path: Path):
     from kvchat.engine import Engine
 
-    with Engine(str(default_model_path)) as engine:
+    with Engine(str(default_model_path), use_cache=False) as engine:
         yield engine

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from kvchat.engine import AskSettings
-from kvchat.engine.ask import replay
+from kvchat.engine.ask import context_size
+from kvchat.engine.run import PromptRun
 from kvchat.engine.pipeline import apply_plan, observe, plan_prune
 from kvchat.events import Done, Pruned
 from kvchat.llama import ContextSettings, LlamaContext
@@ -120,7 +121,8 @@ def test_kept_count_and_positions_match_plan(tiny_model, prompt) -> None:
 
 
 def _answer(tiny_model, prompt: list[int], settings: AskSettings) -> tuple[Done, list]:
-    (events,) = replay(tiny_model, prompt, [settings], "tiny")
+    with PromptRun(tiny_model, context_size(tiny_model, len(prompt), settings), settings, "tiny") as run:
+        events = list(run.read(prompt, len(prompt) - settings.policy.window)) + list(run.finish(prompt, settings))
     return events[-1], events
 
 

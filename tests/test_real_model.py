@@ -13,7 +13,7 @@ import pytest
 
 from kvchat.bench.tasks import needle_case, score
 from kvchat.engine import AskSettings
-from kvchat.engine.ask import replay
+from kvchat.bench.compare import answer_of, compare
 from kvchat.events import Pruned
 from kvchat.policy import SnapKV
 
@@ -25,11 +25,10 @@ SAMPLE_PDF = Path(__file__).parents[1] / "kvchat" / "samples" / "marketing_resel
 def test_needle_found_at_budget_256_and_full_agrees(real_engine, depth: float) -> None:
     model = real_engine.model
     case = needle_case(lambda text: len(model.tokenize(text)), 3000, depth, seed=int(depth * 100))
-    tokens = real_engine.prompt_tokens_for_text(case.document, case.question)
-    assert 2800 <= len(tokens) <= 3300
     snapkv = AskSettings(policy=SnapKV(budget=256), max_tokens=24)
-    events, full_events = replay(model, tokens, [snapkv, replace(snapkv, method="full")])
-    pruned, full = events[-1], full_events[-1]
+    events, full_events = compare(real_engine, case, [snapkv, replace(snapkv, method="full")])
+    pruned, full = answer_of(events), answer_of(full_events)
+    assert 2800 <= pruned.stats.prompt_tokens <= 3300
     assert [e.kept_tokens for e in events if isinstance(e, Pruned)] == [256]
     assert score(pruned.answer, case.answers) == 1.0, (pruned.answer, case.answers)
     assert score(full.answer, case.answers) == 1.0, (full.answer, case.answers)

@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-from kvchat.engine.run import PromptRun
 from kvchat.engine.settings import AskSettings
 from kvchat.errors import PromptTooLongError
-from kvchat.events import Event
 from kvchat.llama import LlamaModel
 
 CTX_ROUNDING = 256
@@ -34,22 +30,3 @@ def context_size(model: LlamaModel, n_prompt: int, settings: AskSettings, reserv
             f"use --n-ctx {round_up(needed)} or a smaller --max-tokens",
         )
     return n_ctx
-
-
-def replay(
-    model: LlamaModel, tokens: list[int], variants: list[AskSettings], model_name: str = ""
-) -> Iterator[list[Event]]:
-    """Read `tokens` once, then answer under each settings from a restored copy of that read.
-
-    The variants differ only in what they keep and generate: the fair comparison the bench
-    and the tests make (same prompt, same process, same read).
-    """
-    window = min(max(s.policy.window for s in variants), len(tokens))
-    n_ctx = max(context_size(model, len(tokens), s) for s in variants)
-    with PromptRun(model, n_ctx, variants[0], model_name) as run:
-        for _ in run.read(tokens, len(tokens) - window):
-            pass
-        run.save()
-        for settings in variants:
-            run.restore()
-            yield list(run.finish(tokens, settings))

@@ -100,13 +100,19 @@ class Conversation:
         apply_plan(self.run.ctx, plan)
         self._agnostic = (self.run.ctx.state_bytes(), plan.n_kept)
 
-    def ask(self, question: str, cancel: threading.Event | None = None) -> Iterator[Event]:
-        """Answer `question` in the light of the turns so far; the turn is recorded when done."""
+    def ask(
+        self, question: str, cancel: threading.Event | None = None, settings: AskSettings | None = None
+    ) -> Iterator[Event]:
+        """Answer `question` in the light of the turns so far; the turn is recorded when done.
+
+        `settings` overrides the conversation's for this answer (the bench compares methods so).
+        """
+        settings = settings or self.settings
         _, earlier, question_part = self._split(question)
         earlier_tokens = self.model.tokenize(earlier) if earlier else []
         tokens = self.document_tokens + earlier_tokens + self.model.tokenize(question_part)
-        self.run.grow(round_up(len(tokens) + self.settings.max_tokens))
-        settings, pins = self._prepare(tokens, len(earlier_tokens))
+        self.run.grow(round_up(len(tokens) + settings.max_tokens))
+        settings, pins = self._prepare(tokens, len(earlier_tokens), settings)
         done: Done | None = None
         for event in self.run.finish(tokens, settings, pins=pins, cancel=cancel):
             if isinstance(event, Done):
@@ -116,19 +122,21 @@ class Conversation:
             self.turns.append(Turn(question, done.answer))
         self._previous_tokens = tokens
 
-    def _prepare(self, tokens: list[int], n_earlier: int) -> tuple[AskSettings, np.ndarray | None]:
+    def _prepare(
+        self, tokens: list[int], n_earlier: int, settings: AskSettings
+    ) -> tuple[AskSettings, np.ndarray | None]:
         """Put the cache in the state this selection answers from; pins for earlier turns."""
         n_document = len(self.document_tokens)
         if self.selection == "document" and self._agnostic is not None:
             self.run.load(self._agnostic[0], n_document, cells=self._agnostic[1], keep=False)
-            return replace(self.settings, method="full"), None
+            return replace(settings, method="full"), None
         if self.selection == "reuse" and self.turns:
             self.run.keep_prefix(tokens, self._previous_tokens, self.run.last_generated)
-            return replace(self.settings, method="full"), None
+            return replace(settings, method="full"), None
         self.run.restore()
         pins = np.zeros(len(tokens), dtype=bool)
         pins[n_document : n_document + n_earlier] = True
-        return self.settings, pins
+        return settings, pins
 
     def reset(self) -> None:
         """Start a new conversation about the same document."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import replace
 from collections.abc import Iterator
 
 import numpy as np
@@ -110,7 +111,11 @@ class PromptRun:
         """
         started = time.perf_counter()
         n_prompt = len(tokens)
-        window_start = n_prompt - min(settings.policy.window, n_prompt)
+        # The window never reaches back into what is already read (a saved document): the
+        # question observes, up to `window` tokens of it.
+        window_start = max(n_prompt - settings.policy.window, self.read_upto)
+        if n_prompt - window_start < settings.policy.window:
+            settings = replace(settings, policy=replace(settings.policy, window=n_prompt - window_start))
         yield from prefill(self.ctx, tokens[self.read_upto : window_start], self.read_upto, n_prompt, cancel)
         self.cells += max(window_start - self.read_upto, 0)
         if settings.prunes and n_prompt > settings.policy.budget:
