@@ -26,10 +26,11 @@ VARIANTS = {
 VARIANTS["normalized+spans+avg5"] = SnapKV(heads=HeadReduction.NORMALIZED, spans=True, pool="avg", kernel=5)
 
 
-def cases(engine: Engine, count: int, length: int) -> list:
+def cases(engine: Engine, count: int, length: int, first_seed: int) -> list:
     count_tokens = lambda text: len(engine.model.tokenize(text))  # noqa: E731
-    made = [multikey_case(count_tokens, length, 8, seed) for seed in range(count)]
-    made += [needle_case(count_tokens, length, depth, seed) for seed, depth in enumerate((0.1, 0.5, 0.9))]
+    seeds = range(first_seed, first_seed + count)
+    made = [multikey_case(count_tokens, length, 8, seed) for seed in seeds]
+    made += [needle_case(count_tokens, length, depth, first_seed + i) for i, depth in enumerate((0.1, 0.5, 0.9))]
     return made
 
 
@@ -38,16 +39,19 @@ def main() -> None:
     parser.add_argument("--cases", type=int, default=6)
     parser.add_argument("--length", type=int, default=4000)
     parser.add_argument("--budgets", default="256,512,1024")
+    parser.add_argument("--first-seed", type=int, default=0)
+    parser.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated names")
     args = parser.parse_args()
+    chosen = {name: VARIANTS[name] for name in args.variants.split(",")}
     budgets = [int(b) for b in args.budgets.split(",")]
     engine = Engine(use_cache=False)
     totals: dict[tuple[str, str, int], list[float]] = defaultdict(list)
-    for case in cases(engine, args.cases, args.length):
+    for case in cases(engine, args.cases, args.length, args.first_seed):
         base = AskSettings(max_tokens=24)
         labelled = [
             (name, budget, replace(base, method="full" if name == "full" else "snapkv",
                                    policy=replace(policy, budget=budget)))
-            for name, policy in [("full", SnapKV())] + list(VARIANTS.items())
+            for name, policy in [("full", SnapKV())] + list(chosen.items())
             for budget in (budgets if name != "full" else budgets[:1])
         ]
         for (name, budget, _), events in zip(labelled, compare(engine, case, [s for *_, s in labelled])):

@@ -141,3 +141,36 @@ def test_ctrl_c_stops_cleanly_with_130(tmp_path, isolated_home) -> None:
     stdout, stderr = process.communicate(timeout=120)
     assert process.returncode == 130, stderr
     assert "Traceback" not in stderr and stderr.strip().splitlines()[-1] == "kvchat: stopped"
+
+
+def test_second_ask_uses_the_saved_reading_and_no_cache_does_not(document, tiny_model_path, isolated_home) -> None:
+    first = run_kvchat(*ask_args(document, tiny_model_path, "--json"), home=isolated_home)
+    second = run_kvchat(*ask_args(document, tiny_model_path, "--json"), home=isolated_home)
+    uncached = run_kvchat(*ask_args(document, tiny_model_path, "--json", "--no-cache"), home=isolated_home)
+    assert "loaded the saved reading" in second.stderr
+    assert "loaded" not in first.stderr and "loaded" not in uncached.stderr
+    answers = {json.loads(r.stdout)["answer"] for r in (first, second, uncached)}
+    assert len(answers) == 1
+
+
+def test_damaged_saved_reading_is_reported_once_and_recomputed(document, tiny_model_path, isolated_home) -> None:
+    run_kvchat(*ask_args(document, tiny_model_path), home=isolated_home)
+    (saved,) = (isolated_home / "cache" / "states").glob("*.kvstate")
+    data = bytearray(saved.read_bytes())
+    data[-100] ^= 0x55
+    saved.write_bytes(bytes(data))
+    result = run_kvchat(*ask_args(document, tiny_model_path), home=isolated_home)
+    assert result.returncode == 0
+    notices = [line for line in result.stderr.splitlines() if line.startswith("kvchat:")]
+    assert len(notices) == 1 and "damaged (checksum mismatch)" in notices[0]
+    again = run_kvchat(*ask_args(document, tiny_model_path), home=isolated_home)
+    assert "loaded the saved reading" in again.stderr
+
+
+def test_cache_list_and_clear(document, tiny_model_path, isolated_home) -> None:
+    run_kvchat(*ask_args(document, tiny_model_path), home=isolated_home)
+    listed = json.loads(run_kvchat("cache", "list", "--json", home=isolated_home).stdout)
+    assert len(listed) == 1 and listed[0]["document"].endswith("notes.txt") and listed[0]["tokens"] > 0
+    cleared = run_kvchat("cache", "clear", home=isolated_home)
+    assert cleared.returncode == 0 and "freed" in cleared.stdout
+    assert json.loads(run_kvchat("cache", "list", "--json", home=isolated_home).stdout) == []

@@ -8,7 +8,8 @@ import pytest
 from kvchat.engine import AskSettings
 from kvchat.engine.ask import context_size
 from kvchat.engine.run import PromptRun
-from kvchat.engine.pipeline import apply_plan, observe, plan_prune
+from kvchat.engine.cache import KvCache
+from kvchat.engine.pipeline import plan_cells
 from kvchat.events import Done, Pruned
 from kvchat.llama import ContextSettings, LlamaContext
 from kvchat.policy import SnapKV
@@ -28,32 +29,34 @@ def prompt(tiny_model) -> list[int]:
     return tokens
 
 
-def _context(model, n_ctx: int = 2048) -> LlamaContext:
-    return LlamaContext(model, ContextSettings(n_ctx=n_ctx, n_batch=256, threads=2))
+def _cache(model, n_ctx: int = 2048) -> KvCache:
+    return KvCache(LlamaContext(model, ContextSettings(n_ctx=n_ctx, n_batch=256, threads=2)))
 
 
-def _read_prefix(ctx: LlamaContext, tokens: list[int]) -> int:
+def _read_prefix(cache: KvCache, tokens: list[int]) -> int:
     prefix = len(tokens) - WINDOW
-    for start in range(0, prefix, 256):
-        ctx.decode(tokens[start : min(start + 256, prefix)], start, want_logits=False)
+    cache.decode(tokens[:prefix])
     return prefix
 
 
-def _pruned_context(model, tokens: list[int], budget: int, compact: bool) -> tuple[LlamaContext, object]:
-    ctx = _context(model)
-    prefix = _read_prefix(ctx, tokens)
-    votes = observe(ctx, tokens[prefix:], prefix)
-    plan = plan_prune(SnapKV(budget=budget, window=WINDOW), votes, model.pieces_text(tokens))
-    ctx.remove_runs(0, plan.drop_runs)
+def _pruned_cache(model, tokens: list[int], budget: int, compact: bool) -> tuple[KvCache, object]:
+    """Read, observe and plan; remove the dropped runs, compacting only if asked."""
+    cache = _cache(model)
+    prefix = _read_prefix(cache, tokens)
+    votes = cache.observe(tokens[prefix:])
+    plan = plan_cells(model, SnapKV(budget=budget, window=WINDOW), votes, cache)
     if compact:
-        ctx.compact(0)
-    return ctx, plan
+        cache.keep_cells(plan.kept)
+    else:
+        cache.ctx.remove_runs(0, plan.drop_runs)
+    return cache, plan
 
 
 def test_probe_shape_and_rows_sum_to_one(tiny_model, prompt) -> None:
-    with _context(tiny_model) as ctx:
-        prefix = _read_prefix(ctx, prompt)
-        votes = observe(ctx, prompt[prefix:], prefix)
+    cache = _cache(tiny_model)
+    with cache.ctx as ctx:
+        prefix = _read_prefix(cache, prompt)
+        votes = cache.observe(prompt[prefix:])
         assert votes.shape == (N_LAYER, N_HEAD, len(prompt))
         assert np.allclose(ctx.probe.row_mass(), 1.0, atol=1e-4)
         assert np.allclose(votes.sum(axis=-1), WINDOW, atol=1e-3)
@@ -62,22 +65,24 @@ def test_probe_shape_and_rows_sum_to_one(tiny_model, prompt) -> None:
 
 
 def test_probe_is_inactive_outside_observation(tiny_model, prompt) -> None:
-    with _context(tiny_model) as ctx:
-        prefix = _read_prefix(ctx, prompt)
-        ctx.decode(prompt[prefix:], prefix)
+    cache = _cache(tiny_model)
+    with cache.ctx as ctx:
+        prefix = _read_prefix(cache, prompt)
+        cache.decode(prompt[prefix:])
         with pytest.raises(Exception):
             ctx.probe.stop()
 
 
 def test_budget_at_least_prompt_leaves_logits_identical(tiny_model, prompt) -> None:
-    with _context(tiny_model) as plain:
-        prefix = _read_prefix(plain, prompt)
-        plain.decode(prompt[prefix:], prefix)
+    plain_cache = _cache(tiny_model)
+    with plain_cache.ctx as plain:
+        prefix = _read_prefix(plain_cache, prompt)
+        plain_cache.decode(prompt[prefix:], want_logits=True)
         expected_first = plain.logits()
         plain.decode([5], len(prompt))
         expected_next = plain.logits()
-    ctx, plan = _pruned_context(tiny_model, prompt, budget=len(prompt) + 10, compact=True)
-    with ctx:
+    cache, plan = _pruned_cache(tiny_model, prompt, budget=len(prompt) + 10, compact=True)
+    with cache.ctx as ctx:
         assert plan.n_kept == len(prompt) and plan.drop_runs == []
         assert np.array_equal(ctx.logits(), expected_first)
         ctx.decode([5], len(prompt))
@@ -85,9 +90,9 @@ def test_budget_at_least_prompt_leaves_logits_identical(tiny_model, prompt) -> N
 
 
 def test_compaction_keeps_logits_within_float_noise(tiny_model, prompt) -> None:
-    holes, _ = _pruned_context(tiny_model, prompt, budget=96, compact=False)
-    dense, plan = _pruned_context(tiny_model, prompt, budget=96, compact=True)
-    with holes, dense:
+    holes_cache, _ = _pruned_cache(tiny_model, prompt, budget=96, compact=False)
+    dense_cache, plan = _pruned_cache(tiny_model, prompt, budget=96, compact=True)
+    with holes_cache.ctx as holes, dense_cache.ctx as dense:
         for step, token in enumerate([5, 17, 99]):
             holes.decode([token], len(prompt) + step)
             dense.decode([token], len(prompt) + step)
@@ -96,22 +101,23 @@ def test_compaction_keeps_logits_within_float_noise(tiny_model, prompt) -> None:
 
 
 def test_pruning_really_changes_the_cache(tiny_model, prompt) -> None:
-    full_ctx = _context(tiny_model)
-    pruned, _ = _pruned_context(tiny_model, prompt, budget=64, compact=True)
-    with full_ctx, pruned:
-        prefix = _read_prefix(full_ctx, prompt)
-        full_ctx.decode(prompt[prefix:], prefix)
+    full_cache = _cache(tiny_model)
+    pruned_cache, _ = _pruned_cache(tiny_model, prompt, budget=64, compact=True)
+    with full_cache.ctx as full_ctx, pruned_cache.ctx as pruned:
+        prefix = _read_prefix(full_cache, prompt)
+        full_cache.decode(prompt[prefix:])
         full_ctx.decode([5], len(prompt))
         pruned.decode([5], len(prompt))
         assert not np.allclose(full_ctx.logits(), pruned.logits(), atol=1e-3)
 
 
 def test_kept_count_and_positions_match_plan(tiny_model, prompt) -> None:
-    with _context(tiny_model) as ctx:
-        prefix = _read_prefix(ctx, prompt)
-        votes = observe(ctx, prompt[prefix:], prefix)
-        plan = plan_prune(SnapKV(budget=100, window=WINDOW), votes, None)
-        apply_plan(ctx, plan)  # verifies positions itself; check again from outside
+    cache = _cache(tiny_model)
+    with cache.ctx as ctx:
+        prefix = _read_prefix(cache, prompt)
+        votes = cache.observe(prompt[prefix:])
+        plan = SnapKV(budget=100, window=WINDOW, spans=False).plan(votes)
+        cache.keep_cells(plan.kept)  # verifies positions itself; check again from outside
         positions = ctx.positions()
         assert len(positions) == 100
         assert np.array_equal(positions, plan.kept)

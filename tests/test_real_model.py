@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from kvchat.bench.tasks import needle_case, score
+from kvchat.bench.tasks import multi_turn_case, needle_case, score
+from kvchat.documents import Document
 from kvchat.engine import AskSettings
 from kvchat.bench.compare import answer_of, compare
 from kvchat.events import Pruned
@@ -46,3 +47,34 @@ def test_quick_start_question_on_the_sample_contract(default_model_path, isolate
     record = json.loads(result.stdout)
     assert "israel" in record["answer"].lower()
     assert record["prompt_tokens"] > 6000 and record["kept_tokens"] == 1024
+
+
+def test_follow_up_questions_about_far_apart_facts_at_budget_256(real_engine) -> None:
+    count_tokens = lambda text: len(real_engine.model.tokenize(text))  # noqa: E731
+    case = multi_turn_case(count_tokens, 3500, (0.1, 0.9), seed=11)
+    document = Document(path=Path("facts.txt"), kind="text", text=case.document)
+    settings = AskSettings(policy=SnapKV(budget=256), max_tokens=24)
+    conversation = real_engine.conversation(document, settings, "question")
+    try:
+        list(conversation.open())
+        for question, answers in zip(case.questions, case.answers):
+            done = list(conversation.ask(question))[-1]
+            assert score(done.answer, answers) == 1.0, (question, done.answer, answers)
+    finally:
+        conversation.close()
+
+
+def test_second_ask_loads_the_saved_reading(default_model_path, isolated_home, tmp_path) -> None:
+    case = needle_case(lambda text: len(text) // 4, 2000, 0.5, seed=5)
+    document = tmp_path / "needle.txt"
+    document.write_text(case.document)
+    env = {**os.environ, "KVCHAT_HOME": str(isolated_home)}
+    command = [sys.executable, "-m", "kvchat.cli", "ask", str(document), case.question,
+               "--model", str(default_model_path), "--json", "--max-tokens", "24"]
+    first = subprocess.run(command, capture_output=True, text=True, env=env, timeout=900)
+    second = subprocess.run(command, capture_output=True, text=True, env=env, timeout=900)
+    assert first.returncode == second.returncode == 0, first.stderr + second.stderr
+    assert "loaded the saved reading" not in first.stderr
+    assert "loaded the saved reading" in second.stderr
+    answers = [json.loads(result.stdout)["answer"] for result in (first, second)]
+    assert answers[0] == answers[1] and score(answers[1], case.answers) == 1.0

@@ -103,3 +103,26 @@ def multikey_case(count_tokens: CountTokens, length: int, n_keys: int, seed: int
     question = f"What is the special magic number for {key} mentioned in the provided text?"
     return Case("multikey", filler, question, (value,),
                 {"length": length, "keys": n_keys, "asked_depth": depths[asked], "seed": seed})
+
+
+@dataclass(frozen=True)
+class MultiTurnCase:
+    """Several facts far apart in one document, asked about one after another."""
+
+    document: str
+    questions: tuple[str, ...]
+    answers: tuple[tuple[str, ...], ...]
+    meta: dict[str, object] = field(default_factory=dict)
+
+
+def multi_turn_case(count_tokens: CountTokens, length: int, depths: tuple[float, ...], seed: int) -> MultiTurnCase:
+    """One key-to-number fact per depth; one question per fact, asked in depth order."""
+    rng = random.Random(seed)
+    facts = [(random_key(rng), str(rng.randint(1_000_000, 9_999_999))) for _ in depths]
+    sentences = [f"One of the special magic numbers for {key} is: {value}." for key, value in facts]
+    text = haystack(count_tokens, length - sum(map(count_tokens, sentences)) - 40)
+    for sentence, depth in sorted(zip(sentences, depths), key=lambda pair: -pair[1]):
+        text = insert_at_depth(text, sentence, depth)
+    questions = tuple(f"What is the special magic number for {key} mentioned in the provided text?" for key, _ in facts)
+    return MultiTurnCase(text, questions, tuple((value,) for _, value in facts),
+                         {"length": length, "depths": depths, "seed": seed})

@@ -8,6 +8,8 @@ Strategies for what each answer sees (`Selection`):
   for every question. Less work per turn; weaker on details the generic window did not see.
 - "reuse": keep the first question's kept set and continue the chat on it, as a plain chat
   would. The baseline the other two are measured against.
+With `--method snapstream` the document is streamed within the budget (see stream.py); the
+streamed cache is what every question starts from.
 """
 
 from __future__ import annotations
@@ -17,15 +19,15 @@ from collections.abc import Iterator
 from dataclasses import replace
 from typing import Literal
 
-import numpy as np
 
 from kvchat.documents import Document
 from kvchat.engine.ask import context_size, round_up
-from kvchat.engine.pipeline import apply_plan, observe, plan_prune
+from kvchat.engine.pipeline import plan_cells
 from kvchat.engine.prompt import GENERIC_QUESTION, Turn, chat_messages, split_rendered, text_sha256
 from kvchat.engine.run import PromptRun
 from kvchat.engine.settings import AskSettings
 from kvchat.engine.states import DocumentStates
+from kvchat.engine.stream import StreamSettings, stream_context_size, stream_read
 from kvchat.events import Done, Event, Notice
 from kvchat.llama import LlamaModel
 
@@ -45,35 +47,53 @@ class Conversation:
         settings: AskSettings,
         selection: Selection = "question",
         states: DocumentStates | None = None,
+        stream: StreamSettings | None = None,
     ) -> None:
         self.model = model
         self.model_name = model_name
         self.document = document
         self.settings = settings
         self.selection = selection
-        self.states = states
+        self.states = None if settings.streams else states
+        self.stream = stream or StreamSettings()
         self.turns: list[Turn] = []
         document_part, _, _ = self._split("")
         self.document_tokens = model.tokenize(document_part)
         self.document_sha256 = text_sha256(document_part)
-        reserve = CONVERSATION_ROOM + settings.max_tokens
-        self.run = PromptRun(model, context_size(model, len(self.document_tokens), settings, reserve), settings, model_name)
-        self._agnostic: tuple[bytes, int] | None = None
+        self.run = PromptRun(model, self._context_size(), settings, model_name)
+        self._agnostic: tuple | None = None
         self._previous_tokens: list[int] = []
+
+    def _context_size(self) -> int:
+        if self.settings.streams:
+            return round_up(stream_context_size(self.settings, self.stream, 64))
+        reserve = CONVERSATION_ROOM + self.settings.max_tokens
+        return context_size(self.model, len(self.document_tokens), self.settings, reserve)
 
     def _split(self, question: str) -> tuple[str, str, str]:
         messages = chat_messages(self.document.text, self.turns, question)
         return split_rendered(self.model.apply_chat_template(messages))
 
-    def open(self, cancel: threading.Event | None = None) -> Iterator[Event]:
-        """Read the document, or load its saved state; then save it for next time."""
-        n_document = len(self.document_tokens)
+    def _question_window(self, question: str) -> list[int]:
+        _, _, question_part = self._split(question)
+        return self.model.tokenize(question_part)[-self.settings.policy.window :]
+
+    def open(self, cancel: threading.Event | None = None, question: str | None = None) -> Iterator[Event]:
+        """Read the document (streamed, loaded from a saved state, or in full) and keep it.
+
+        `question`, when known, observes a streamed reading (query-aware streaming).
+        """
+        if self.settings.streams:
+            observer = self._question_window(question) if question and self.stream.query_aware else None
+            yield from stream_read(self.run, self.document_tokens, observer, self.settings, self.stream, cancel)
+            self.run.save()
+            return
         loaded = yield from self._load_saved()
         if not loaded:
-            yield from self.run.read(self.document_tokens, n_document, cancel)
+            yield from self.run.read(self.document_tokens, len(self.document_tokens), cancel)
             state = self.run.save()
             if self.states is not None:
-                yield from self.states.save(self.document_sha256, n_document, state, self.document)
+                yield from self.states.save(self.document_sha256, len(self.document_tokens), state, self.document)
         if self.selection == "document":
             self._select_for_document()
 
@@ -83,22 +103,17 @@ class Conversation:
         found = yield from self.states.load(self.document_sha256, len(self.document_tokens))
         if found is None:
             return False
-        self.run.load(found, len(self.document_tokens))
+        self.run.load(found, self.document_tokens)
         yield Notice(f"loaded the saved reading of {self.document.path.name} ({len(self.document_tokens):,} tokens)")
         return True
 
     def _select_for_document(self) -> None:
         """Query-agnostic selection: a generic question observes; keep the choice for every turn."""
-        _, _, generic_part = self._split(GENERIC_QUESTION)
-        window = self.model.tokenize(generic_part)[-self.settings.policy.window :]
-        n_document = len(self.document_tokens)
-        votes = observe(self.run.ctx, window, n_document)[..., :n_document]
-        pieces = self.model.pieces_text(self.document_tokens) if self.settings.policy.spans else None
+        cache = self.run.cache
+        votes = cache.observe(self._question_window(GENERIC_QUESTION), keep=False)
         policy = replace(self.settings.policy, window=1)  # the document's last token stands in the window
-        plan = plan_prune(policy, votes, pieces)
-        self.run.ctx.remove(0, n_document, -1)
-        apply_plan(self.run.ctx, plan)
-        self._agnostic = (self.run.ctx.state_bytes(), plan.n_kept)
+        cache.keep_cells(plan_cells(self.model, policy, votes, cache).kept)
+        self._agnostic = self.run.snapshot()
 
     def ask(
         self, question: str, cancel: threading.Event | None = None, settings: AskSettings | None = None
@@ -111,10 +126,10 @@ class Conversation:
         _, earlier, question_part = self._split(question)
         earlier_tokens = self.model.tokenize(earlier) if earlier else []
         tokens = self.document_tokens + earlier_tokens + self.model.tokenize(question_part)
-        self.run.grow(round_up(len(tokens) + settings.max_tokens))
-        settings, pins = self._prepare(tokens, len(earlier_tokens), settings)
+        settings, n_pinned = self._prepare(tokens, len(earlier_tokens), settings)
+        self.run.grow(round_up(self.run.cache.cells + len(tokens) - self.run.read_upto + settings.max_tokens))
         done: Done | None = None
-        for event in self.run.finish(tokens, settings, pins=pins, cancel=cancel):
+        for event in self.run.finish(tokens, settings, n_pinned, cancel):
             if isinstance(event, Done):
                 done = event
             yield event
@@ -122,21 +137,16 @@ class Conversation:
             self.turns.append(Turn(question, done.answer))
         self._previous_tokens = tokens
 
-    def _prepare(
-        self, tokens: list[int], n_earlier: int, settings: AskSettings
-    ) -> tuple[AskSettings, np.ndarray | None]:
-        """Put the cache in the state this selection answers from; pins for earlier turns."""
-        n_document = len(self.document_tokens)
+    def _prepare(self, tokens: list[int], n_earlier: int, settings: AskSettings) -> tuple[AskSettings, int]:
+        """Put the cache in the state this selection answers from; how many tokens to pin."""
         if self.selection == "document" and self._agnostic is not None:
-            self.run.load(self._agnostic[0], n_document, cells=self._agnostic[1], keep=False)
-            return replace(settings, method="full"), None
+            self.run.restore(self._agnostic)
+            return replace(settings, method="full"), 0
         if self.selection == "reuse" and self.turns:
-            self.run.keep_prefix(tokens, self._previous_tokens, self.run.last_generated)
-            return replace(settings, method="full"), None
+            self.run.keep_prefix(tokens, self._previous_tokens)
+            return replace(settings, method="full"), 0
         self.run.restore()
-        pins = np.zeros(len(tokens), dtype=bool)
-        pins[n_document : n_document + n_earlier] = True
-        return settings, pins
+        return settings, n_earlier
 
     def reset(self) -> None:
         """Start a new conversation about the same document."""

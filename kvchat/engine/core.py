@@ -53,7 +53,7 @@ class Engine:
         """Stream events for one question: Progress…, Notice?, Pruned?, Token…, Done."""
         conversation = self.conversation(document, settings, selection)
         try:
-            yield from conversation.open(cancel)
+            yield from conversation.open(cancel, question)
             yield from conversation.ask(question, cancel)
         finally:
             conversation.close()

@@ -9,8 +9,8 @@ from kvchat.errors import SettingsError
 from kvchat.llama import SamplerSettings
 from kvchat.policy import SnapKV
 
-Method = Literal["snapkv", "full"]
-METHODS: tuple[str, ...] = ("snapkv", "full")
+Method = Literal["snapkv", "full", "snapstream"]
+METHODS: tuple[str, ...] = ("snapkv", "full", "snapstream")
 
 
 @dataclass(frozen=True)
@@ -37,4 +37,8 @@ class AskSettings:
 
     @property
     def prunes(self) -> bool:
-        return self.method == "snapkv"
+        return self.method in ("snapkv", "snapstream")
+
+    @property
+    def streams(self) -> bool:
+        return self.method == "snapstream"

@@ -1,0 +1,68 @@
+"""Follow-up questions: accuracy of each selection strategy over a conversation.
+
+Usage: python bench/multi_turn.py [--cases 4] [--length 4000] [--budget 256]
+Each case hides three facts at 10 %, 50 % and 90 % depth and asks about them in turn. The
+document is read once (saved in a temporary state store); every strategy's conversation loads it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from collections import defaultdict
+from dataclasses import replace
+
+from kvchat.bench.compare import case_document
+from kvchat.bench.tasks import Case, multi_turn_case, score
+from kvchat.engine import AskSettings, Engine
+from kvchat.events import Done
+from kvchat.policy import SnapKV
+
+STRATEGIES = {"question": "snapkv", "reuse": "snapkv", "document": "snapkv", "full": "full"}
+
+
+def run_case(engine: Engine, case, settings: AskSettings) -> dict[str, list[float]]:
+    document = case_document(Case("multiturn", case.document, "", ()))
+    scores: dict[str, list[float]] = {}
+    for strategy, method in STRATEGIES.items():
+        selection = "question" if strategy == "full" else strategy
+        conversation = engine.conversation(document, replace(settings, method=method), selection)  # type: ignore[arg-type]
+        try:
+            for _ in conversation.open():
+                pass
+            results = []
+            for question, answers in zip(case.questions, case.answers):
+                done = [e for e in conversation.ask(question) if isinstance(e, Done)][0]
+                results.append(score(done.answer, answers))
+            scores[strategy] = results
+        finally:
+            conversation.close()
+    return scores
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--cases", type=int, default=4)
+    parser.add_argument("--length", type=int, default=4000)
+    parser.add_argument("--budget", type=int, default=256)
+    args = parser.parse_args()
+    os.environ["KVCHAT_HOME"] = tempfile.mkdtemp(prefix="kvchat-bench-")
+    settings = AskSettings(policy=SnapKV(budget=args.budget), max_tokens=24)
+    totals: dict[str, list[list[float]]] = defaultdict(list)
+    with Engine() as engine:
+        count_tokens = lambda text: len(engine.model.tokenize(text))  # noqa: E731
+        for seed in range(args.cases):
+            case = multi_turn_case(count_tokens, args.length, (0.1, 0.5, 0.9), seed)
+            for strategy, results in run_case(engine, case, settings).items():
+                totals[strategy].append(results)
+                print(json.dumps({"seed": seed, "strategy": strategy, "scores": results}), flush=True)
+    for strategy, rows in totals.items():
+        per_turn = [sum(row[i] for row in rows) / len(rows) for i in range(len(rows[0]))]
+        print(f"{strategy:9s} per turn {per_turn}  overall {sum(per_turn) / len(per_turn):.2f}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,124 @@
+"""The KV cache of one sequence as kvchat sees it: which position and token each cell holds.
+
+Cells stay dense (hole-free) and in position order: every decode appends, every prune removes
+runs and compacts. So cell index i holds `positions[i]`, and the attention probe's columns are
+cells. The same bookkeeping serves one-shot SnapKV (positions 0..n-1), streaming reading
+(sparse positions) and the decode ring.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kvchat.errors import KvchatError, SettingsError
+from kvchat.llama import LlamaContext
+from kvchat.policy import merge_runs
+
+
+class KvCache:
+    def __init__(self, ctx: LlamaContext) -> None:
+        self.ctx = ctx
+        self.positions = np.zeros(0, dtype=np.int64)
+        self.tokens = np.zeros(0, dtype=np.int64)
+        self.next_pos = 0
+        self.peak_cells = 0
+
+    @property
+    def cells(self) -> int:
+        return len(self.positions)
+
+    def reset(self, positions: np.ndarray | None = None, tokens: np.ndarray | None = None) -> None:
+        """Forget the bookkeeping (after clearing or loading the context's memory)."""
+        self.positions = np.zeros(0, dtype=np.int64) if positions is None else positions.astype(np.int64)
+        self.tokens = np.zeros(0, dtype=np.int64) if tokens is None else tokens.astype(np.int64)
+        self.next_pos = int(self.positions[-1]) + 1 if len(self.positions) else 0
+        self.peak_cells = max(self.peak_cells, self.cells)
+
+    def decode(self, tokens: list[int], want_logits: bool = False) -> None:
+        """Decode `tokens` at the next positions (in n_batch slices) and record their cells."""
+        step = self.ctx.settings.n_batch
+        for offset in range(0, len(tokens), step):
+            batch = tokens[offset : offset + step]
+            last = offset + step >= len(tokens)
+            self.ctx.decode(batch, self.next_pos, want_logits=want_logits and last)
+            self._append(batch)
+
+    def _append(self, tokens: list[int]) -> None:
+        new_positions = np.arange(self.next_pos, self.next_pos + len(tokens), dtype=np.int64)
+        self.positions = np.concatenate([self.positions, new_positions])
+        self.tokens = np.concatenate([self.tokens, np.asarray(tokens, dtype=np.int64)])
+        self.next_pos += len(tokens)
+        self.peak_cells = max(self.peak_cells, self.cells)
+
+    def observe(self, window: list[int], keep: bool = True) -> np.ndarray:
+        """Decode `window` with the attention probe on; votes (n_layer, n_head, cells).
+
+        With keep=False the window is a temporary observer (the question while reading) and is
+        removed again; the votes then cover only the cells that were there before it.
+        """
+        probe = self.ctx.probe
+        if probe is None:
+            raise KvchatError("attention scores need flash attention off", "drop --flash-attn")
+        before = self.cells
+        probe.start(before + len(window))
+        try:
+            self.ctx.decode(window, self.next_pos)
+        except BaseException:
+            probe.abort()
+            raise
+        votes = probe.stop()
+        if keep:
+            self._append(window)
+            return votes
+        self.ctx.remove(0, self.next_pos, -1)
+        self.peak_cells = max(self.peak_cells, before + len(window))
+        return votes[..., :before]
+
+    def keep_cells(self, kept_cells: np.ndarray) -> np.ndarray:
+        """Remove every cell not in `kept_cells` (sorted cell indices), compact, verify.
+
+        Returns the positions removed.
+        """
+        mask = np.zeros(self.cells, dtype=bool)
+        mask[kept_cells] = True
+        dropped = self.positions[~mask]
+        self.ctx.remove_runs(0, merge_runs(dropped))
+        self.ctx.compact(0)
+        self.positions, self.tokens = self.positions[mask], self.tokens[mask]
+        self.verify()
+        return dropped
+
+    def verify(self) -> None:
+        """The cache holds exactly the recorded positions, densely from cell 0, in order."""
+        actual = self.ctx.positions(0)
+        if not np.array_equal(actual, self.positions):
+            raise KvchatError(
+                f"KV cache check failed: {len(actual)} cells, {self.cells} expected",
+                "please report this with the log file",
+            )
+
+    def repack(self) -> None:
+        """Shift positions so they are dense from 0 (seq_add per run; K is re-rotated by llama.cpp)."""
+        if not self.ctx.can_shift():
+            raise SettingsError(
+                "this model's cache cannot shift positions, so it cannot read past its trained context",
+                "use a shorter document or --method snapkv",
+            )
+        targets = np.arange(self.cells, dtype=np.int64)
+        deltas = targets - self.positions
+        start = 0
+        for end in list(np.flatnonzero(np.diff(deltas)) + 1) + [self.cells]:
+            delta = int(deltas[start])
+            if delta:
+                self.ctx.shift(0, int(self.positions[start]), int(self.positions[end - 1]) + 1, delta)
+            start = end
+        self.positions = targets
+        self.next_pos = self.cells
+
+    def state(self) -> bytes:
+        return self.ctx.state_bytes(0)
+
+    def load(self, state: bytes | bytearray, positions: np.ndarray, tokens: np.ndarray) -> None:
+        self.ctx.clear()
+        self.ctx.load_state(state, 0)
+        self.reset(positions, tokens)

@@ -1,0 +1,95 @@
+"""Streamed reading (SnapStream): read a document of any length within a fixed budget.
+
+The document is read chunk by chunk. Whenever the cache holds more than the budget, an
+observation window scores every cell and the cache is cut back to the budget: attention sinks,
+the highest-scoring entries and a ring of the most recent tokens survive, then it is compacted.
+Query-aware (the default when the question is known): the question is decoded as a temporary
+window after the chunk, its attention read, and removed again. Query-agnostic: the chunk's own
+last tokens observe. Each eviction re-scores every cell with the fresh window (see
+`StreamSettings.carry` for carrying old votes along); positions are repacked with seq_add
+before they would pass the model's trained context.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from kvchat.engine.pipeline import check_cancel, plan_cells
+from kvchat.engine.run import PromptRun
+from kvchat.engine.settings import AskSettings
+from kvchat.errors import SettingsError
+from kvchat.events import Event, Evicted, Progress
+
+
+@dataclass(frozen=True)
+class StreamSettings:
+    chunk: int = 512
+    recent: int = 64
+    query_aware: bool = True
+    carry: float = 0.0  # weight of a surviving cell's earlier votes in the next scoring
+
+
+def stream_context_size(settings: AskSettings, stream: StreamSettings, n_question: int) -> int:
+    """budget + chunk + the question (or observer) + the answer's share; never the document."""
+    answer = min(settings.max_tokens, 1024)
+    return settings.policy.budget + stream.chunk + max(n_question, settings.policy.window) + answer + 64
+
+
+class _Scorer:
+    """Votes per cell, optionally carrying a decayed share of each survivor's earlier votes."""
+
+    def __init__(self, carry: float) -> None:
+        self.carry = carry
+        self.carried: np.ndarray | None = None
+
+    def combine(self, votes: np.ndarray) -> np.ndarray:
+        if self.carry and self.carried is not None:
+            votes = votes.copy()
+            votes[..., : self.carried.shape[-1]] += self.carry * self.carried
+        return votes
+
+    def keep(self, votes: np.ndarray, kept: np.ndarray) -> None:
+        self.carried = votes[..., kept] if self.carry else None
+
+
+def stream_read(
+    run: PromptRun,
+    tokens: list[int],
+    question_window: list[int] | None,
+    settings: AskSettings,
+    stream: StreamSettings,
+    cancel: threading.Event | None = None,
+) -> Iterator[Event]:
+    """Read `tokens` from run.read_upto within budget + chunk cells (+ the temporary observer)."""
+    cache, total = run.cache, len(tokens)
+    if stream.recent + settings.policy.sinks >= settings.policy.budget:
+        raise SettingsError("the recent ring does not fit the budget", "raise --budget")
+    policy = replace(settings.policy, window=stream.recent)
+    scorer = _Scorer(stream.carry)
+    position_room = run.model.shape.n_ctx_train - (run.n_ctx - cache.cells)
+    started = time.perf_counter()
+    while run.read_upto < total:
+        check_cancel(cancel)
+        chunk = tokens[run.read_upto : run.read_upto + stream.chunk]
+        if cache.next_pos + len(chunk) > position_room:
+            cache.repack()
+        over_budget = cache.cells + len(chunk) > settings.policy.budget and run.read_upto + len(chunk) < total
+        observer = chunk[-settings.policy.window :] if over_budget and not question_window else []
+        cache.decode(chunk[: len(chunk) - len(observer)])
+        votes = cache.observe(observer) if observer else None
+        run.read_upto += len(chunk)
+        yield Progress(done=run.read_upto, total=total, elapsed_s=time.perf_counter() - started)
+        if over_budget:
+            if question_window:
+                votes = cache.observe(question_window, keep=False)
+            votes = scorer.combine(votes)
+            plan = plan_cells(run.model, policy, votes, cache)
+            scorer.keep(votes, plan.kept)
+            dropped = cache.keep_cells(plan.kept)
+            yield Evicted(count=len(dropped), positions=tuple(int(p) for p in dropped))
+    run.read_s += time.perf_counter() - started

@@ -1,0 +1,77 @@
+"""Conversations on the tiny model: what each selection keeps for follow-up questions."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kvchat.documents import Document
+from kvchat.engine import AskSettings, Conversation
+from kvchat.events import Done, Pruned
+from kvchat.policy import SnapKV
+
+SETTINGS = AskSettings(policy=SnapKV(budget=96, window=16), max_tokens=6, threads=2)
+
+
+@pytest.fixture
+def conversation_factory(tiny_model, tmp_path):
+    text = " ".join(f"Line {i}: the code for box {i} is {1000 + i * 7}." for i in range(60))
+    document = Document(path=Path("boxes.txt"), kind="text", text=text)
+    made = []
+
+    def make(selection: str) -> Conversation:
+        conversation = Conversation(tiny_model, "tiny", document, SETTINGS, selection)  # type: ignore[arg-type]
+        list(conversation.open())
+        made.append(conversation)
+        return conversation
+
+    yield make
+    for conversation in made:
+        conversation.close()
+
+
+def ask(conversation: Conversation, question: str) -> tuple[Done, list[Pruned]]:
+    events = list(conversation.ask(question))
+    return events[-1], [e for e in events if isinstance(e, Pruned)]
+
+
+def test_per_question_selection_pins_earlier_turns(conversation_factory) -> None:
+    conversation = conversation_factory("question")
+    first, (first_pruned,) = ask(conversation, "What is the code for box 3?")
+    assert first_pruned.kept_tokens == 96
+    second, (second_pruned,) = ask(conversation, "And the code for box 50?")
+    n_document = len(conversation.document_tokens)
+    first_turn = range(n_document, first.stats.prompt_tokens)  # the first question, now an earlier turn
+    assert set(first_turn) <= set(second_pruned.kept_positions)
+    assert second_pruned.kept_tokens > 96
+    assert [turn.answer for turn in conversation.turns] == [first.answer, second.answer]
+
+
+def test_reuse_continues_on_the_first_kept_set(conversation_factory) -> None:
+    conversation = conversation_factory("reuse")
+    first, pruned = ask(conversation, "What is the code for box 3?")
+    assert len(pruned) == 1
+    second, pruned = ask(conversation, "And the code for box 50?")
+    assert pruned == []  # no new selection: the first question's kept set carries on
+    new_tokens = second.stats.prompt_tokens - first.stats.prompt_tokens
+    assert second.stats.kept_tokens == first.stats.kept_tokens + new_tokens
+
+
+def test_query_agnostic_selects_once(conversation_factory) -> None:
+    conversation = conversation_factory("document")
+    first, pruned_first = ask(conversation, "What is the code for box 3?")
+    second, pruned_second = ask(conversation, "And the code for box 50?")
+    assert pruned_first == pruned_second == []
+    n_question = first.stats.prompt_tokens - len(conversation.document_tokens)
+    assert first.stats.kept_tokens == 96 + n_question
+    assert second.stats.kept_tokens < second.stats.prompt_tokens
+
+
+def test_reset_starts_over(conversation_factory) -> None:
+    conversation = conversation_factory("question")
+    first, _ = ask(conversation, "What is the code for box 3?")
+    ask(conversation, "And box 4?")
+    conversation.reset()
+    again, _ = ask(conversation, "What is the code for box 3?")
+    assert again.answer == first.answer and again.stats.prompt_tokens == first.stats.prompt_tokens
