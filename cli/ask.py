@@ -9,7 +9,7 @@ from rich.console import Console
 
 from kvchat.cli.render import render
 from kvchat.documents import load_document
-from kvchat.engine import AskSettings, Engine
+from kvchat.engine import AskSettings, Engine, StreamSettings
 from kvchat.errors import SettingsError
 from kvchat.llama import SamplerSettings
 from kvchat.policy import HeadReduction, SnapKV
@@ -31,7 +31,11 @@ def ask_command(
     pool: str = typer.Option("max", help="Pooling: max or avg."),
     heads: HeadReduction = typer.Option(HeadReduction.NORMALIZED, help="How votes of all heads become one score."),
     spans: bool = typer.Option(True, help="Keep whole numbers and words once one of their tokens is chosen."),
-    method: str = typer.Option("snapkv", help="snapkv (prune after reading) or full (keep everything)."),
+    method: str = typer.Option(
+        "snapkv", help="snapkv (prune after reading), snapstream (read within the budget), full (keep everything)."
+    ),
+    chunk: int = typer.Option(512, help="snapstream: tokens read between evictions."),
+    recent: int = typer.Option(64, help="snapstream: most recent tokens always kept while reading."),
     max_tokens: int = typer.Option(512, help="Most tokens to generate."),
     temperature: float = typer.Option(0.0, help="0 = greedy (deterministic)."),
     seed: int | None = typer.Option(None, help="Sampling seed (with --temperature > 0)."),
@@ -58,5 +62,7 @@ def ask_command(
     question = _question(question)
     if select not in ("question", "document"):
         raise SettingsError(f"unknown selection {select!r}", "use --select question or --select document")
+    stream = StreamSettings(chunk=chunk, recent=recent)
     with Engine(model, gpu_layers=gpu_layers, use_cache=cache) as engine:
-        render(engine.ask(document, question, settings, selection=select), as_json, console)  # type: ignore[arg-type]
+        events = engine.ask(document, question, settings, selection=select, stream=stream)  # type: ignore[arg-type]
+        render(events, as_json, console)

@@ -23,7 +23,7 @@ def stats_line(stats: Stats) -> str:
         f"prompt {stats.prompt_tokens:,} tok · kept {stats.kept_tokens:,} ({stats.compression:.1f}x) · "
         f"KV {stats.kv_bytes_full / MIB:.1f} → {stats.kv_bytes_kept / MIB:.1f} MiB · "
         f"prefill {stats.prefill_tokens_per_s:.0f} tok/s · decode {stats.decode_tokens_per_s:.1f} tok/s · "
-        f"TTFT {stats.ttft_s:.2f} s"
+        f"TTFT {stats.ttft_s:.2f} s · peak {stats.peak_cells:,} cells"
     )
 
 

@@ -7,6 +7,7 @@ from kvchat.errors import PromptTooLongError
 from kvchat.llama import LlamaModel
 
 CTX_ROUNDING = 256
+RING_MIN = 64  # the least room an answer needs besides the prompt
 
 
 def round_up(value: int, multiple: int = CTX_ROUNDING) -> int:
@@ -14,19 +15,22 @@ def round_up(value: int, multiple: int = CTX_ROUNDING) -> int:
 
 
 def context_size(model: LlamaModel, n_prompt: int, settings: AskSettings, reserve: int = 0) -> int:
-    """The context an ask needs: the whole prompt while reading, then kept + answer (+ reserve)."""
+    """The context an ask needs: the whole prompt while reading, then kept + answer (+ reserve).
+
+    An answer longer than the context is fine (the decode ring evicts its oldest tokens); the
+    prompt itself must fit while it is read.
+    """
     kept = min(n_prompt, settings.policy.budget) if settings.prunes else n_prompt
-    needed = max(n_prompt, kept + settings.max_tokens) + reserve
+    wanted = max(n_prompt, kept + settings.max_tokens) + reserve
     if n_prompt > model.shape.n_ctx_train:
         raise PromptTooLongError(
-            f"the prompt is {n_prompt} tokens; the model was trained on {model.shape.n_ctx_train}",
-            "use a shorter document or a model with a longer context",
+            f"the prompt is {n_prompt:,} tokens; the model was trained on {model.shape.n_ctx_train:,}",
+            "use --method snapstream, which reads documents of any length within the budget",
         )
-    n_ctx = settings.n_ctx or min(round_up(needed), max(model.shape.n_ctx_train, needed))
-    if needed > n_ctx:
+    n_ctx = settings.n_ctx or min(round_up(wanted), max(model.shape.n_ctx_train, n_prompt + RING_MIN))
+    if n_prompt + RING_MIN > n_ctx:
         raise PromptTooLongError(
-            f"the prompt ({n_prompt} tokens) and the answer (--max-tokens {settings.max_tokens}) "
-            f"need {needed} cells; the context has {n_ctx}",
-            f"use --n-ctx {round_up(needed)} or a smaller --max-tokens",
+            f"the prompt is {n_prompt:,} tokens; the context holds {n_ctx:,}",
+            f"use --n-ctx {round_up(n_prompt + RING_MIN)} or more, or --method snapstream",
         )
     return n_ctx

@@ -104,6 +104,9 @@ class KvCache:
                 "this model's cache cannot shift positions, so it cannot read past its trained context",
                 "use a shorter document or --method snapkv",
             )
+        if self.cells == 0:
+            self.next_pos = 0
+            return
         targets = np.arange(self.cells, dtype=np.int64)
         deltas = targets - self.positions
         start = 0

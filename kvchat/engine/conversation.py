@@ -21,7 +21,7 @@ from typing import Literal
 
 
 from kvchat.documents import Document
-from kvchat.engine.ask import context_size, round_up
+from kvchat.engine.ask import RING_MIN, context_size, round_up
 from kvchat.engine.pipeline import plan_cells
 from kvchat.engine.prompt import GENERIC_QUESTION, Turn, chat_messages, split_rendered, text_sha256
 from kvchat.engine.run import PromptRun
@@ -66,7 +66,7 @@ class Conversation:
 
     def _context_size(self) -> int:
         if self.settings.streams:
-            return round_up(stream_context_size(self.settings, self.stream, 64))
+            return stream_context_size(self.settings, self.stream, 64, self.model.shape.n_ctx_train)
         reserve = CONVERSATION_ROOM + self.settings.max_tokens
         return context_size(self.model, len(self.document_tokens), self.settings, reserve)
 
@@ -127,7 +127,7 @@ class Conversation:
         earlier_tokens = self.model.tokenize(earlier) if earlier else []
         tokens = self.document_tokens + earlier_tokens + self.model.tokenize(question_part)
         settings, n_pinned = self._prepare(tokens, len(earlier_tokens), settings)
-        self.run.grow(round_up(self.run.cache.cells + len(tokens) - self.run.read_upto + settings.max_tokens))
+        self._make_room(len(tokens) - self.run.read_upto, settings.max_tokens)
         done: Done | None = None
         for event in self.run.finish(tokens, settings, n_pinned, cancel):
             if isinstance(event, Done):
@@ -136,6 +136,13 @@ class Conversation:
         if done is not None:
             self.turns.append(Turn(question, done.answer))
         self._previous_tokens = tokens
+
+    def _make_room(self, new_tokens: int, max_tokens: int) -> None:
+        """Grow the context when the conversation no longer fits (the answer may use the ring)."""
+        needed = self.run.cache.cells + new_tokens + RING_MIN
+        if needed > self.run.n_ctx:
+            limit = max(self.model.shape.n_ctx_train, needed)
+            self.run.grow(min(round_up(needed + max_tokens), round_up(limit)))
 
     def _prepare(self, tokens: list[int], n_earlier: int, settings: AskSettings) -> tuple[AskSettings, int]:
         """Put the cache in the state this selection answers from; how many tokens to pin."""

@@ -11,6 +11,7 @@ from kvchat.engine.conversation import Conversation, Selection
 from kvchat.engine.settings import AskSettings
 from kvchat.engine.states import DocumentStates
 from kvchat.engine.store import DEFAULT_MAX_BYTES, StateStore
+from kvchat.engine.stream import StreamSettings
 from kvchat.events import Event
 from kvchat.llama import LlamaModel
 from kvchat.models import model_sha256, resolve_model
@@ -37,10 +38,15 @@ class Engine:
         )
 
     def conversation(
-        self, document: Document, settings: AskSettings | None = None, selection: Selection = "question"
+        self,
+        document: Document,
+        settings: AskSettings | None = None,
+        selection: Selection = "question",
+        stream: StreamSettings | None = None,
     ) -> Conversation:
         """A conversation about `document`; call open() on it before asking."""
-        return Conversation(self.model, self.model_name, document, settings or AskSettings(), selection, self.states)
+        settings = settings or AskSettings()
+        return Conversation(self.model, self.model_name, document, settings, selection, self.states, stream)
 
     def ask(
         self,
@@ -49,9 +55,10 @@ class Engine:
         settings: AskSettings | None = None,
         cancel: threading.Event | None = None,
         selection: Selection = "question",
+        stream: StreamSettings | None = None,
     ) -> Iterator[Event]:
-        """Stream events for one question: Progress…, Notice?, Pruned?, Token…, Done."""
-        conversation = self.conversation(document, settings, selection)
+        """Stream events for one question: Progress…, Notice?, Evicted…, Pruned?, Token…, Done."""
+        conversation = self.conversation(document, settings, selection, stream)
         try:
             yield from conversation.open(cancel, question)
             yield from conversation.ask(question, cancel)

@@ -34,10 +34,18 @@ class StreamSettings:
     carry: float = 0.0  # weight of a surviving cell's earlier votes in the next scoring
 
 
-def stream_context_size(settings: AskSettings, stream: StreamSettings, n_question: int) -> int:
-    """budget + chunk + the question (or observer) + the answer's share; never the document."""
-    answer = min(settings.max_tokens, 1024)
-    return settings.policy.budget + stream.chunk + max(n_question, settings.policy.window) + answer + 64
+def stream_context_size(settings: AskSettings, stream: StreamSettings, n_question: int, n_ctx_train: int) -> int:
+    """budget + chunk + the question (or observer) + the answer's share; never the document.
+
+    Longer answers run on the decode ring; the whole stays within the trained context.
+    """
+    reading = settings.policy.budget + stream.chunk + max(n_question, settings.policy.window) + 64
+    if reading + 64 > n_ctx_train:
+        raise SettingsError(
+            f"budget {settings.policy.budget} + chunk {stream.chunk} do not fit the model's {n_ctx_train} positions",
+            "lower --budget or --chunk",
+        )
+    return reading + min(settings.max_tokens, 1024, n_ctx_train - reading)
 
 
 class _Scorer:
@@ -71,7 +79,8 @@ def stream_read(
         raise SettingsError("the recent ring does not fit the budget", "raise --budget")
     policy = replace(settings.policy, window=stream.recent)
     scorer = _Scorer(stream.carry)
-    position_room = run.model.shape.n_ctx_train - (run.n_ctx - cache.cells)
+    # leave positions for what follows the reading: the question and the answer's share
+    position_room = run.model.shape.n_ctx_train - (run.n_ctx - settings.policy.budget - stream.chunk)
     started = time.perf_counter()
     while run.read_upto < total:
         check_cancel(cancel)

@@ -1,0 +1,105 @@
+"""Streamed reading and the decode ring on the tiny model: invariants after many evictions."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kvchat.documents import Document
+from kvchat.engine import AskSettings, Conversation, StreamSettings
+from kvchat.engine.run import PromptRun
+from kvchat.engine.stream import stream_read
+from kvchat.events import Done, Evicted, Token
+from kvchat.llama import LlamaModel
+from kvchat.policy import SnapKV
+
+from tiny_gguf import write_tiny_gguf
+
+TRAINED_CONTEXT = 1024
+BUDGET, CHUNK = 192, 128
+
+
+@pytest.fixture(scope="module")
+def short_model(tmp_path_factory):
+    path = write_tiny_gguf(tmp_path_factory.mktemp("short") / "short.gguf", seed=3, context_length=TRAINED_CONTEXT)
+    with LlamaModel(path) as model:
+        yield model
+
+
+def long_tokens(model: LlamaModel, n: int) -> list[int]:
+    text = " ".join(f"Line {i}: the code for box {i} is {1000 + i * 7}." for i in range(n // 20))
+    return model.tokenize(text)
+
+
+@pytest.mark.parametrize("query_aware", [True, False])
+def test_ring_invariants_after_many_evictions(short_model, query_aware: bool) -> None:
+    tokens = long_tokens(short_model, 6 * TRAINED_CONTEXT)
+    assert len(tokens) > 5 * TRAINED_CONTEXT
+    settings = AskSettings(policy=SnapKV(budget=BUDGET, window=16), max_tokens=16, threads=2)
+    stream = StreamSettings(chunk=CHUNK, recent=32, query_aware=query_aware)
+    question = short_model.tokenize("<|im_start|>user\nWhat is the code for box 7?<|im_end|>\n")[-16:]
+    evictions = 0
+    with PromptRun(short_model, 768, settings, "tiny") as run:
+        cache = run.cache
+        for event in stream_read(run, tokens, question if query_aware else None, settings, stream):
+            assert cache.cells <= BUDGET + CHUNK
+            if isinstance(event, Evicted):
+                evictions += 1
+                assert cache.cells == BUDGET
+                assert list(cache.tokens[:4]) == tokens[:4]  # the sinks
+                assert np.all(np.diff(cache.positions) > 0)
+                assert cache.positions[-1] < TRAINED_CONTEXT
+                assert list(cache.tokens[-32:]) == tokens[run.read_upto - 32 : run.read_upto]  # the ring
+                assert cache.ctx.pos_min() == cache.positions[0] and cache.ctx.pos_max() == cache.positions[-1]
+                cache.verify()
+        assert run.read_upto == len(tokens)
+        assert cache.peak_cells <= BUDGET + CHUNK + (16 if query_aware else 0)
+    assert evictions >= len(tokens) // CHUNK - 3
+
+
+def test_long_generation_runs_past_the_cache(short_model) -> None:
+    document = Document(path=Path("boxes.txt"), kind="text", text=" ".join(f"Box {i} holds {i * 3}." for i in range(40)))
+    settings = AskSettings(policy=SnapKV(budget=96, window=16), max_tokens=1500, threads=2, stop_at_end=False,
+                           method="snapstream")
+    conversation = Conversation(short_model, "tiny", document, settings, stream=StreamSettings(chunk=64, recent=16))
+    try:
+        list(conversation.open(question="What does box 3 hold?"))
+        n_ctx = conversation.run.n_ctx
+        assert n_ctx < 1500
+        events = list(conversation.ask("What does box 3 hold?"))
+        done = events[-1]
+        assert isinstance(done, Done) and done.stats.generated_tokens == 1500
+        assert sum(isinstance(e, Evicted) for e in events) >= 2
+        assert conversation.run.cache.cells <= n_ctx
+        assert conversation.run.cache.positions[-1] < TRAINED_CONTEXT  # repacked past the trained context
+        assert done.stats.peak_cells <= n_ctx
+        assert "".join(e.text for e in events if isinstance(e, Token)) == done.answer
+    finally:
+        conversation.close()
+
+
+def test_snapkv_answer_longer_than_its_context(tiny_model) -> None:
+    document = Document(path=Path("boxes.txt"), kind="text", text=" ".join(f"Box {i} holds {i * 3}." for i in range(50)))
+    settings = AskSettings(policy=SnapKV(budget=128, window=16), max_tokens=900, threads=2, stop_at_end=False,
+                           n_ctx=1536)
+    conversation = Conversation(tiny_model, "tiny", document, settings)
+    try:
+        list(conversation.open())
+        events = list(conversation.ask("What does box 3 hold?"))
+        assert events[-1].stats.generated_tokens == 900
+    finally:
+        conversation.close()
+
+
+def test_refuses_to_read_past_the_context_without_shift(short_model, monkeypatch) -> None:
+    from kvchat.errors import SettingsError
+
+    tokens = long_tokens(short_model, 3 * TRAINED_CONTEXT)
+    settings = AskSettings(policy=SnapKV(budget=BUDGET, window=16), max_tokens=16, threads=2)
+    with PromptRun(short_model, 768, settings, "tiny") as run:
+        monkeypatch.setattr(run.cache.ctx, "can_shift", lambda: False)
+        with pytest.raises(SettingsError, match="cannot shift"):
+            list(stream_read(run, tokens, None, replace(settings, method="snapstream"), StreamSettings(chunk=CHUNK)))
