@@ -15,7 +15,7 @@ from kvchat.bench.tasks import multi_turn_case, needle_case, score
 from kvchat.documents import Document
 from kvchat.engine import AskSettings
 from kvchat.bench.compare import answer_of, compare
-from kvchat.events import Pruned
+from kvchat.events import Evicted, Pruned
 from kvchat.policy import SnapKV
 
 pytestmark = pytest.mark.real_model
@@ -78,3 +78,20 @@ def test_second_ask_loads_the_saved_reading(default_model_path, isolated_home, t
     assert "loaded the saved reading" in second.stderr
     answers = [json.loads(result.stdout)["answer"] for result in (first, second)]
     assert answers[0] == answers[1] and score(answers[1], case.answers) == 1.0
+
+
+def test_snapstream_finds_a_needle_in_a_document_three_times_the_context(real_engine) -> None:
+    count_tokens = lambda text: len(real_engine.model.tokenize(text))  # noqa: E731
+    case = needle_case(count_tokens, 6400, 0.4, seed=21)
+    document = Document(path=Path("needle.txt"), kind="text", text=case.document)
+    settings = AskSettings(method="snapstream", policy=SnapKV(budget=1024), max_tokens=24, n_ctx=2048)
+    conversation = real_engine.conversation(document, settings)
+    try:
+        events = list(conversation.open(question=case.question))
+        assert len(conversation.document_tokens) > 3 * 2048
+        assert conversation.run.n_ctx == 2048 and conversation.run.cache.peak_cells <= 2048
+        assert sum(isinstance(e, Evicted) for e in events) >= 5
+        done = list(conversation.ask(case.question))[-1]
+        assert score(done.answer, case.answers) == 1.0, (done.answer, case.answers)
+    finally:
+        conversation.close()
