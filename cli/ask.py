@@ -32,7 +32,9 @@ def ask_command(
     heads: HeadReduction = typer.Option(HeadReduction.NORMALIZED, help="How votes of all heads become one score."),
     spans: bool = typer.Option(True, help="Keep whole numbers and words once one of their tokens is chosen."),
     method: str = typer.Option(
-        "snapkv", help="snapkv (prune after reading), snapstream (read within the budget), full (keep everything)."
+        "snapkv",
+        help="snapkv (prune after reading), snapstream (read within the budget), "
+        "streamingllm (sinks + recent only), full (keep everything).",
     ),
     chunk: int = typer.Option(512, help="snapstream: tokens read between evictions."),
     recent: int = typer.Option(64, help="snapstream: most recent tokens always kept while reading."),

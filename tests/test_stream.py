@@ -103,3 +103,14 @@ def test_refuses_to_read_past_the_context_without_shift(short_model, monkeypatch
         monkeypatch.setattr(run.cache.ctx, "can_shift", lambda: False)
         with pytest.raises(SettingsError, match="cannot shift"):
             list(stream_read(run, tokens, None, replace(settings, method="snapstream"), StreamSettings(chunk=CHUNK)))
+
+
+def test_streamingllm_keeps_sinks_and_the_newest_tokens(short_model) -> None:
+    tokens = long_tokens(short_model, 3 * TRAINED_CONTEXT)
+    settings = AskSettings(method="streamingllm", policy=SnapKV(budget=BUDGET, window=16), max_tokens=8, threads=2)
+    with PromptRun(short_model, 768, settings, "tiny") as run:
+        for event in stream_read(run, tokens, None, settings, StreamSettings(chunk=CHUNK)):
+            if isinstance(event, Evicted):
+                newest = tokens[run.read_upto - (BUDGET - 4) : run.read_upto]
+                assert list(run.cache.tokens) == tokens[:4] + newest
+        assert run.cache.cells == BUDGET

@@ -9,8 +9,8 @@ from kvchat.errors import SettingsError
 from kvchat.llama import SamplerSettings
 from kvchat.policy import SnapKV
 
-Method = Literal["snapkv", "full", "snapstream"]
-METHODS: tuple[str, ...] = ("snapkv", "full", "snapstream")
+Method = Literal["snapkv", "full", "snapstream", "streamingllm"]
+METHODS: tuple[str, ...] = ("snapkv", "full", "snapstream", "streamingllm")
 
 
 @dataclass(frozen=True)
@@ -41,4 +41,5 @@ class AskSettings:
 
     @property
     def streams(self) -> bool:
-        return self.method == "snapstream"
+        """Read the document within the budget (snapstream; streamingllm's sinks + recent)."""
+        return self.method in ("snapstream", "streamingllm")

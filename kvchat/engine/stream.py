@@ -3,6 +3,7 @@
 The document is read chunk by chunk. Whenever the cache holds more than the budget, an
 observation window scores every cell and the cache is cut back to the budget: attention sinks,
 the highest-scoring entries and a ring of the most recent tokens survive, then it is compacted.
+`streamingllm` keeps only the sinks and the newest tokens (the classic baseline, no scores).
 Query-aware (the default when the question is known): the question is decoded as a temporary
 window after the chunk, its attention read, and removed again. Query-agnostic: the chunk's own
 last tokens observe. Each eviction re-scores every cell with the fresh window (see
@@ -72,6 +73,11 @@ class _Scorer:
         self.carried = votes[..., kept] if self.carry else None
 
 
+def _sinks_and_recent(cells: int, sinks: int, budget: int) -> np.ndarray:
+    """StreamingLLM: the first `sinks` cells and the newest ones, `budget` in all."""
+    return np.concatenate([np.arange(sinks), np.arange(cells - (budget - sinks), cells)])
+
+
 def stream_read(
     run: PromptRun,
     tokens: list[int],
@@ -94,18 +100,23 @@ def stream_read(
         chunk = tokens[run.read_upto : run.read_upto + stream.chunk]
         if cache.next_pos + len(chunk) > position_room:
             cache.repack()
-        over_budget = cache.cells + len(chunk) > settings.policy.budget and run.read_upto + len(chunk) < total
-        observer = chunk[-settings.policy.window :] if over_budget and not question_window else []
+        recency_only = settings.method == "streamingllm"
+        more_to_read = run.read_upto + len(chunk) < total
+        over_budget = cache.cells + len(chunk) > settings.policy.budget and (more_to_read or recency_only)
+        observer = chunk[-settings.policy.window :] if over_budget and not (question_window or recency_only) else []
         cache.decode(chunk[: len(chunk) - len(observer)])
         votes = cache.observe(observer) if observer else None
         run.read_upto += len(chunk)
         yield Progress(done=run.read_upto, total=total, elapsed_s=time.perf_counter() - started)
         if over_budget:
-            if question_window:
-                votes = cache.observe(question_window, keep=False)
-            votes = scorer.combine(votes)
-            plan = plan_cells(run.model, policy, votes, cache)
-            scorer.keep(votes, plan.kept)
-            dropped = cache.keep_cells(plan.kept)
+            if recency_only:
+                kept = _sinks_and_recent(cache.cells, settings.policy.sinks, settings.policy.budget)
+            else:
+                if question_window:
+                    votes = cache.observe(question_window, keep=False)
+                votes = scorer.combine(votes)
+                kept = plan_cells(run.model, policy, votes, cache).kept
+                scorer.keep(votes, kept)
+            dropped = cache.keep_cells(kept)
             yield Evicted(count=len(dropped), positions=tuple(int(p) for p in dropped))
     run.read_s += time.perf_counter() - started
