@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from kvchat.engine import AskSettings
-from kvchat.engine.ask import context_size
+from kvchat.engine.sizing import context_size
 from kvchat.engine.run import PromptRun
 from kvchat.engine.cache import KvCache
 from kvchat.engine.pipeline import plan_cells

@@ -6,6 +6,7 @@ substring match. Lengths are hit with the tested model's own tokenizer (`count_t
 
 from __future__ import annotations
 
+import json
 import random
 import re
 from collections.abc import Callable
@@ -126,3 +127,33 @@ def multi_turn_case(count_tokens: CountTokens, length: int, depths: tuple[float,
     questions = tuple(f"What is the special magic number for {key} mentioned in the provided text?" for key, _ in facts)
     return MultiTurnCase(text, questions, tuple((value,) for _, value in facts),
                          {"length": length, "depths": depths, "seed": seed})
+
+
+def variable_tracking_case(count_tokens: CountTokens, length: int, seed: int, hops: int = 4) -> Case:
+    """RULER's variable tracking: a chain of assignments through 5 variables, spread in the essays."""
+    rng = random.Random(seed)
+    names: list[str] = []
+    while len(names) < hops + 1:
+        name = "".join(rng.choice("ABCDEFGHIJKLMNOPQRSTUVWXYZ") for _ in range(5))
+        if name not in names:
+            names.append(name)
+    value = str(rng.randint(10_000, 99_999))
+    statements = [f"VAR {names[0]} = {value}."] + [f"VAR {names[i]} = VAR {names[i - 1]}." for i in range(1, hops + 1)]
+    text = haystack(count_tokens, length - sum(map(count_tokens, statements)) - 60)
+    depths = sorted(rng.uniform(0.05, 0.95) for _ in statements)
+    for statement, depth in reversed(list(zip(statements, depths))):
+        text = insert_at_depth(text, statement, depth)
+    question = (f"Which variables are assigned the value {value}, directly or through other variables? "
+                "List all of their names.")
+    return Case("vt", text, question, tuple(names), {"length": length, "seed": seed})
+
+
+def contract_cases() -> list[Case]:
+    """Questions about the shipped CUAD contracts with the experts' normalized answers."""
+    folder = resources.files("kvchat.bench") / "data" / "contracts"
+    spec = json.loads((folder / "questions.json").read_text(encoding="utf-8"))
+    return [
+        Case("contracts", (folder / f"{item['contract']}.txt").read_text(encoding="utf-8"), item["question"],
+             tuple(item["answers"]), {"contract": item["contract"], "category": item["category"]})
+        for item in spec["questions"]
+    ]

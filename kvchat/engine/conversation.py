@@ -21,7 +21,7 @@ from typing import Literal
 
 
 from kvchat.documents import Document
-from kvchat.engine.ask import RING_MIN, context_size, round_up
+from kvchat.engine.sizing import RING_MIN, context_size, round_up
 from kvchat.engine.pipeline import plan_cells
 from kvchat.engine.prompt import GENERIC_QUESTION, Turn, chat_messages, split_rendered, text_sha256
 from kvchat.engine.run import PromptRun

@@ -27,6 +27,7 @@ class Generation:
     """What generate() produced; filled in as it runs."""
 
     text: str = ""
+    ended: bool = False  # the model ended its answer (generation may go on for timing)
     tokens: int = 0
     decoded: int = 0
     stop_reason: str = "max_tokens"
@@ -60,21 +61,27 @@ def generate(
     cancel: threading.Event | None = None,
     stop_at_end: bool = True,
 ) -> Iterator[Event]:
-    """Sample from the last logits, then decode one token at a time until the end or the limit."""
+    """Sample from the last logits, then decode one token at a time until the end or the limit.
+
+    With stop_at_end=False it decodes `max_tokens` tokens in any case (benchmarks compare equal
+    lengths); the answer's text is still what came before the model ended it.
+    """
     detokenizer = Detokenizer(model)
     protected = cache.cells
     n_ctx_train = model.shape.n_ctx_train
     token = sampler.sample(cache.ctx.handle)
     result.first_token_at = time.perf_counter()
     while True:
-        if stop_at_end and model.is_end_of_generation(token):
-            result.stop_reason = "stop"
-            break
+        if not result.ended and model.is_end_of_generation(token):
+            result.ended, result.stop_reason = True, "stop"
+            if stop_at_end:
+                break
         result.tokens += 1
-        if text := detokenizer.feed(token):
+        if not result.ended and (text := detokenizer.feed(token)):
             result.text += text
             yield Token(text)
         if result.tokens >= max_tokens:
+            result.stop_reason = "stop" if result.ended else "max_tokens"
             break
         if cancel is not None and cancel.is_set():
             result.stop_reason = "cancelled"
@@ -86,6 +93,6 @@ def generate(
         result.decoded += 1
         token = sampler.sample(cache.ctx.handle)
         result.decode_s += time.perf_counter() - started
-    if tail := detokenizer.flush():
+    if not result.ended and (tail := detokenizer.flush()):
         result.text += tail
         yield Token(tail)

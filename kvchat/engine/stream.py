@@ -88,9 +88,9 @@ def stream_read(
 ) -> Iterator[Event]:
     """Read `tokens` from run.read_upto within budget + chunk cells (+ the temporary observer)."""
     cache, total = run.cache, len(tokens)
-    if stream.recent + settings.policy.sinks >= settings.policy.budget:
-        raise SettingsError("the recent ring does not fit the budget", "raise --budget")
-    policy = replace(settings.policy, window=stream.recent)
+    # the recent ring takes at most half of what the budget leaves after the sinks
+    recent = min(stream.recent, (settings.policy.budget - settings.policy.sinks) // 2)
+    policy = replace(settings.policy, window=recent)
     scorer = _Scorer(stream.carry)
     # leave positions for what follows the reading: the question and the answer's share
     position_room = run.model.shape.n_ctx_train - (run.n_ctx - settings.policy.budget - stream.chunk)

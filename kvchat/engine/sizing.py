@@ -1,4 +1,4 @@
-"""One question on one prompt: size the context, read, finish."""
+"""How large a context a prompt needs."""
 
 from __future__ import annotations
 

@@ -1,0 +1,107 @@
+"""`kvchat bench`: what compression costs and buys on this machine and this model."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, replace
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from kvchat.bench.plots import write_plots
+from kvchat.bench.report import summarize, write_json
+from kvchat.bench.runner import METHODS, QUICK, TASKS, BenchConfig, run_bench
+from kvchat.engine import Engine
+from kvchat.errors import SettingsError
+
+
+def _split(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def _length(text: str) -> int:
+    text = text.lower()
+    return int(float(text[:-1]) * 1000) if text.endswith("k") else int(text)
+
+
+def _overrides(text: str) -> tuple[tuple[str, str], ...]:
+    pairs = []
+    for item in _split(text):
+        key, _, value = item.partition("=")
+        if key not in ("pool", "kernel", "window", "heads", "spans", "sinks") or not value:
+            raise SettingsError(f"bad variant {item!r}", "use e.g. --variant pool=avg,kernel=5")
+        pairs.append((key, value))
+    return tuple(pairs)
+
+
+def _config(quick: bool, tasks: str | None, lengths: str | None, depths: str | None, budgets: list[int],
+            methods: str | None, variants: list[str]) -> BenchConfig:
+    config = QUICK if quick else BenchConfig()
+    changes: dict[str, object] = {"budgets": tuple(budgets) or config.budgets,
+                                  "policy_variants": tuple(_overrides(v) for v in variants)}
+    if tasks:
+        unknown = set(_split(tasks)) - set(TASKS)
+        if unknown:
+            raise SettingsError(f"unknown task(s) {sorted(unknown)}", f"use {', '.join(TASKS)}")
+        changes["tasks"] = tuple(_split(tasks))
+    if lengths:
+        changes["lengths"] = tuple(_length(n) for n in _split(lengths))
+    if depths:
+        changes["depths"] = tuple(float(d) for d in _split(depths))
+    if methods:
+        unknown = set(_split(methods)) - set(METHODS)
+        if unknown:
+            raise SettingsError(f"unknown method(s) {sorted(unknown)}", f"use {', '.join(METHODS)}")
+        changes["methods"] = tuple(_split(methods))
+    return replace(config, **changes)  # type: ignore[arg-type]
+
+
+def _table(summary: list[dict]) -> Table:
+    tasks = list(dict.fromkeys(task for row in summary for task in row["accuracy_by_task"]))
+    table = Table(title="kvchat bench: accuracy per task, memory and speed")
+    table.add_column("variant", no_wrap=True, min_width=12)
+    for column in tasks + ["compr.", "KV MiB", "tok/s", "speedup", "TTFT s"]:
+        table.add_column(column, justify="right")
+    for row in summary:
+        speedup = "—" if row["decode_speedup"] is None else f"{row['decode_speedup']:.2f}x"
+        accuracy = [f"{row['accuracy_by_task'].get(task, float('nan')):.2f}" for task in tasks]
+        table.add_row(row["variant"], *accuracy, f"{row['compression']:.1f}x", f"{row['kv_bytes_kept'] / 2**20:.1f}",
+                      f"{row['decode_tokens_per_s']:.1f}", speedup, f"{row['ttft_s']:.1f}")
+    return table
+
+
+def bench_command(
+    budget: list[int] = typer.Option([], "--budget", help="KV budget; repeat for several (default 1024)."),
+    tasks: str | None = typer.Option(None, help=f"Comma-separated: {', '.join(TASKS)}."),
+    lengths: str | None = typer.Option(None, help="Context lengths, e.g. 2k,4k,8k,16k."),
+    depths: str | None = typer.Option(None, help="Needle depths in 0..1, e.g. 0.1,0.5,0.9."),
+    methods: str | None = typer.Option(None, help=f"Comma-separated: {', '.join(METHODS)}."),
+    variant: list[str] = typer.Option([], "--variant", help="Extra snapkv policy, e.g. pool=avg,kernel=5."),
+    model: str = typer.Option("default", "--model", "-m", help="Registry name or GGUF path."),
+    json_path: Path | None = typer.Option(None, "--json", help="Write every record and the summary here."),
+    plot: Path | None = typer.Option(None, "--plot", help="Write PNG figures into this folder."),
+    quick: bool = typer.Option(False, help="A small grid that finishes in a few minutes."),
+) -> None:
+    """Measure accuracy, decode speed and KV memory of each method side by side, in one run."""
+    config = _config(quick, tasks, lengths, depths, budget, methods, variant)
+    console = Console(stderr=True)
+    records: list[dict] = []
+    with Engine(model, use_cache=False) as engine, Progress(
+        TextColumn("bench"), BarColumn(), MofNCompleteColumn(), TextColumn("cases"), TimeElapsedColumn(),
+        console=console, transient=True,
+    ) as progress:
+        task = progress.add_task("bench")
+        for done, total, record in run_bench(engine, config):
+            progress.update(task, completed=done, total=total)
+            if record is not None:
+                records.append(record)
+    summary = summarize(records)
+    Console().print(_table(summary))
+    if json_path is not None:
+        write_json(json_path, model, asdict(config), records)
+        console.print(f"wrote {json_path}")
+    if plot is not None:
+        for path in write_plots(records, plot):
+            console.print(f"wrote {path}")

@@ -1,0 +1,112 @@
+"""`kvchat bench`: run every method on every case, one record per method x case."""
+
+from __future__ import annotations
+
+import resource
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
+
+from kvchat.bench.compare import answer_of, compare
+from kvchat.bench.tasks import Case, contract_cases, multikey_case, needle_case, score, variable_tracking_case
+from kvchat.engine import AskSettings, Engine
+from kvchat.events import Pruned
+from kvchat.policy import SnapKV
+
+TASKS = ("needle", "multikey", "vt", "contracts")
+METHODS = ("full", "snapkv", "streamingllm", "snapstream")
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A method at a budget, with optional policy overrides (`pool=avg,kernel=5`)."""
+
+    method: str
+    budget: int
+    overrides: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def label(self) -> str:
+        extra = ",".join(f"{k}={v}" for k, v in self.overrides)
+        return self.method if self.method == "full" else f"{self.method}@{self.budget}" + (f"[{extra}]" if extra else "")
+
+    def settings(self, base: AskSettings) -> AskSettings:
+        policy = replace(base.policy, budget=self.budget)
+        for key, value in self.overrides:
+            current = getattr(policy, key)
+            policy = replace(policy, **{key: type(current)(value) if not isinstance(current, bool) else value == "true"})
+        return replace(base, method=self.method, policy=policy)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    tasks: tuple[str, ...] = TASKS
+    lengths: tuple[int, ...] = (2000, 4000)
+    depths: tuple[float, ...] = (0.25, 0.75)
+    budgets: tuple[int, ...] = (1024,)
+    methods: tuple[str, ...] = METHODS
+    policy_variants: tuple[tuple[tuple[str, str], ...], ...] = field(default=())
+    decode_tokens: int = 32
+    seed: int = 0
+
+    def variants(self) -> list[Variant]:
+        found = [Variant("full", max(self.budgets))] if "full" in self.methods else []
+        for budget in self.budgets:
+            found += [Variant(m, budget) for m in self.methods if m != "full"]
+            found += [Variant("snapkv", budget, overrides) for overrides in self.policy_variants]
+        return found
+
+
+QUICK = BenchConfig(tasks=("needle", "multikey"), lengths=(2000,), depths=(0.5,), decode_tokens=16)
+
+
+def build_cases(config: BenchConfig, count_tokens) -> list[Case]:
+    cases: list[Case] = []
+    longest = max(config.lengths)
+    if "needle" in config.tasks:
+        cases += [needle_case(count_tokens, n, d, config.seed + i) for n in config.lengths
+                  for i, d in enumerate(config.depths)]
+    if "multikey" in config.tasks:
+        cases.append(multikey_case(count_tokens, longest, 8, config.seed))
+    if "vt" in config.tasks:
+        cases.append(variable_tracking_case(count_tokens, longest, config.seed))
+    if "contracts" in config.tasks:
+        cases += [c for c in contract_cases() if c.meta["contract"] == "cuad_todos_medical_marketing_reseller"
+                  and c.meta["category"] == "Governing Law"]
+    return cases
+
+
+def _peak_rss_mib() -> float:
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / 2**20 if sys.platform == "darwin" else peak / 1024
+
+
+def _record(case: Case, variant: Variant, events: list) -> dict[str, object]:
+    done = answer_of(events)
+    stats = done.stats
+    pruned = [e for e in events if isinstance(e, Pruned)]
+    read_s = stats.prompt_tokens / stats.prefill_tokens_per_s if stats.prefill_tokens_per_s else 0.0
+    overhead = sum(e.observe_s + e.compact_s for e in pruned) / read_s if read_s else 0.0
+    return {
+        "task": case.task, "meta": case.meta, "method": variant.method, "variant": variant.label,
+        "budget": variant.budget, "accuracy": score(done.answer, case.answers), "answer": done.answer,
+        "golds": list(case.answers), "prompt_tokens": stats.prompt_tokens, "kept_tokens": stats.kept_tokens,
+        "compression": round(stats.compression, 3), "kv_bytes_full": stats.kv_bytes_full,
+        "kv_bytes_kept": stats.kv_bytes_kept, "prefill_tokens_per_s": round(stats.prefill_tokens_per_s, 2),
+        "decode_tokens_per_s": round(stats.decode_tokens_per_s, 2), "ttft_s": round(stats.ttft_s, 3),
+        "snapkv_overhead": round(overhead, 4), "peak_cells": stats.peak_cells,
+        "peak_rss_mib": round(_peak_rss_mib(), 1),
+    }
+
+
+def run_bench(engine: Engine, config: BenchConfig) -> Iterator[tuple[int, int, dict[str, object] | None]]:
+    """Yields (cases done, cases in all, record or None); one record per variant x case."""
+    cases = build_cases(config, lambda text: len(engine.model.tokenize(text)))
+    variants = config.variants()
+    base = AskSettings(max_tokens=config.decode_tokens, stop_at_end=False, policy=SnapKV())
+    yield 0, len(cases), None
+    for index, case in enumerate(cases):
+        all_settings = [variant.settings(base) for variant in variants]
+        for variant, events in zip(variants, compare(engine, case, all_settings)):
+            yield index, len(cases), _record(case, variant, events)
+        yield index + 1, len(cases), None
