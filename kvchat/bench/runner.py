@@ -28,7 +28,7 @@ class Variant:
     @property
     def label(self) -> str:
         extra = ",".join(f"{k}={v}" for k, v in self.overrides)
-        return self.method if self.method == "full" else f"{self.method}@{self.budget}" + (f"[{extra}]" if extra else "")
+        return self.method if self.method == "full" else f"{self.method}@{self.budget}" + (f"({extra})" if extra else "")
 
     def settings(self, base: AskSettings) -> AskSettings:
         policy = replace(base.policy, budget=self.budget)
