@@ -15,7 +15,7 @@ from functools import cache
 from importlib import resources
 
 CountTokens = Callable[[str], int]
-SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+SENTENCE_END = re.compile(r"[.!?]\s+")
 
 
 @dataclass(frozen=True)
@@ -63,15 +63,20 @@ def haystack(count_tokens: CountTokens, target_tokens: int) -> str:
             low = middle
         else:
             high = middle
-    cut = text.rfind(". ", 0, low)
-    return text[: cut + 1 if cut > 0 else low]
+    cut = _sentence_end_before(text, low)
+    return text[: cut if cut > 0 else low]
+
+
+def _sentence_end_before(text: str, offset: int) -> int:
+    """The index just after the last sentence end ('.', '!' or '?' then white space) before offset."""
+    window_start = max(0, offset - 2000)
+    ends = [match.end() for match in SENTENCE_END.finditer(text, window_start, offset)]
+    return ends[-1] if ends else 0
 
 
 def insert_at_depth(text: str, sentence: str, depth: float) -> str:
     """Insert `sentence` at the sentence boundary just before `depth` (0..1) of the text."""
-    offset = int(len(text) * depth)
-    boundary = max(text.rfind(". ", 0, offset), 0)
-    split = boundary + 2 if boundary else 0
+    split = _sentence_end_before(text, int(len(text) * depth))
     return text[:split] + sentence + " " + text[split:]
 
 
