@@ -29,7 +29,7 @@ def ask_command(
     window: int = typer.Option(32, help="Observation window: the last prompt tokens whose attention votes."),
     kernel: int = typer.Option(7, help="Pooling kernel (odd) that keeps neighbours of chosen tokens."),
     pool: str = typer.Option("max", help="Pooling: max or avg."),
-    heads: HeadReduction = typer.Option(HeadReduction.NORMALIZED, help="How votes of all heads become one score."),
+    heads: HeadReduction = typer.Option(HeadReduction.SUM, help="How votes of all heads become one score."),
     spans: bool = typer.Option(True, help="Keep whole numbers and words once one of their tokens is chosen."),
     method: str = typer.Option(
         "snapkv",

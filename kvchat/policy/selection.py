@@ -24,7 +24,7 @@ class SnapKV:
     kernel: int = 7
     pool: PoolMode = "max"
     sinks: int = 4
-    heads: HeadReduction = HeadReduction.NORMALIZED
+    heads: HeadReduction = HeadReduction.SUM
     spans: bool = True
 
     def __post_init__(self) -> None:
