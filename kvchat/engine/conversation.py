@@ -15,6 +15,7 @@ streamed cache is what every question starts from.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import replace
 from typing import Literal
@@ -100,16 +101,18 @@ class Conversation:
     def _load_saved(self) -> Iterator[Event]:
         if self.states is None:
             return False
+        started = time.perf_counter()
         found = yield from self.states.load(self.document_sha256, len(self.document_tokens))
         if found is None:
             return False
-        self.run.load(found, self.document_tokens)
+        self.run.load(found, self.document_tokens, started)
         yield Notice(f"loaded the saved reading of {self.document.path.name} ({len(self.document_tokens):,} tokens)")
         return True
 
     def _select_for_document(self) -> None:
         """Query-agnostic selection: a generic question observes; keep the choice for every turn."""
         cache = self.run.cache
+        self.run.mark_changed()
         votes = cache.observe(self._question_window(GENERIC_QUESTION), keep=False)
         policy = replace(self.settings.policy, window=1)  # the document's last token stands in the window
         cache.keep_cells(plan_cells(self.model, policy, votes, cache).kept)

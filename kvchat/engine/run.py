@@ -34,6 +34,7 @@ class PromptRun:
         self.read_upto = 0
         self.read_s = 0.0
         self._saved: tuple[bytes | bytearray, np.ndarray, np.ndarray, int] | None = None
+        self._at_saved = False  # the cache is exactly the saved state (restore() has nothing to do)
         self.last_generated = 0
 
     @property
@@ -62,23 +63,33 @@ class PromptRun:
         """Remember (and return) the cache as it is now, to restore before each finish."""
         state = self.cache.state()
         self._saved = (state, self.cache.positions, self.cache.tokens, self.read_upto)
+        self._at_saved = True
         return state
 
-    def load(self, state: bytes | bytearray, tokens: list[int]) -> None:
-        """Put a saved state of `tokens` (a prompt prefix, read in full) in the cache; restore() returns to it."""
-        started = time.perf_counter()
+    def load(self, state: bytes | bytearray, tokens: list[int], started: float) -> None:
+        """Put a saved state of `tokens` (a prompt prefix, read in full) in the cache; restore()
+        returns to it. `started` is when fetching the state began: that is the reading time."""
         positions = np.arange(len(tokens), dtype=np.int64)
         self.cache.load(state, positions, np.asarray(tokens, dtype=np.int64))
         self.read_upto = len(tokens)
         self._saved = (state, self.cache.positions, self.cache.tokens, self.read_upto)
+        self._at_saved = True
         self.read_s = time.perf_counter() - started
 
     def restore(self, saved: tuple[bytes | bytearray, np.ndarray, np.ndarray, int] | None = None) -> None:
+        """Back to the saved state (or to `saved`, a snapshot)."""
+        if saved is None and self._at_saved:
+            return
         state, positions, tokens, read_upto = saved or self._saved or (None, None, None, 0)
         if state is None:
             raise RuntimeError("restore() without save()")
         self.cache.load(state, positions, tokens)
         self.read_upto = read_upto
+        self._at_saved = saved is None
+
+    def mark_changed(self) -> None:
+        """The cache was changed from outside (a selection applied to it directly)."""
+        self._at_saved = False
 
     def snapshot(self) -> tuple[bytes | bytearray, np.ndarray, np.ndarray, int]:
         """The cache as it is now, for restore(snapshot) later (not the default restore point)."""
@@ -94,6 +105,7 @@ class PromptRun:
             shared += 1
         self.cache.keep_cells(np.flatnonzero(self.cache.positions < shared))
         self.cache.next_pos = self.read_upto = shared
+        self._at_saved = False
 
     def finish(
         self,
@@ -109,6 +121,7 @@ class PromptRun:
         the question observes, up to `window` tokens of it.
         """
         started = time.perf_counter()
+        self._at_saved = False
         n_prompt = len(tokens)
         window_start = max(n_prompt - settings.policy.window, self.read_upto)
         policy = replace(settings.policy, window=n_prompt - window_start)
