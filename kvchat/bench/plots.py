@@ -20,15 +20,18 @@ def needle_heatmap(records: list[dict], path: Path) -> Path | None:
     variants = list(dict.fromkeys(r["variant"] for r in needle))
     lengths = sorted({r["meta"]["length"] for r in needle})
     depths = sorted({r["meta"]["depth"] for r in needle})
-    figure, axes = plt.subplots(1, len(variants), figsize=(3.2 * len(variants), 3), squeeze=False)
+    figure, axes = plt.subplots(1, len(variants), figsize=(2.6 * len(variants) + 1, 3), squeeze=False, sharey=True)
     for axis, variant in zip(axes[0], variants):
         grid = [[mean([r["accuracy"] for r in needle if r["variant"] == variant and r["meta"]["length"] == n
                        and r["meta"]["depth"] == d] or [float("nan")]) for n in lengths] for d in depths]
         image = axis.imshow(grid, vmin=0, vmax=1, cmap="RdYlGn", aspect="auto")
+        for row, values in enumerate(grid):
+            for column, value in enumerate(values):
+                axis.text(column, row, f"{value:.2f}", ha="center", va="center", fontsize=8)
         axis.set_title(variant, fontsize=9)
-        axis.set_xticks(range(len(lengths)), [f"{n // 1000}k" for n in lengths])
-        axis.set_yticks(range(len(depths)), [f"{int(d * 100)}%" for d in depths])
+        axis.set_xticks(range(len(lengths)), [f"{n / 1000:g}k" for n in lengths])
         axis.set_xlabel("context length")
+    axes[0][0].set_yticks(range(len(depths)), [f"{int(d * 100)}%" for d in depths])
     axes[0][0].set_ylabel("needle depth")
     figure.colorbar(image, ax=axes[0].tolist(), label="accuracy")
     figure.savefig(path, dpi=120, bbox_inches="tight")
@@ -42,6 +45,9 @@ def accuracy_vs_budget(records: list[dict], path: Path) -> Path:
         by_method[record["method"]][record["budget"]].append(record["accuracy"])
     figure, axis = plt.subplots(figsize=(5, 3.5))
     for method, budgets in by_method.items():
+        if method == "full":  # no budget: a reference line
+            axis.axhline(mean(v for values in budgets.values() for v in values), color="black", ls="--", label="full")
+            continue
         xs = sorted(budgets)
         axis.plot(xs, [mean(budgets[x]) for x in xs], marker="o", label=method)
     axis.set_xscale("log", base=2)
