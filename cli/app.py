@@ -12,7 +12,7 @@ from kvchat.cli.bench import bench_command
 from kvchat.cli.cache import cache_app
 from kvchat.cli.logs import configure_logging
 from kvchat.cli.models import models_command
-from kvchat.errors import KvchatError
+from kvchat.errors import CancelledError, KvchatError
 
 app = typer.Typer(
     name="kvchat",
@@ -35,6 +35,8 @@ def main() -> None:
     command = typer.main.get_command(app)
     try:
         code = command.main(args=sys.argv[1:], prog_name="kvchat", standalone_mode=False)
+    except CancelledError:
+        code = EXIT_INTERRUPTED
     except KvchatError as error:
         sys.stdout.flush()
         print(f"kvchat: error: {error.one_line()}", file=sys.stderr)

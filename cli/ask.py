@@ -10,7 +10,8 @@ from rich.console import Console
 from kvchat.cli.render import render
 from kvchat.documents import load_document
 from kvchat.engine import AskSettings, Engine, StreamSettings
-from kvchat.errors import SettingsError
+from kvchat.cli.interrupt import interrupt_as_cancel
+from kvchat.errors import CancelledError, SettingsError
 from kvchat.llama import SamplerSettings
 from kvchat.policy import HeadReduction, SnapKV
 
@@ -65,6 +66,8 @@ def ask_command(
     if select not in ("question", "document"):
         raise SettingsError(f"unknown selection {select!r}", "use --select question or --select document")
     stream = StreamSettings(chunk=chunk, recent=recent)
-    with Engine(model, gpu_layers=gpu_layers, use_cache=cache) as engine:
-        events = engine.ask(document, question, settings, selection=select, stream=stream)  # type: ignore[arg-type]
+    with Engine(model, gpu_layers=gpu_layers, use_cache=cache) as engine, interrupt_as_cancel() as cancel:
+        events = engine.ask(document, question, settings, cancel, select, stream)  # type: ignore[arg-type]
         render(events, as_json, console)
+    if cancel.is_set():
+        raise CancelledError("stopped", "")
