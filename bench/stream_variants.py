@@ -10,7 +10,6 @@ import argparse
 import json
 import sys
 from collections import defaultdict
-from dataclasses import replace
 
 from kvchat.bench.compare import case_document
 from kvchat.bench.tasks import multikey_case, needle_case, score
@@ -22,7 +21,6 @@ VARIANTS = {
     "query-aware": StreamSettings(),
     "query-aware+carry0.5": StreamSettings(carry=0.5),
     "query-agnostic": StreamSettings(query_aware=False),
-    "streamingllm": StreamSettings(),
 }
 
 
@@ -31,17 +29,18 @@ def main() -> None:
     parser.add_argument("--length", type=int, default=6000)
     parser.add_argument("--budget", type=int, default=512)
     parser.add_argument("--n-ctx", type=int, default=2048)
+    parser.add_argument("--depths", type=lambda text: [float(d) for d in text.split(",")], default=[0.2, 0.5, 0.8])
+    parser.add_argument("--multikey", type=int, default=2, help="multi-key cases (4 keys each)")
     args = parser.parse_args()
     settings = AskSettings(method="snapstream", policy=SnapKV(budget=args.budget), max_tokens=24, n_ctx=args.n_ctx)
     totals: dict[str, list[float]] = defaultdict(list)
     with Engine(use_cache=False) as engine:
         count_tokens = lambda text: len(engine.model.tokenize(text))  # noqa: E731
-        cases = [needle_case(count_tokens, args.length, depth, seed) for seed, depth in enumerate((0.2, 0.5, 0.8))]
-        cases += [multikey_case(count_tokens, args.length, 4, seed) for seed in (1, 2)]
+        cases = [needle_case(count_tokens, args.length, depth, seed) for seed, depth in enumerate(args.depths)]
+        cases += [multikey_case(count_tokens, args.length, 4, seed) for seed in range(args.multikey)]
         for case in cases:
             for name, stream in VARIANTS.items():
-                method = "streamingllm" if name == "streamingllm" else "snapstream"
-                conversation = engine.conversation(case_document(case), replace(settings, method=method), stream=stream)
+                conversation = engine.conversation(case_document(case), settings, stream=stream)
                 try:
                     for _ in conversation.open(question=case.question):
                         pass

@@ -98,7 +98,10 @@ def bench_command(
             if record is not None:
                 records.append(record)
     summary = summarize(records)
-    Console().print(_table(summary))
+    output = Console()
+    if not output.is_terminal:
+        output.width = 140  # files and pipes get the whole table, not 80 columns
+    output.print(_table(summary))
     if json_path is not None:
         write_json(json_path, model, asdict(config), records)
         console.print(f"wrote {json_path}")

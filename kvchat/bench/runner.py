@@ -46,7 +46,7 @@ class BenchConfig:
     budgets: tuple[int, ...] = (1024,)
     methods: tuple[str, ...] = METHODS
     policy_variants: tuple[tuple[tuple[str, str], ...], ...] = field(default=())
-    decode_tokens: int = 32
+    decode_tokens: int = 64
     seed: int = 0
 
     def variants(self) -> list[Variant]:
