@@ -54,6 +54,7 @@ def _pruned_cache(model, tokens: list[int], budget: int, compact: bool) -> tuple
 
 def test_probe_shape_and_rows_sum_to_one(tiny_model, prompt) -> None:
     cache = _cache(tiny_model)
+    cache.ctx.probe.keep_row_mass = True
     with cache.ctx as ctx:
         prefix = _read_prefix(cache, prompt)
         votes = cache.observe(prompt[prefix:])

@@ -24,6 +24,7 @@ class AttentionProbe:
 
     def __init__(self, n_layer: int) -> None:
         self.n_layer = n_layer
+        self.keep_row_mass = False  # diagnostics for tests: attention mass per query row
         self._lib = ggml_base()
         self._active = False
         self._n_cells = 0
@@ -90,8 +91,9 @@ class AttentionProbe:
         rows = probabilities.reshape(n_stream, n_head, n_tokens, n_kv)[0, :, :, : self._n_cells]
         votes = rows.sum(axis=1)
         if layer in self._votes:  # the window was split over several micro-batches
-            votes = votes + self._votes[layer]
-            self._row_mass[layer] = np.concatenate([self._row_mass[layer], rows.sum(axis=-1)], axis=1)
-        else:
-            self._row_mass[layer] = rows.sum(axis=-1)
+            votes += self._votes[layer]
         self._votes[layer] = votes
+        if self.keep_row_mass:
+            previous = self._row_mass.get(layer)
+            mass = rows.sum(axis=-1)
+            self._row_mass[layer] = mass if previous is None else np.concatenate([previous, mass], axis=1)
