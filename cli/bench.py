@@ -13,7 +13,7 @@ from rich.table import Table
 from kvchat.bench.plots import write_plots
 from kvchat.bench.report import summarize, write_json
 from kvchat.bench.runner import METHODS, QUICK, TASKS, BenchConfig, run_bench
-from kvchat.engine import Engine
+from kvchat.engine import AskSettings, Engine
 from kvchat.errors import SettingsError
 
 
@@ -86,6 +86,8 @@ def bench_command(
 ) -> None:
     """Measure accuracy, decode speed and KV memory of each method side by side, in one run."""
     config = _config(quick, tasks, lengths, depths, budget, methods, variant)
+    for each in config.variants():  # refuse bad settings before loading anything
+        each.settings(AskSettings())
     console = Console(stderr=True)
     records: list[dict] = []
     with Engine(model, use_cache=False) as engine, Progress(

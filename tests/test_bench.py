@@ -116,3 +116,13 @@ def test_quick_sized_run_on_the_default_model(real_engine) -> None:
     assert records["full"]["accuracy"] == 1.0
     assert records["snapkv"]["accuracy"] == 1.0 and records["snapkv"]["kept_tokens"] == 256
     assert records["snapstream"]["kept_tokens"] <= 256
+
+
+@pytest.mark.parametrize("extra", [["--budget", "10"], ["--variant", "pool=median"], ["--tasks", "poetry"]])
+def test_bench_refuses_bad_settings_with_one_line(extra, tiny_model_path, isolated_home) -> None:
+    env = {**os.environ, "KVCHAT_HOME": str(isolated_home)}
+    result = subprocess.run([sys.executable, "-m", "kvchat.cli", "bench", "--quick", "--model", str(tiny_model_path),
+                             *extra], capture_output=True, text=True, env=env, timeout=120)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("kvchat: error:")
