@@ -64,6 +64,7 @@ class Conversation:
         self.run = PromptRun(model, self._context_size(), settings, model_name)
         self._agnostic: tuple | None = None
         self._previous_tokens: list[int] = []
+        self._reading_s = 0.0
 
     def _context_size(self) -> int:
         if self.settings.streams:
@@ -88,6 +89,7 @@ class Conversation:
             observer = self._question_window(question) if question and self.stream.query_aware else None
             yield from stream_read(self.run, self.document_tokens, observer, self.settings, self.stream, cancel)
             self.run.save()
+            self._reading_s = self.run.read_s
             return
         loaded = yield from self._load_saved()
         if not loaded:
@@ -97,6 +99,7 @@ class Conversation:
                 yield from self.states.save(self.document_sha256, len(self.document_tokens), state, self.document)
         if self.selection == "document":
             self._select_for_document()
+        self._reading_s = self.run.read_s
 
     def _load_saved(self) -> Iterator[Event]:
         if self.states is None:
@@ -126,6 +129,8 @@ class Conversation:
         `settings` overrides the conversation's for this answer (the bench compares methods so).
         """
         settings = settings or self.settings
+        # the document's reading counts towards the first answer's TTFT, not the follow-ups'
+        self.run.read_s = 0.0 if self.turns else self._reading_s
         _, earlier, question_part = self._split(question)
         earlier_tokens = self.model.tokenize(earlier) if earlier else []
         tokens = self.document_tokens + earlier_tokens + self.model.tokenize(question_part)
