@@ -43,6 +43,7 @@ class LlamaModel:
         if not self._model:
             raise ModelError(f"{self.path}: llama.cpp could not load this model", "is it a complete GGUF file?")
         self._vocab = raw.llama_model_get_vocab(self._model)
+        self._piece_texts: dict[int, str] = {}
         self.shape = self._read_shape()
         self.chat_template = self._read_chat_template()
 
@@ -68,10 +69,6 @@ class LlamaModel:
     @property
     def handle(self) -> object:
         return self._model
-
-    @property
-    def vocab(self) -> object:
-        return self._vocab
 
     def metadata(self, key: str) -> str | None:
         buffer = ctypes.create_string_buffer(512)
@@ -102,8 +99,15 @@ class LlamaModel:
         return buffer.raw[: max(length, 0)]
 
     def pieces_text(self, tokens: list[int]) -> list[str]:
-        """Each token's text on its own (for span detection), invalid UTF-8 replaced."""
-        return [self.piece(token).decode("utf-8", errors="replace") for token in tokens]
+        """Each token's text on its own (for span detection), invalid UTF-8 replaced.
+
+        Remembered per token id: every selection asks again for the whole document's pieces.
+        """
+        texts = self._piece_texts
+        for token in tokens:
+            if token not in texts:
+                texts[token] = self.piece(token).decode("utf-8", errors="replace")
+        return [texts[token] for token in tokens]
 
     def is_end_of_generation(self, token: int) -> bool:
         return bool(raw.llama_vocab_is_eog(self._vocab, token))
