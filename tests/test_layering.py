@@ -19,11 +19,12 @@ PACKAGES = {
 ALLOWED = {
     "policy": {"kvchat.errors"},
     "documents": {"kvchat.errors"},
-    "models": {"kvchat.errors", "kvchat.paths", "kvchat.models"},
+    "models": {"kvchat.errors", "kvchat.paths", "kvchat.models", "kvchat.atomic"},
     "llama": {"kvchat.errors", "kvchat.llama"},
     "engine": {"kvchat.errors", "kvchat.events", "kvchat.llama", "kvchat.policy", "kvchat.documents",
-               "kvchat.models", "kvchat.engine", "kvchat.paths"},
-    "bench": {"kvchat.engine", "kvchat.events", "kvchat.documents", "kvchat.policy", "kvchat.errors"},
+               "kvchat.models", "kvchat.engine", "kvchat.paths", "kvchat.atomic"},
+    "bench": {"kvchat.engine", "kvchat.events", "kvchat.documents", "kvchat.policy", "kvchat.errors",
+              "kvchat.atomic"},
 }
 
 

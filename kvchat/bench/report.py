@@ -14,11 +14,11 @@ decode_speedup (mean over cases of decode tok/s / full's on the same case), kv_s
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections import defaultdict
 from pathlib import Path
 from statistics import mean
+
+from kvchat.atomic import atomic_file
 
 SCHEMA = "kvchat-bench/1"
 
@@ -57,12 +57,5 @@ def write_json(path: Path, model: str, config: dict, records: list[dict]) -> Non
     """Write the results atomically (temp file + rename)."""
     document = {"schema": SCHEMA, "model": model, "config": config, "records": records,
                 "summary": summarize(records)}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temp_name = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as out:
-            json.dump(document, out, indent=1)
-        os.replace(temp_name, path)
-    finally:
-        if os.path.exists(temp_name):
-            os.unlink(temp_name)
+    with atomic_file(path, "w") as out:
+        json.dump(document, out, indent=1)

@@ -12,11 +12,12 @@ from __future__ import annotations
 import json
 import os
 import struct
-import tempfile
 import time
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
+
+from kvchat.atomic import atomic_file
 
 MAGIC = b"KVCHATST"
 FORMAT_VERSION = 1
@@ -114,21 +115,12 @@ class StateStore:
 
     def save(self, key: str, header: StateHeader, payload: bytes) -> Path:
         """Write atomically (temp file + rename), then enforce the size cap."""
-        self.root.mkdir(parents=True, exist_ok=True)
         target = self.path_for(key)
         header_bytes = header.to_bytes()
-        handle, temp_name = tempfile.mkstemp(prefix=target.name + ".", suffix=".tmp", dir=self.root)
-        try:
-            with os.fdopen(handle, "wb") as out:
-                out.write(PREAMBLE.pack(MAGIC, FORMAT_VERSION, len(header_bytes)))
-                out.write(header_bytes)
-                out.write(payload)
-                out.flush()
-                os.fsync(out.fileno())
-            os.replace(temp_name, target)
-        finally:
-            if os.path.exists(temp_name):
-                os.unlink(temp_name)
+        with atomic_file(target) as out:
+            out.write(PREAMBLE.pack(MAGIC, FORMAT_VERSION, len(header_bytes)))
+            out.write(header_bytes)
+            out.write(payload)
         self._enforce_cap(keep=target)
         return target
 
