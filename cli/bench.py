@@ -10,7 +10,6 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from kvchat.bench.plots import write_plots
 from kvchat.bench.report import summarize, write_json
 from kvchat.bench.runner import METHODS, QUICK, TASKS, BenchConfig, run_bench
 from kvchat.engine import AskSettings, Engine
@@ -108,5 +107,7 @@ def bench_command(
         write_json(json_path, model, asdict(config), records)
         console.print(f"wrote {json_path}")
     if plot is not None:
+        from kvchat.bench.plots import write_plots  # matplotlib: imported only when plotting
+
         for path in write_plots(records, plot):
             console.print(f"wrote {path}")

@@ -41,6 +41,20 @@ def test_pool_scores_shapes_and_values() -> None:
         pool_scores(scores, 4, "max")
 
 
+@pytest.mark.parametrize("kernel", [1, 3, 7, 15])
+@pytest.mark.parametrize("length", [1, 2, 5, 40])
+def test_pool_scores_match_a_sliding_window(kernel: int, length: int) -> None:
+    """Same as max_pool1d / avg_pool1d(padding=kernel // 2, count_include_pad=True), windows
+    wider than the row included."""
+    scores = np.random.default_rng(kernel * 100 + length).random((2, 3, length)).astype(np.float32)
+    half = kernel // 2
+    windows = [scores[..., max(0, i - half) : i + half + 1] for i in range(length)]
+    expected_max = np.stack([w.max(axis=-1) for w in windows], axis=-1)
+    expected_avg = np.stack([w.sum(axis=-1) / kernel for w in windows], axis=-1)
+    assert np.allclose(pool_scores(scores, kernel, "max"), expected_max)
+    assert np.allclose(pool_scores(scores, kernel, "avg"), expected_avg, atol=1e-6)
+
+
 @pytest.mark.parametrize("budget", [36, 100, 777])
 @pytest.mark.parametrize("spans", [False, True])
 def test_exact_budget_and_pins(budget: int, spans: bool) -> None:

@@ -6,16 +6,22 @@ import io
 import logging
 from pathlib import Path
 
-from pypdf import PdfReader
-from pypdf.errors import FileNotDecryptedError, PdfReadError, PyPdfError
+from typing import TYPE_CHECKING
 
 from kvchat.documents.model import Document, Page
 from kvchat.errors import DocumentError
+
+if TYPE_CHECKING:
+    from pypdf import PdfReader
 
 PAGE_SEPARATOR = "\n\n"
 
 
 def _open(path: Path, data: bytes) -> PdfReader:
+    # pypdf is imported when a PDF is read: with its crypto providers it costs ~0.5 s of start-up.
+    from pypdf import PdfReader
+    from pypdf.errors import PdfReadError, PyPdfError
+
     try:
         reader = PdfReader(io.BytesIO(data))
         if reader.is_encrypted and not reader.decrypt(""):
@@ -26,6 +32,8 @@ def _open(path: Path, data: bytes) -> PdfReader:
 
 
 def _page_texts(path: Path, reader: PdfReader) -> list[str]:
+    from pypdf.errors import FileNotDecryptedError
+
     try:
         return [(page.extract_text() or "").strip() for page in reader.pages]
     except FileNotDecryptedError:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from kvchat.errors import KvchatError, SettingsError
-from kvchat.llama import LlamaContext
+from kvchat.llama import LlamaContext, StateBytes
 from kvchat.policy import merge_runs
 
 
@@ -83,14 +83,15 @@ class KvCache:
         mask[kept_cells] = True
         dropped = self.positions[~mask]
         self.ctx.remove_runs(0, merge_runs(dropped))
-        self.ctx.compact(0)
+        written = self.ctx.compact(0)
         self.positions, self.tokens = self.positions[mask], self.tokens[mask]
-        self.verify()
+        self.verify(written)
         return dropped
 
-    def verify(self) -> None:
-        """The cache holds exactly the recorded positions, densely from cell 0, in order."""
-        actual = self.ctx.positions(0)
+    def verify(self, actual: np.ndarray | None = None) -> None:
+        """The cache holds exactly the recorded positions, densely from cell 0, in order
+        (`actual`: the positions just written back by a compaction, else read from llama.cpp)."""
+        actual = self.ctx.positions(0) if actual is None else actual
         if not np.array_equal(actual, self.positions):
             raise KvchatError(
                 f"KV cache check failed: {len(actual)} cells, {self.cells} expected",
@@ -121,7 +122,7 @@ class KvCache:
     def state(self) -> bytes:
         return self.ctx.state_bytes(0)
 
-    def load(self, state: bytes | bytearray, positions: np.ndarray, tokens: np.ndarray) -> None:
+    def load(self, state: StateBytes, positions: np.ndarray, tokens: np.ndarray) -> None:
         self.ctx.clear()
         self.ctx.load_state(state, 0)
         self.reset(positions, tokens)

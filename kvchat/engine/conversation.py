@@ -60,6 +60,8 @@ class Conversation:
         self.turns: list[Turn] = []
         document_part, _, _ = self._split("")
         self.document_tokens = model.tokenize(document_part)
+        if settings.policy.spans:  # token texts for span-aware selection, prepared with the tokens
+            model.pieces_text(self.document_tokens)
         self.document_sha256 = text_sha256(document_part)
         self.run = PromptRun(model, self._context_size(), settings, model_name)
         self._agnostic: tuple | None = None

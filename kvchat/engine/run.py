@@ -20,7 +20,7 @@ from kvchat.engine.generate import Generation, generate
 from kvchat.engine.pipeline import plan_cells, prefill
 from kvchat.engine.settings import AskSettings
 from kvchat.events import Done, Event, Progress, Pruned, Stats
-from kvchat.llama import ContextSettings, LlamaContext, LlamaModel, Sampler
+from kvchat.llama import ContextSettings, LlamaContext, LlamaModel, Sampler, StateBytes
 
 
 class PromptRun:
@@ -33,7 +33,7 @@ class PromptRun:
         self.cache = KvCache(LlamaContext(model, self._context_settings))
         self.read_upto = 0
         self.read_s = 0.0
-        self._saved: tuple[bytes | bytearray, np.ndarray, np.ndarray, int] | None = None
+        self._saved: tuple[StateBytes, np.ndarray, np.ndarray, int] | None = None
         self._at_saved = False  # the cache is exactly the saved state (restore() has nothing to do)
         self.last_generated = 0
 
@@ -66,7 +66,7 @@ class PromptRun:
         self._at_saved = True
         return state
 
-    def load(self, state: bytes | bytearray, tokens: list[int], started: float) -> None:
+    def load(self, state: StateBytes, tokens: list[int], started: float) -> None:
         """Put a saved state of `tokens` (a prompt prefix, read in full) in the cache; restore()
         returns to it. `started` is when fetching the state began: that is the reading time."""
         positions = np.arange(len(tokens), dtype=np.int64)
@@ -76,7 +76,7 @@ class PromptRun:
         self._at_saved = True
         self.read_s = time.perf_counter() - started
 
-    def restore(self, saved: tuple[bytes | bytearray, np.ndarray, np.ndarray, int] | None = None) -> None:
+    def restore(self, saved: tuple[StateBytes, np.ndarray, np.ndarray, int] | None = None) -> None:
         """Back to the saved state (or to `saved`, a snapshot)."""
         if saved is None and self._at_saved:
             return
@@ -91,7 +91,7 @@ class PromptRun:
         """The cache was changed from outside (a selection applied to it directly)."""
         self._at_saved = False
 
-    def snapshot(self) -> tuple[bytes | bytearray, np.ndarray, np.ndarray, int]:
+    def snapshot(self) -> tuple[StateBytes, np.ndarray, np.ndarray, int]:
         """The cache as it is now, for restore(snapshot) later (not the default restore point)."""
         return self.cache.state(), self.cache.positions, self.cache.tokens, self.read_upto
 

@@ -1,7 +1,7 @@
 """The llama adapter: the only code that imports llama_cpp."""
 
 from kvchat.llama._lib import STATE_FORMAT
-from kvchat.llama.context import ContextSettings, LlamaContext
+from kvchat.llama.context import ContextSettings, LlamaContext, StateBytes
 from kvchat.llama.model import Detokenizer, LlamaModel, ModelShape
 from kvchat.llama.probe import AttentionProbe
 from kvchat.llama.sampler import Sampler, SamplerSettings
@@ -16,4 +16,5 @@ __all__ = [
     "STATE_FORMAT",
     "Sampler",
     "SamplerSettings",
+    "StateBytes",
 ]

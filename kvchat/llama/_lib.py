@@ -31,6 +31,12 @@ def ggml_base() -> ctypes.CDLL:
     lib.ggml_nbytes.restype = ctypes.c_size_t
     lib.ggml_backend_tensor_get.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t]
     lib.ggml_backend_tensor_get.restype = None
+    lib.ggml_get_data.argtypes = [ctypes.c_void_p]
+    lib.ggml_get_data.restype = ctypes.c_void_p
+    lib.ggml_is_contiguous.argtypes = [ctypes.c_void_p]
+    lib.ggml_is_contiguous.restype = ctypes.c_bool
+    lib.ggml_backend_buffer_is_host.argtypes = [ctypes.c_void_p]
+    lib.ggml_backend_buffer_is_host.restype = ctypes.c_bool
     return lib
 
 

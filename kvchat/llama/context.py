@@ -14,6 +14,10 @@ from kvchat.llama.model import CACHE_TYPE_BYTES, LlamaModel
 from kvchat.llama.probe import AttentionProbe
 from kvchat.llama.state import cell_positions
 
+# A saved sequence state: bytes are copied into C; a writable buffer (a bytearray, or a
+# memoryview of a mapped state file) is passed without a copy.
+StateBytes = bytes | bytearray | memoryview
+
 
 @dataclass(frozen=True)
 class ContextSettings:
@@ -144,15 +148,16 @@ class LlamaContext:
         written = raw.llama_state_seq_get_data(self._ctx, buffer, size, seq)
         return bytes(memoryview(buffer)[:written])
 
-    def load_state(self, data: bytes | bytearray, seq: int = 0) -> None:
-        """Restore a sequence state; a bytearray is passed to C without a copy."""
+    def load_state(self, data: StateBytes, seq: int = 0) -> None:
+        """Restore a sequence state (see StateBytes)."""
         array_type = ctypes.c_uint8 * len(data)
-        buffer = array_type.from_buffer(data) if isinstance(data, bytearray) else array_type.from_buffer_copy(data)
+        buffer = array_type.from_buffer_copy(data) if isinstance(data, bytes) else array_type.from_buffer(data)
         if raw.llama_state_seq_set_data(self._ctx, buffer, len(data), seq) == 0:
             raise DecodeError("llama.cpp could not restore the KV state", "the saved state does not fit this context")
 
-    def compact(self, seq: int = 0) -> None:
-        """Move the sequence's cells to be contiguous from cell 0 (positions unchanged).
+    def compact(self, seq: int = 0) -> np.ndarray:
+        """Move the sequence's cells to be contiguous from cell 0 (positions unchanged); returns
+        the positions of the cells, in cell order, as written back.
 
         Removing entries leaves holes that attention still scans; a state round-trip writes the
         kept cells back densely, so decoding really gets faster.
@@ -160,6 +165,7 @@ class LlamaContext:
         data = self.state_bytes(seq)
         self.remove(seq, -1, -1)
         self.load_state(data, seq)
+        return cell_positions(data)
 
     def positions(self, seq: int = 0) -> np.ndarray:
         """Positions of the sequence's cells, in cell order (parsed from the state's header)."""

@@ -28,7 +28,8 @@ class AttentionProbe:
         self._lib = ggml_base()
         self._active = False
         self._n_cells = 0
-        self._votes: dict[int, np.ndarray] = {}
+        self._votes: np.ndarray | None = None  # (n_layer, n_head, n_cells), filled layer by layer
+        self._seen: set[int] = set()
         self._row_mass: dict[int, np.ndarray] = {}
         self._error: Exception | None = None
         # Referenced for the probe's lifetime: llama.cpp calls it on every graph node.
@@ -38,7 +39,8 @@ class AttentionProbe:
         """Observe the next decode; cells [0, n_cells) are the valid ones (a hole-free cache)."""
         self._active = True
         self._n_cells = n_cells
-        self._votes = {}
+        self._votes = None
+        self._seen = set()
         self._row_mass = {}
         self._error = None
 
@@ -48,18 +50,19 @@ class AttentionProbe:
         if self._error is not None:
             error, self._error = self._error, None
             raise error
-        missing = [il for il in range(self.n_layer) if il not in self._votes]
-        if missing:
+        missing = [il for il in range(self.n_layer) if il not in self._seen]
+        if missing or self._votes is None:
             raise KvchatError(
                 f"the attention probe saw no attention for layers {missing[:4]}",
                 "attention scores need flash attention off and ordinary attention layers",
             )
-        return np.stack([self._votes[il] for il in range(self.n_layer)])
+        votes, self._votes = self._votes, None
+        return votes
 
     def abort(self) -> None:
         """Stop observing after a failed decode; the partial votes are dropped."""
         self._active = False
-        self._votes = {}
+        self._votes = None
 
     def row_mass(self) -> np.ndarray:
         """Per layer, head and query row: the attention mass on valid cells (should be ~1)."""
@@ -85,15 +88,26 @@ class AttentionProbe:
         if head.type != GGML_TYPE_F32:
             raise KvchatError(f"kq_soft_max-{layer} is not f32 (type {head.type})", "use flash attention off")
         n_kv, n_tokens, n_head, n_stream = (int(n) for n in head.ne)
-        nbytes = self._lib.ggml_nbytes(tensor)
-        probabilities = np.empty(nbytes // 4, dtype=np.float32)
-        self._lib.ggml_backend_tensor_get(tensor, probabilities.ctypes.data_as(ctypes.c_void_p), 0, nbytes)
-        rows = probabilities.reshape(n_stream, n_head, n_tokens, n_kv)[0, :, :, : self._n_cells]
-        votes = rows.sum(axis=1)
-        if layer in self._votes:  # the window was split over several micro-batches
-            votes += self._votes[layer]
-        self._votes[layer] = votes
+        rows = self._probabilities(tensor, head).reshape(n_stream, n_head, n_tokens, n_kv)[0, :, :, : self._n_cells]
+        if self._votes is None:
+            self._votes = np.zeros((self.n_layer, n_head, self._n_cells), dtype=np.float32)
+        votes = self._votes[layer]
+        if layer in self._seen:  # the window was split over several micro-batches
+            votes += rows.sum(axis=1)
+        else:
+            rows.sum(axis=1, out=votes)
+        self._seen.add(layer)
         if self.keep_row_mass:
             previous = self._row_mass.get(layer)
             mass = rows.sum(axis=-1)
             self._row_mass[layer] = mass if previous is None else np.concatenate([previous, mass], axis=1)
+
+    def _probabilities(self, tensor: int, head: GgmlTensorHead) -> np.ndarray:
+        """The tensor's floats: read in place from host memory (CPU), else copied out."""
+        count = self._lib.ggml_nbytes(tensor) // 4
+        if head.buffer and self._lib.ggml_backend_buffer_is_host(head.buffer) and self._lib.ggml_is_contiguous(tensor):
+            address = self._lib.ggml_get_data(tensor)
+            return np.ctypeslib.as_array((ctypes.c_float * count).from_address(address))
+        probabilities = np.empty(count, dtype=np.float32)
+        self._lib.ggml_backend_tensor_get(tensor, probabilities.ctypes.data_as(ctypes.c_void_p), 0, count * 4)
+        return probabilities
