@@ -10,6 +10,7 @@ import typer
 from kvchat.cli.ask import ask_command
 from kvchat.cli.bench import bench_command
 from kvchat.cli.cache import cache_app
+from kvchat.cli.chat import chat_command
 from kvchat.cli.logs import configure_logging
 from kvchat.cli.models import models_command
 from kvchat.errors import CancelledError, KvchatError
@@ -22,6 +23,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.command("ask")(ask_command)
+app.command("chat")(chat_command)
 app.command("models")(models_command)
 app.command("bench")(bench_command)
 app.add_typer(cache_app, name="cache")

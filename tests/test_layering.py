@@ -13,6 +13,7 @@ PACKAGES = {
     "documents": REPO / "kvchat" / "documents",
     "models": REPO / "models",
     "cli": REPO / "cli",
+    "tui": REPO / "tui",
     "bench": REPO / "kvchat" / "bench",
 }
 # What each layer may import from kvchat (besides itself).
@@ -23,6 +24,7 @@ ALLOWED = {
     "llama": {"kvchat.errors", "kvchat.llama"},
     "engine": {"kvchat.errors", "kvchat.events", "kvchat.llama", "kvchat.policy", "kvchat.documents",
                "kvchat.models", "kvchat.engine", "kvchat.paths", "kvchat.atomic"},
+    "tui": {"kvchat.engine", "kvchat.events", "kvchat.documents", "kvchat.errors"},
     "bench": {"kvchat.engine", "kvchat.events", "kvchat.documents", "kvchat.policy", "kvchat.errors",
               "kvchat.atomic"},
 }
@@ -44,7 +46,7 @@ def imports_of(package: str) -> set[str]:
 
 
 def test_only_the_adapter_imports_llama_cpp() -> None:
-    sources = [file for root in ("kvchat", "cli", "models", "bench") for file in (REPO / root).rglob("*.py")]
+    sources = [file for root in ("kvchat", "cli", "tui", "models", "bench") for file in (REPO / root).rglob("*.py")]
     assert len(sources) > 30
     for file in sources:
         if PACKAGES["llama"] in file.parents:
@@ -67,12 +69,12 @@ def test_each_layer_imports_only_what_is_below_it() -> None:
 
 
 def test_front_ends_do_not_reach_into_the_adapter() -> None:
-    for name in imports_of("cli"):
+    for name in imports_of("cli") | imports_of("tui"):
         assert not name.startswith("kvchat.llama._") and name != "llama_cpp"
 
 
 def test_no_print_in_the_library() -> None:
-    for package in ("policy", "llama", "engine", "documents", "models", "bench"):
+    for package in ("policy", "llama", "engine", "documents", "models", "bench", "tui"):
         for file in PACKAGES[package].rglob("*.py"):
             tree = ast.parse(file.read_text(encoding="utf-8"))
             calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "print"]

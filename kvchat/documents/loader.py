@@ -11,6 +11,8 @@ from kvchat.errors import DocumentError
 
 HTML_SUFFIXES = {".html", ".htm", ".xhtml"}
 SUPPORTED = "PDF, TXT, Markdown or HTML"
+# What a file picker offers (any text file can be read; these are the usual names).
+DOCUMENT_SUFFIXES = frozenset({".pdf", ".txt", ".text", ".md", ".markdown", ".mdown", ".rst", ".csv"} | HTML_SUFFIXES)
 
 
 def _read_bytes(path: Path) -> bytes:

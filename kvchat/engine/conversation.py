@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import replace
 from typing import Literal
 
 
 from kvchat.documents import Document
 from kvchat.engine.sizing import RING_MIN, context_size, round_up
+from kvchat.engine.kept import kept_text_spans
 from kvchat.engine.pipeline import plan_cells
 from kvchat.engine.prompt import GENERIC_QUESTION, Turn, chat_messages, split_rendered, text_sha256
 from kvchat.engine.run import PromptRun
@@ -59,6 +60,7 @@ class Conversation:
         self.stream = stream or StreamSettings()
         self.turns: list[Turn] = []
         document_part, _, _ = self._split("")
+        self._document_part = document_part
         self.document_tokens = model.tokenize(document_part)
         if settings.policy.spans:  # token texts for span-aware selection, prepared with the tokens
             model.pieces_text(self.document_tokens)
@@ -164,6 +166,13 @@ class Conversation:
             return replace(settings, method="full"), 0
         self.run.restore()
         return settings, n_earlier
+
+    def kept_spans(self, kept_positions: Iterable[int]) -> list[tuple[int, int]]:
+        """Character ranges of the document's text (stripped, as the model saw it) that the
+        cells at `kept_positions` hold: what a selection kept, for showing to the user."""
+        return kept_text_spans(
+            self.model, self._document_part, self.document.text.strip(), self.document_tokens, kept_positions
+        )
 
     def reset(self) -> None:
         """Start a new conversation about the same document."""

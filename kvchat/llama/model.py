@@ -7,6 +7,8 @@ import ctypes
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from kvchat.errors import ModelError, PromptTooLongError
 from kvchat.llama._lib import backend_ready, raw
 from kvchat.llama.logs import route_logs
@@ -44,6 +46,7 @@ class LlamaModel:
             raise ModelError(f"{self.path}: llama.cpp could not load this model", "is it a complete GGUF file?")
         self._vocab = raw.llama_model_get_vocab(self._model)
         self._piece_texts: dict[int, str] = {}
+        self._piece_lengths: dict[int, int] = {}
         self.shape = self._read_shape()
         self.chat_template = self._read_chat_template()
 
@@ -108,6 +111,14 @@ class LlamaModel:
             if token not in texts:
                 texts[token] = self.piece(token).decode("utf-8", errors="replace")
         return [texts[token] for token in tokens]
+
+    def piece_lengths(self, tokens: list[int]) -> np.ndarray:
+        """Each token's length in bytes as it appears in a rendered prompt (special tokens too)."""
+        lengths = self._piece_lengths
+        for token in tokens:
+            if token not in lengths:
+                lengths[token] = len(self.piece(token, special=True))
+        return np.fromiter((lengths[token] for token in tokens), dtype=np.int64, count=len(tokens))
 
     def is_end_of_generation(self, token: int) -> bool:
         return bool(raw.llama_vocab_is_eog(self._vocab, token))

@@ -1,0 +1,41 @@
+"""`kvchat chat [PATH]`: the terminal UI for a conversation with a document."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from kvchat.engine import AskSettings
+from kvchat.llama import SamplerSettings
+from kvchat.policy import SnapKV
+
+
+def chat_command(
+    path: Path | None = typer.Argument(None, help="The document (PDF, TXT, Markdown or HTML); a file picker opens without one."),
+    model: str = typer.Option("default", "--model", "-m", help="Registry name (see `kvchat models`) or a GGUF path."),
+    budget: int = typer.Option(1024, help="KV entries kept for the prompt, observation window included."),
+    window: int = typer.Option(32, help="Observation window: the question's last tokens whose attention votes."),
+    method: str = typer.Option("snapkv", help="snapkv, snapstream, streamingllm or full."),
+    max_tokens: int = typer.Option(512, help="Most tokens per answer."),
+    temperature: float = typer.Option(0.0, help="0 = greedy (deterministic)."),
+    threads: int | None = typer.Option(None, help="CPU threads (default: all cores)."),
+    gpu_layers: int = typer.Option(0, help="Layers to offload to the GPU."),
+    cache: bool = typer.Option(True, help="Save each document's reading and reuse it next time."),
+) -> None:
+    """Chat with a document in a terminal UI (F1 inside lists the keys)."""
+    settings = AskSettings(
+        method=method,  # type: ignore[arg-type]
+        policy=SnapKV(budget=budget, window=window),
+        max_tokens=max_tokens,
+        sampler=SamplerSettings(temperature=temperature),
+        threads=threads,
+    )
+    from kvchat.tui.app import KvchatApp  # Textual is imported only for this command
+    from kvchat.tui.sessions import EngineSessions
+
+    app = KvchatApp(EngineSessions(model, gpu_layers, cache), path, settings)
+    try:
+        app.run()
+    finally:
+        app.close_engine()

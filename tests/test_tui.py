@@ -1,0 +1,195 @@
+"""The chat app driven with Textual's Pilot on a fake engine (tests/fake_sessions.py)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from textual.widgets import Input, Label
+
+from fake_sessions import FakeSessions
+from kvchat.errors import DocumentError, ModelError
+from kvchat.tui.app import KvchatApp
+from kvchat.tui.screens import DocumentTree, HelpScreen, KeptScreen, PickerScreen, SettingsScreen
+from kvchat.tui.widgets import AnswerView, KvPanel, QuestionView
+
+DOCUMENT = Path("notes.txt")
+SIZE = (120, 40)
+
+
+async def wait_for(pilot, condition, timeout_s: float = 10.0) -> None:
+    """Let the app run until `condition()` holds."""
+    for _ in range(int(timeout_s / 0.02)):
+        if condition():
+            return
+        await pilot.pause(0.02)
+    raise AssertionError("the app did not get there in time")
+
+
+def notifications(app: KvchatApp) -> list[str]:
+    return [notification.message for notification in app._notifications]
+
+
+async def ask(pilot, app: KvchatApp, question: str) -> None:
+    app.query_one("#question", Input).value = question
+    await pilot.press("enter")
+    await wait_for(pilot, lambda: app.busy is None and app._answer is None)
+
+
+async def test_a_question_gets_a_streamed_answer_and_the_panel_its_figures() -> None:
+    sessions = FakeSessions()
+    app = KvchatApp(sessions, DOCUMENT)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.session is not None)
+        await ask(pilot, app, "What was the boat called?")
+        assert [q.visual.plain for q in app.query(QuestionView)] == ["› What was the boat called?"]
+        assert app.query_one(AnswerView).source == "The boat was named the **Grey Heron**."
+        assert sessions.opened[0].asked[0][0] == "What was the boat called?"
+        figures = app.query_one(KvPanel).figures
+        assert (figures.cells, figures.prompt_tokens, figures.ttft_s) == (256, 2000, 0.5)
+        assert figures.document_tokens == 2000 and figures.pages == 1
+        assert app.query_one("#question", Input).value == ""
+
+
+async def test_escape_stops_an_answer_midway() -> None:
+    sessions = FakeSessions(token_delay_s=0.05, answer=[f"word{i} " for i in range(200)])
+    app = KvchatApp(sessions, DOCUMENT)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.session is not None)
+        app.query_one("#question", Input).value = "Tell me everything."
+        await pilot.press("enter")
+        session = sessions.opened[0]
+        await wait_for(pilot, lambda: session.tokens_sent >= 3)
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: app.busy is None and app._answer is None)
+        answer = app.query_one(AnswerView).source
+        assert answer.endswith("*(stopped)*")
+        assert session.tokens_sent < 100 and session.turns == 0
+        assert answer.startswith("word0 word1 word2")
+
+
+async def test_settings_refuse_a_budget_smaller_than_the_window() -> None:
+    sessions = FakeSessions()
+    app = KvchatApp(sessions, DOCUMENT)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.session is not None)
+        await pilot.press("ctrl+s")
+        await wait_for(pilot, lambda: isinstance(app.screen, SettingsScreen))
+        app.screen.query_one("#budget", Input).value = "20"
+        await pilot.click("#save")
+        await pilot.pause()
+        assert isinstance(app.screen, SettingsScreen)
+        error = app.screen.query_one("#settings-error", Label).visual.plain
+        assert "budget 20 is smaller than window 32" in error
+        app.screen.query_one("#budget", Input).value = "256"
+        kernel = app.screen.query_one("#kernel", Input)
+        kernel.value = "5"
+        kernel.focus()
+        await pilot.press("enter")  # enter in a field saves, like the button
+        await wait_for(pilot, lambda: not isinstance(app.screen, SettingsScreen))
+        assert (app.settings.policy.budget, app.settings.policy.kernel) == (256, 5)
+        await ask(pilot, app, "Again?")
+        assert sessions.opened[0].asked[0][1].policy.budget == 256
+
+
+async def test_settings_refuse_an_even_kernel_and_text_in_a_number() -> None:
+    app = KvchatApp(FakeSessions(), DOCUMENT)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("ctrl+s")
+        await wait_for(pilot, lambda: isinstance(app.screen, SettingsScreen))
+        app.screen.query_one("#kernel", Input).value = "4"
+        await pilot.click("#save")
+        await pilot.pause()
+        assert "kernel" in app.screen.query_one("#settings-error", Label).visual.plain
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: not isinstance(app.screen, SettingsScreen))
+        assert app.settings.policy.kernel == 7
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        DocumentError("notes.txt: the PDF is encrypted", "save an unencrypted copy first"),
+        ModelError("model 'default' is not installed", "pip install -e '.[model]'"),
+    ],
+)
+async def test_errors_become_notifications_with_their_hint(error) -> None:
+    app = KvchatApp(FakeSessions(error=error), DOCUMENT)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.busy is None and notifications(app))
+        assert notifications(app) == [error.one_line()]
+        assert app.session is None and app.is_running
+        app.query_one("#question", Input).value = "Anything?"
+        await pilot.press("enter")
+        await pilot.pause()
+        assert "no document is open" in notifications(app)[-1]
+
+
+async def test_new_conversation_resets_the_session_and_clears_the_transcript() -> None:
+    sessions = FakeSessions()
+    app = KvchatApp(sessions, DOCUMENT)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.session is not None)
+        await ask(pilot, app, "First?")
+        await pilot.press("ctrl+n")
+        await pilot.pause()
+        assert sessions.opened[0].resets == 1
+        assert not app.query(QuestionView) and not app.query(AnswerView)
+
+
+async def test_kept_view_highlights_what_the_selection_kept() -> None:
+    app = KvchatApp(FakeSessions(), DOCUMENT)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.session is not None)
+        await pilot.press("ctrl+t")
+        assert "nothing pruned yet" in notifications(app)[-1]
+        await ask(pilot, app, "Boat?")
+        await pilot.press("ctrl+t")
+        await wait_for(pilot, lambda: isinstance(app.screen, KeptScreen))
+        text = app.screen.query_one("#kept-text").visual
+        highlighted = [text.plain[span.start : span.end] for span in text.spans if "yellow" in str(span.style)]
+        assert highlighted == ["The boat was named the Grey Heron."]
+        assert "256 of 2,000 prompt tokens kept" in app.screen.summary
+
+
+async def test_help_opens_with_f1_and_question_mark_types_into_the_box() -> None:
+    app = KvchatApp(FakeSessions(), DOCUMENT)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.session is not None)
+        await pilot.press("question_mark")
+        assert app.query_one("#question", Input).value == "?"
+        await pilot.press("f1")
+        await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen))
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: not isinstance(app.screen, HelpScreen))
+
+
+async def test_picker_lists_documents_only_and_opens_the_chosen_one(tmp_path: Path) -> None:
+    for name in ("report.pdf", "notes.txt", "image.png", ".hidden.txt"):
+        (tmp_path / name).write_bytes(b"x")
+    sessions = FakeSessions()
+    app = KvchatApp(sessions, None, start_dir=tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: isinstance(app.screen, PickerScreen))
+        tree = app.screen.query_one(DocumentTree)
+        await wait_for(pilot, lambda: len(tree.root.children) > 0)
+        assert sorted(child.label.plain for child in tree.root.children) == ["notes.txt", "report.pdf"]
+        tree.focus()
+        await pilot.press("down", "enter")
+        await wait_for(pilot, lambda: app.session is not None)
+        assert sessions.opened[0].document.path.parent == tmp_path
+
+
+async def test_quitting_while_answering_stops_the_worker_and_closes_the_engine() -> None:
+    sessions = FakeSessions(token_delay_s=0.05, answer=[f"w{i} " for i in range(400)])
+    app = KvchatApp(sessions, DOCUMENT)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.session is not None)
+        app.query_one("#question", Input).value = "Long answer please"
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: sessions.opened[0].tokens_sent >= 2)
+        await pilot.press("ctrl+q")
+    await asyncio.to_thread(app.close_engine, 10.0)
+    assert app.idle.is_set() and sessions.closed and sessions.opened[0].closed
+    assert sessions.opened[0].tokens_sent < 100

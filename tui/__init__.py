@@ -1,0 +1,1 @@
+"""`kvchat chat`: a Textual app for talking with a document (installed as kvchat.tui)."""

@@ -1,0 +1,279 @@
+"""The chat app: a document, a conversation about it, and the KV cache's figures beside it.
+
+Model work runs in one thread worker at a time (reading or answering); it gets its own cancel
+event, which Esc sets, and posts the engine's events back as messages. The app is built around
+an injected SessionFactory, so tests drive it on a fake engine.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import replace
+from pathlib import Path
+
+from textual import on, work
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.widgets import Footer, Header, Input, Markdown
+from textual.widgets.markdown import MarkdownStream
+
+from kvchat.engine import AskSettings
+from kvchat.errors import CancelledError, KvchatError
+from kvchat.events import Done, Notice, Progress, Pruned, Token
+from kvchat.tui.messages import DocumentLoaded, EngineEvent, Job, JobEnded
+from kvchat.tui.screens import HelpScreen, KeptScreen, PickerScreen, SettingsScreen
+from kvchat.tui.sessions import ChatSession, SessionFactory
+from kvchat.tui.widgets import AnswerView, KvPanel, NoticeView, QuestionView, ReadingBar
+
+LOGGER = logging.getLogger(__name__)
+
+
+class KvchatApp(App[None]):
+    CSS_PATH = "app.tcss"
+    TITLE = "kvchat"
+    BINDINGS = [
+        Binding("escape", "stop", "Stop"),
+        Binding("ctrl+n", "new_conversation", "New chat", priority=True),
+        Binding("ctrl+o", "open_document", "Open", priority=True),
+        Binding("ctrl+s", "settings", "Settings", priority=True),
+        Binding("ctrl+t", "kept", "Kept", priority=True),
+        Binding("f1", "help", "Help", priority=True),
+        Binding("question_mark", "help", "Help", show=False),
+        Binding("ctrl+q", "quit", "Quit", priority=True),
+    ]
+
+    def __init__(
+        self,
+        sessions: SessionFactory,
+        path: Path | None = None,
+        settings: AskSettings | None = None,
+        start_dir: Path | None = None,
+    ) -> None:
+        super().__init__()
+        self.sessions = sessions
+        self.settings = settings or AskSettings()
+        self.initial_path = path
+        self.start_dir = start_dir or Path.cwd()
+        self.session: ChatSession | None = None
+        self.busy: Job | None = None
+        self.idle = threading.Event()  # set while no worker touches the model
+        self.idle.set()
+        self._cancel = threading.Event()
+        self._stream: MarkdownStream | None = None
+        self._answer: AnswerView | None = None
+        self._answer_text = ""
+        self._kept: tuple[tuple[int, ...], int] | None = None  # kept positions, prompt tokens
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        with Horizontal(id="main"):
+            with Vertical(id="chat"):
+                yield VerticalScroll(id="transcript")
+                yield ReadingBar()
+                yield Input(placeholder="Ask about the document…  (F1: keys)", id="question")
+            yield KvPanel(self.settings)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#transcript").anchor()
+        if self.initial_path is not None:
+            self.open_path(self.initial_path)
+        else:
+            self.action_open_document()
+
+    # ---- jobs ---------------------------------------------------------------------------
+
+    def _start(self, job: Job) -> threading.Event:
+        self.busy = job
+        self.idle.clear()
+        self._cancel = threading.Event()
+        return self._cancel
+
+    def open_path(self, path: Path) -> None:
+        """Close the open document (if any) and read `path`."""
+        old, self.session, self._kept = self.session, None, None
+        self.sub_title = path.name
+        self.query_one(ReadingBar).start(f"Reading {path.name}")
+        self._read(old, path, self._start("reading"))
+
+    @work(thread=True, group="model", exit_on_error=False)
+    def _read(self, old: ChatSession | None, path: Path, cancel: threading.Event) -> None:
+        session: ChatSession | None = None
+        try:
+            if old is not None:
+                old.close()
+            session = self.sessions.open(path, self.settings)
+            self.post_message(DocumentLoaded(session.document))
+            for event in session.read(cancel):
+                self.post_message(EngineEvent(event))
+            self._end(JobEnded("reading", "done", session=session))
+        except BaseException as error:  # everything becomes a message: the app never dies of it
+            if session is not None:
+                session.close()
+            self._end(self._ended("reading", error))
+
+    @work(thread=True, group="model", exit_on_error=False)
+    def _ask(self, session: ChatSession, question: str, settings: AskSettings, cancel: threading.Event) -> None:
+        try:
+            for event in session.ask(question, settings, cancel):
+                self.post_message(EngineEvent(event))
+            self._end(JobEnded("answering", "done"))
+        except BaseException as error:
+            self._end(self._ended("answering", error))
+
+    def _end(self, message: JobEnded) -> None:
+        self.idle.set()
+        self.post_message(message)
+
+    @staticmethod
+    def _ended(job: Job, error: BaseException) -> JobEnded:
+        if isinstance(error, (CancelledError, KeyboardInterrupt)):
+            return JobEnded(job, "cancelled")
+        if isinstance(error, KvchatError):
+            return JobEnded(job, "error", error.one_line())
+        LOGGER.exception("unexpected error while %s", job)
+        return JobEnded(job, "error", f"unexpected error: {error} (details in the log file)")
+
+    # ---- messages from the workers -------------------------------------------------------
+
+    def on_document_loaded(self, message: DocumentLoaded) -> None:
+        panel = self.query_one(KvPanel)
+        document = message.document
+        panel.figures = replace(panel.figures, document=document.path.name, pages=len(document.pages) or None)
+        panel.refresh_figures()
+
+    async def on_engine_event(self, message: EngineEvent) -> None:
+        event, panel = message.event, self.query_one(KvPanel)
+        if isinstance(event, Token):
+            if self._stream is not None:
+                self._answer_text += event.text
+                await self._stream.write(event.text)
+        elif isinstance(event, Progress) and self.busy == "reading":
+            self.query_one(ReadingBar).show(event)
+            panel.figures.document_tokens = event.total
+            if event.elapsed_s > 0:
+                panel.figures.prefill_tps = event.tokens_per_s
+            panel.refresh_figures()
+        elif isinstance(event, Pruned):
+            self._kept = (event.kept_positions, event.prompt_tokens)
+            panel.figures.cells, panel.figures.prompt_tokens = event.kept_tokens, event.prompt_tokens
+            panel.refresh_figures()
+        elif isinstance(event, Notice):
+            await self._transcript_line(event.text)
+        elif isinstance(event, Done):
+            panel.show_stats(event.stats)
+
+    async def on_job_ended(self, message: JobEnded) -> None:
+        self.busy = None
+        if message.job == "reading":
+            self.query_one(ReadingBar).stop()
+            if message.outcome == "done":
+                self.session = message.session  # type: ignore[assignment]
+                panel = self.query_one(KvPanel)
+                panel.figures.document_tokens = self.session.token_count  # type: ignore[union-attr]
+                panel.refresh_figures()
+                await self._transcript_line(f"Ready: ask about {self.sub_title}.")
+            elif message.outcome == "cancelled":
+                await self._transcript_line("Reading stopped. ctrl+o opens a document.")
+        else:
+            await self._finish_answer("*(stopped)*" if message.outcome == "cancelled" else "")
+        if message.outcome == "error":
+            self.notify(message.error, title="kvchat", severity="error", timeout=12)
+        self.query_one("#question", Input).focus()
+
+    async def _finish_answer(self, suffix: str) -> None:
+        """Stop streaming and show the whole answer (stopping the stream drops what is pending)."""
+        if self._stream is not None and self._answer is not None:
+            await self._stream.stop()
+            await self._answer.update(self._answer_text + (f"\n\n{suffix}" if suffix else ""))
+        self._stream, self._answer, self._answer_text = None, None, ""
+
+    async def _transcript_line(self, text: str) -> None:
+        await self.query_one("#transcript").mount(NoticeView(text))
+
+    # ---- the user's actions --------------------------------------------------------------
+
+    @on(Input.Submitted, "#question")
+    async def ask_question(self, message: Input.Submitted) -> None:
+        question = message.value.strip()
+        if not question:
+            return
+        if self.busy is not None:
+            self.notify(f"still {self.busy}: esc stops it", severity="warning")
+            return
+        if self.session is None:
+            self.notify("no document is open: ctrl+o opens one", severity="warning")
+            return
+        message.input.value = ""
+        transcript = self.query_one("#transcript")
+        self._answer = AnswerView()
+        await transcript.mount(QuestionView(f"› {question}"))
+        await transcript.mount(self._answer)
+        self._stream = Markdown.get_stream(self._answer)
+        self._ask(self.session, question, self.settings, self._start("answering"))
+
+    def action_stop(self) -> None:
+        if self.busy is not None:
+            self._cancel.set()
+
+    async def action_new_conversation(self) -> None:
+        if self.busy is not None or self.session is None:
+            self.notify("nothing to reset yet" if self.busy is None else "busy: esc stops it", severity="warning")
+            return
+        self.session.reset()
+        await self.query_one("#transcript").remove_children()
+        await self._transcript_line(f"New conversation about {self.sub_title}.")
+
+    def action_open_document(self) -> None:
+        if self.busy is not None:
+            self.notify("busy: esc stops it first", severity="warning")
+            return
+        self.push_screen(PickerScreen(self.start_dir), self._picked)
+
+    def _picked(self, path: Path | None) -> None:
+        if path is not None:
+            self.start_dir = path.parent
+            self.open_path(path)
+        elif self.session is None:
+            self.notify("no document open: ctrl+o opens one, ctrl+q quits")
+
+    def action_settings(self) -> None:
+        self.push_screen(SettingsScreen(self.settings), self._new_settings)
+
+    def _new_settings(self, settings: AskSettings | None) -> None:
+        if settings is None:
+            return
+        reread = settings.streams != self.settings.streams and self.session is not None
+        self.settings = settings
+        panel = self.query_one(KvPanel)
+        panel.settings = settings
+        panel.refresh_figures()
+        if reread and self.busy is None:
+            self.open_path(self.session.document.path)  # type: ignore[union-attr]
+        self.notify("settings saved" + ("; reading the document again" if reread else ""))
+
+    def action_kept(self) -> None:
+        if self.session is None or self._kept is None:
+            self.notify("nothing pruned yet: the kept view shows what the last answer's selection kept")
+            return
+        positions, prompt_tokens = self._kept
+        spans = self.session.kept_spans(positions)
+        summary = f"{len(positions):,} of {prompt_tokens:,} prompt tokens kept; the highlighted text is what the answer saw"
+        self.push_screen(KeptScreen(self.session.document.text.strip(), spans, summary))
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen())
+
+    async def action_quit(self) -> None:
+        self._cancel.set()
+        self.exit()
+
+    def close_engine(self, timeout_s: float = 120.0) -> None:
+        """After the app has exited: stop model work, wait for it, free the model."""
+        self._cancel.set()
+        self.idle.wait(timeout_s)
+        if self.session is not None:
+            self.session.close()
+        self.sessions.close()

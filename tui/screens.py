@@ -1,0 +1,165 @@
+"""Modal screens of the chat app: settings, key help, the file picker and the kept view."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import replace
+from pathlib import Path
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Grid, Horizontal, Vertical, VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Button, DirectoryTree, Input, Label, Select, Static
+
+from kvchat.documents import DOCUMENT_SUFFIXES
+from kvchat.engine import METHODS, AskSettings
+from kvchat.errors import SettingsError
+
+KEYS = [
+    ("enter", "ask the question typed in the box"),
+    ("esc", "stop the answer or the reading in progress"),
+    ("ctrl+n", "new conversation about the same document"),
+    ("ctrl+o", "open another document"),
+    ("ctrl+s", "settings: budget, window, pooling, method, sampling"),
+    ("ctrl+t", "kept view: the document with what the cache kept highlighted"),
+    ("? / f1", "this help"),
+    ("ctrl+q", "quit"),
+]
+
+
+class HelpScreen(ModalScreen[None]):
+    BINDINGS = [Binding("escape,q,question_mark,f1", "dismiss", "Close")]
+
+    def compose(self) -> ComposeResult:
+        table = Text()
+        for key, what in KEYS:
+            table.append(f"{key:>8}  ", style="bold cyan")
+            table.append(f"{what}\n")
+        with Vertical(id="help", classes="dialog"):
+            yield Label("[b]Keys[/b]")
+            yield Static(table)
+            yield Label("[dim]esc closes[/dim]")
+
+
+class SettingsScreen(ModalScreen[AskSettings | None]):
+    """Edit the settings of the next answers; refuses invalid ones with the reason."""
+
+    BINDINGS = [Binding("escape", "dismiss(None)", "Cancel")]
+
+    def __init__(self, settings: AskSettings) -> None:
+        super().__init__()
+        self.settings = settings
+
+    def compose(self) -> ComposeResult:
+        policy, sampler = self.settings.policy, self.settings.sampler
+        with Vertical(id="settings", classes="dialog"):
+            yield Label("[b]Settings[/b]  (apply to the next answer)")
+            with Grid(id="settings-grid"):
+                yield Label("KV budget")
+                yield Input(str(policy.budget), type="integer", compact=True, id="budget")
+                yield Label("window")
+                yield Input(str(policy.window), type="integer", compact=True, id="window")
+                yield Label("pooling kernel")
+                yield Input(str(policy.kernel), type="integer", compact=True, id="kernel")
+                yield Label("pooling")
+                yield Select([(mode, mode) for mode in ("max", "avg")], value=policy.pool, allow_blank=False, compact=True, id="pool")
+                yield Label("method")
+                yield Select([(m, m) for m in METHODS], value=self.settings.method, allow_blank=False, compact=True, id="method")
+                yield Label("temperature")
+                yield Input(str(sampler.temperature), type="number", compact=True, id="temperature")
+                yield Label("max tokens")
+                yield Input(str(self.settings.max_tokens), type="integer", compact=True, id="max-tokens")
+            yield Label("", id="settings-error")
+            with Horizontal(classes="buttons"):
+                yield Button("Save", variant="primary", id="save")
+                yield Button("Cancel", id="cancel")
+
+    def _number(self, widget_id: str, kind: type) -> int | float:
+        text = self.query_one(f"#{widget_id}", Input).value.strip()
+        try:
+            return kind(text)
+        except ValueError:
+            raise SettingsError(f"{widget_id.replace('-', ' ')} must be a number, got {text!r}", "") from None
+
+    def _settings(self) -> AskSettings:
+        temperature = float(self._number("temperature", float))
+        if not 0 <= temperature <= 5:
+            raise SettingsError(f"temperature must be between 0 and 5, got {temperature}", "")
+        policy = replace(  # replace() runs SnapKV's checks (budget >= window + sinks, odd kernel …)
+            self.settings.policy,
+            budget=int(self._number("budget", int)),
+            window=int(self._number("window", int)),
+            kernel=int(self._number("kernel", int)),
+            pool=self.query_one("#pool", Select).value,  # type: ignore[arg-type]
+        )
+        return replace(
+            self.settings,
+            method=self.query_one("#method", Select).value,  # type: ignore[arg-type]
+            policy=policy,
+            sampler=replace(self.settings.sampler, temperature=temperature),
+            max_tokens=int(self._number("max-tokens", int)),
+        )
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        if event.button.id == "cancel":
+            self.dismiss(None)
+            return
+        try:
+            settings = self._settings()
+        except (SettingsError, ValueError) as error:
+            message = error.message if isinstance(error, SettingsError) else str(error)
+            self.query_one("#settings-error", Label).update(f"[red]{message}[/red]")
+            return
+        self.dismiss(settings)
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        event.stop()
+        self.query_one("#save", Button).press()
+
+
+class DocumentTree(DirectoryTree):
+    """Folders and the files kvchat can read; hidden entries left out."""
+
+    def filter_paths(self, paths: Iterable[Path]) -> Iterable[Path]:
+        return [
+            path
+            for path in paths
+            if not path.name.startswith(".") and (path.is_dir() or path.suffix.lower() in DOCUMENT_SUFFIXES)
+        ]
+
+
+class PickerScreen(ModalScreen[Path | None]):
+    BINDINGS = [Binding("escape", "dismiss(None)", "Cancel")]
+
+    def __init__(self, start: Path) -> None:
+        super().__init__()
+        self.start = start
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="picker", classes="dialog"):
+            yield Label(f"[b]Open a document[/b]  {self.start}  (enter opens, esc cancels)")
+            yield DocumentTree(self.start, id="picker-tree")
+
+    def on_directory_tree_file_selected(self, event: DirectoryTree.FileSelected) -> None:
+        self.dismiss(event.path)
+
+
+class KeptScreen(ModalScreen[None]):
+    """The document with the spans the last selection kept highlighted."""
+
+    BINDINGS = [Binding("escape,ctrl+t,q", "dismiss", "Close")]
+
+    def __init__(self, text: str, spans: list[tuple[int, int]], summary: str) -> None:
+        super().__init__()
+        self.text, self.spans, self.summary = text, spans, summary
+
+    def compose(self) -> ComposeResult:
+        body = Text(self.text, style="dim")
+        for start, end in self.spans:
+            body.stylize("bold black on yellow", start, end)
+        with Vertical(id="kept", classes="dialog"):
+            yield Label(f"[b]Kept[/b]  {self.summary}  (esc closes)")
+            with VerticalScroll(id="kept-scroll"):
+                yield Static(body, id="kept-text")

@@ -1,0 +1,87 @@
+"""What the chat app needs from the engine, as a small interface the tests can fake.
+
+A `SessionFactory` opens documents (loading the model on first use); a `ChatSession` is one
+document and its conversation. Both are called from worker threads, never the UI thread.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Protocol
+
+from kvchat.documents import Document, load_document
+from kvchat.engine import AskSettings, Conversation, Engine
+from kvchat.events import Event
+
+
+class ChatSession(Protocol):
+    document: Document
+    token_count: int  # the document part of the prompt, in tokens
+
+    def read(self, cancel: threading.Event) -> Iterator[Event]:
+        """Read (or load the saved reading of) the document."""
+
+    def ask(self, question: str, settings: AskSettings, cancel: threading.Event) -> Iterator[Event]:
+        """Answer one question, in the light of the turns so far."""
+
+    def reset(self) -> None:
+        """Forget the turns; keep the document's reading."""
+
+    def kept_spans(self, kept_positions: Iterable[int]) -> list[tuple[int, int]]:
+        """Character ranges of the document text that the kept cache entries hold."""
+
+    def close(self) -> None: ...
+
+
+class SessionFactory(Protocol):
+    def open(self, path: Path, settings: AskSettings) -> ChatSession:
+        """Load the document (raises KvchatError with a hint) and start a conversation."""
+
+    def close(self) -> None: ...
+
+
+class EngineSession:
+    """A ChatSession on a real engine conversation."""
+
+    def __init__(self, conversation: Conversation) -> None:
+        self.conversation = conversation
+        self.document = conversation.document
+        self.token_count = len(conversation.document_tokens)
+
+    def read(self, cancel: threading.Event) -> Iterator[Event]:
+        return self.conversation.open(cancel)
+
+    def ask(self, question: str, settings: AskSettings, cancel: threading.Event) -> Iterator[Event]:
+        return self.conversation.ask(question, cancel, settings)
+
+    def reset(self) -> None:
+        self.conversation.reset()
+
+    def kept_spans(self, kept_positions: Iterable[int]) -> list[tuple[int, int]]:
+        return self.conversation.kept_spans(kept_positions)
+
+    def close(self) -> None:
+        self.conversation.close()
+
+
+class EngineSessions:
+    """Opens documents on one Engine, created when the first document is opened."""
+
+    def __init__(self, model: str = "default", gpu_layers: int = 0, use_cache: bool = True) -> None:
+        self.model = model
+        self.gpu_layers = gpu_layers
+        self.use_cache = use_cache
+        self._engine: Engine | None = None
+
+    def open(self, path: Path, settings: AskSettings) -> ChatSession:
+        document = load_document(path)
+        if self._engine is None:
+            self._engine = Engine(self.model, gpu_layers=self.gpu_layers, use_cache=self.use_cache)
+        return EngineSession(self._engine.conversation(document, settings))
+
+    def close(self) -> None:
+        if self._engine is not None:
+            self._engine.close()
+            self._engine = None
