@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from kvchat.documents import Document, Page
@@ -47,15 +47,20 @@ class FakeSession:
 
     def ask(self, question: str, settings: AskSettings, cancel: threading.Event) -> Iterator[Event]:
         self.asked.append((question, settings))
+        if cancel.is_set():  # stopped before the answer began: the engine raises
+            raise CancelledError("stopped", "")
         yield Pruned(prompt_tokens=2000, kept_tokens=256, kept_positions=tuple(range(256)))
+        sent: list[str] = []
         for piece in self.answer:
-            if cancel.is_set():
-                raise CancelledError("stopped", "")
+            if cancel.is_set():  # stopped while answering: the engine ends the answer there
+                break
             time.sleep(self.token_delay_s)
             self.tokens_sent += 1
+            sent.append(piece)
             yield Token(piece)
         self.turns += 1
-        yield Done("".join(self.answer), fake_stats(settings, len(self.answer)))
+        stop_reason = "cancelled" if cancel.is_set() else "end"
+        yield Done("".join(sent), replace(fake_stats(settings, len(sent)), stop_reason=stop_reason))
 
     def reset(self) -> None:
         self.resets += 1

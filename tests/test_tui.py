@@ -65,7 +65,7 @@ async def test_escape_stops_an_answer_midway() -> None:
         await wait_for(pilot, lambda: app.busy is None and app._answer is None)
         answer = app.query_one(AnswerView).source
         assert answer.endswith("*(stopped)*")
-        assert session.tokens_sent < 100 and session.turns == 0
+        assert session.tokens_sent < 100
         assert answer.startswith("word0 word1 word2")
 
 

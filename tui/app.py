@@ -64,6 +64,7 @@ class KvchatApp(App[None]):
         self._stream: MarkdownStream | None = None
         self._answer: AnswerView | None = None
         self._answer_text = ""
+        self._stopped = False  # the last answer ended because Esc was pressed
         self._kept: tuple[tuple[int, ...], int] | None = None  # kept positions, prompt tokens
 
     def compose(self) -> ComposeResult:
@@ -95,7 +96,7 @@ class KvchatApp(App[None]):
         """Close the open document (if any) and read `path`."""
         old, self.session, self._kept = self.session, None, None
         self.sub_title = path.name
-        self.query_one(ReadingBar).start(f"Reading {path.name}")
+        self.query_one(ReadingBar).start("Reading")
         self._read(old, path, self._start("reading"))
 
     @work(thread=True, group="model", exit_on_error=False)
@@ -164,6 +165,7 @@ class KvchatApp(App[None]):
             await self._transcript_line(event.text)
         elif isinstance(event, Done):
             panel.show_stats(event.stats)
+            self._stopped = event.stats.stop_reason == "cancelled"
 
     async def on_job_ended(self, message: JobEnded) -> None:
         self.busy = None
@@ -178,7 +180,8 @@ class KvchatApp(App[None]):
             elif message.outcome == "cancelled":
                 await self._transcript_line("Reading stopped. ctrl+o opens a document.")
         else:
-            await self._finish_answer("*(stopped)*" if message.outcome == "cancelled" else "")
+            stopped = message.outcome == "cancelled" or self._stopped
+            await self._finish_answer("*(stopped)*" if stopped else "")
         if message.outcome == "error":
             self.notify(message.error, title="kvchat", severity="error", timeout=12)
         self.query_one("#question", Input).focus()
@@ -188,7 +191,7 @@ class KvchatApp(App[None]):
         if self._stream is not None and self._answer is not None:
             await self._stream.stop()
             await self._answer.update(self._answer_text + (f"\n\n{suffix}" if suffix else ""))
-        self._stream, self._answer, self._answer_text = None, None, ""
+        self._stream, self._answer, self._answer_text, self._stopped = None, None, "", False
 
     async def _transcript_line(self, text: str) -> None:
         await self.query_one("#transcript").mount(NoticeView(text))

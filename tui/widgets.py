@@ -94,7 +94,9 @@ class KvPanel(Static):
         figures = self.figures
         figures.cells, figures.prompt_tokens = stats.kept_tokens, stats.prompt_tokens
         figures.kv_kept_bytes, figures.kv_full_bytes = stats.kv_bytes_kept, stats.kv_bytes_full
-        figures.decode_tps, figures.ttft_s = stats.decode_tokens_per_s, stats.ttft_s
+        figures.ttft_s = stats.ttft_s
+        if stats.generated_tokens > 1:  # a one-token answer has no decode speed
+            figures.decode_tps = stats.decode_tokens_per_s
         if stats.prefill_tokens_per_s:
             figures.prefill_tps = stats.prefill_tokens_per_s
         self.refresh_figures()
