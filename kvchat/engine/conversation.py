@@ -68,6 +68,7 @@ class Conversation:
         self.run = PromptRun(model, self._context_size(), settings, model_name)
         self._agnostic: tuple | None = None
         self._previous_tokens: list[int] = []
+        self.prompt_tokens: list[int] = []
         self._reading_s = 0.0
 
     def _context_size(self) -> int:
@@ -133,6 +134,19 @@ class Conversation:
         `settings` overrides the conversation's for this answer (the bench compares methods so).
         """
         settings = settings or self.settings
+        settings = yield from self.prepare(question, cancel, settings)
+        done: Done | None = None
+        for event in self.run.answer(settings, cancel):
+            if isinstance(event, Done):
+                done = event
+            yield event
+        if done is not None:
+            self.turns.append(Turn(question, done.answer))
+
+    def prepare(self, question: str, cancel: threading.Event | None, settings: AskSettings) -> Iterator[Event]:
+        """Everything of ask() but the answer: the run's cache then holds the kept prompt and the
+        last token's logits (the server moves it to a sequence of its own). Returns the settings
+        the answer is generated with; `self.prompt_tokens` is the whole prompt."""
         # the document's reading counts towards the first answer's TTFT, not the follow-ups'
         self.run.read_s = 0.0 if self.turns else self._reading_s
         _, earlier, question_part = self._split(question)
@@ -140,14 +154,9 @@ class Conversation:
         tokens = self.document_tokens + earlier_tokens + self.model.tokenize(question_part)
         settings, n_pinned = self._prepare(tokens, len(earlier_tokens), settings)
         self._make_room(len(tokens) - self.run.read_upto, settings.max_tokens)
-        done: Done | None = None
-        for event in self.run.finish(tokens, settings, n_pinned, cancel):
-            if isinstance(event, Done):
-                done = event
-            yield event
-        if done is not None:
-            self.turns.append(Turn(question, done.answer))
-        self._previous_tokens = tokens
+        yield from self.run.select(tokens, settings, n_pinned, cancel)
+        self._previous_tokens = self.prompt_tokens = tokens
+        return settings
 
     def _make_room(self, new_tokens: int, max_tokens: int) -> None:
         """Grow the context when the conversation no longer fits (the answer may use the ring)."""

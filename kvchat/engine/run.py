@@ -36,6 +36,7 @@ class PromptRun:
         self._saved: tuple[StateBytes, np.ndarray, np.ndarray, int] | None = None
         self._at_saved = False  # the cache is exactly the saved state (restore() has nothing to do)
         self.last_generated = 0
+        self._select_started, self._window_s, self._kept = 0.0, 0.0, 0  # set by select() for answer()
 
     @property
     def n_ctx(self) -> int:
@@ -114,13 +115,25 @@ class PromptRun:
         n_pinned: int = 0,
         cancel: threading.Event | None = None,
     ) -> Iterator[Event]:
-        """From a cache holding tokens[:read_upto]: the rest of the prompt, pruning, the answer.
+        """From a cache holding tokens[:read_upto]: the rest of the prompt, pruning, the answer."""
+        yield from self.select(tokens, settings, n_pinned, cancel)
+        yield from self.answer(settings, cancel)
+
+    def select(
+        self,
+        tokens: list[int],
+        settings: AskSettings,
+        n_pinned: int = 0,
+        cancel: threading.Event | None = None,
+    ) -> Iterator[Event]:
+        """From a cache holding tokens[:read_upto]: the rest of the prompt, observation and
+        pruning; the cache then holds the kept prompt and the last token's logits.
 
         The first `n_pinned` tokens after read_upto (a conversation's earlier turns) are kept on
         top of the budget. The observation window never reaches back into what was already read:
         the question observes, up to `window` tokens of it.
         """
-        started = time.perf_counter()
+        started = self._select_started = time.perf_counter()
         self._at_saved = False
         n_prompt = len(tokens)
         window_start = max(n_prompt - settings.policy.window, self.read_upto)
@@ -138,8 +151,10 @@ class PromptRun:
         else:
             self.cache.decode(tokens[window_start:], want_logits=True)
             window_s = time.perf_counter() - started
-        kept = self.cache.cells
-        self.read_upto = n_prompt
+        self._window_s, self._kept, self.read_upto = window_s, self.cache.cells, n_prompt
+
+    def answer(self, settings: AskSettings, cancel: threading.Event | None = None) -> Iterator[Event]:
+        """Generate from the logits select() left; Token events, then Done."""
         result = Generation()
         sampler = Sampler(settings.sampler)
         try:
@@ -147,7 +162,8 @@ class PromptRun:
         finally:
             sampler.close()
         self.last_generated = result.decoded
-        yield Done(answer=result.text, stats=self._stats(settings, n_prompt, kept, result, window_s, started))
+        stats = self._stats(settings, self.read_upto, self._kept, result, self._window_s, self._select_started)
+        yield Done(answer=result.text, stats=stats)
 
     def _stats(
         self, settings: AskSettings, n_prompt: int, kept: int, result: Generation, window_s: float, started: float

@@ -5,6 +5,7 @@ from kvchat.llama.context import ContextSettings, LlamaContext, StateBytes
 from kvchat.llama.model import Detokenizer, LlamaModel, ModelShape
 from kvchat.llama.probe import AttentionProbe
 from kvchat.llama.sampler import Sampler, SamplerSettings
+from kvchat.llama.state import for_streams as state_for_streams
 
 __all__ = [
     "AttentionProbe",
@@ -17,4 +18,5 @@ __all__ = [
     "Sampler",
     "SamplerSettings",
     "StateBytes",
+    "state_for_streams",
 ]

@@ -63,6 +63,7 @@ class LlamaContext:
             raise SettingsError(f"unknown cache type {settings.cache_type!r}", "use f16 or q8_0")
         params.type_k = params.type_v = CACHE_TYPE_BYTES[settings.cache_type][0]
         params.no_perf = True
+        params.kv_unified = False  # several sequences: each gets its own stream of n_ctx / n_seq_max cells
         if self.probe is not None:
             params.cb_eval = self.probe.callback
             params.cb_eval_user_data = None
@@ -90,6 +91,22 @@ class LlamaContext:
             batch.logits[len(tokens) - 1] = 1
         self._raise_for(raw.llama_decode(self._ctx, batch))
         self._logits_row = len(tokens) - 1 if want_logits else -1
+
+    def decode_many(self, tokens: list[int], positions: list[int], seqs: list[int]) -> None:
+        """One decode step for several sequences at once (continuous batching): token i goes to
+        sequence seqs[i] at positions[i]; logits are kept for every row (logits_at(i))."""
+        if len(tokens) > self.settings.n_batch:
+            raise ValueError(f"batch of {len(tokens)} tokens exceeds n_batch {self.settings.n_batch}")
+        batch = self._batch
+        batch.n_tokens = len(tokens)
+        for index, (token, position, seq) in enumerate(zip(tokens, positions, seqs)):
+            batch.token[index] = token
+            batch.pos[index] = position
+            batch.n_seq_id[index] = 1
+            batch.seq_id[index][0] = seq
+            batch.logits[index] = 1
+        self._raise_for(raw.llama_decode(self._ctx, batch))
+        self._logits_row = len(tokens) - 1
 
     @staticmethod
     def _raise_for(code: int) -> None:

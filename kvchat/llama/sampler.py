@@ -40,9 +40,9 @@ class Sampler:
             raw.llama_sampler_init_dist(seed),
         ]
 
-    def sample(self, context_handle: object) -> int:
-        """Sample the next token from the last output row and accept it into the chain."""
-        return int(raw.llama_sampler_sample(self._chain, context_handle, -1))
+    def sample(self, context_handle: object, row: int = -1) -> int:
+        """Sample the next token from output row `row` (default: the last) and accept it."""
+        return int(raw.llama_sampler_sample(self._chain, context_handle, row))
 
     def close(self) -> None:
         if self._chain:

@@ -29,3 +29,19 @@ def cell_positions(state: bytes) -> np.ndarray:
         positions[index] = pos
         offset += 8 + 4 * n_seq
     return positions
+
+
+def for_streams(state: bytes | bytearray | memoryview, n_stream: int) -> bytes | bytearray | memoryview:
+    """A one-stream sequence state rewritten for a context whose cache has `n_stream` streams
+    (several sequences without a unified cache): the same cells in the first stream, the other
+    streams empty. llama.cpp restores every non-empty stream of a sequence state into the
+    destination sequence's own stream, but refuses a state whose stream count differs."""
+    magic, seq, streams, _count = HEADER.unpack_from(state, 0)
+    if magic != STATE_MAGIC or streams != 1:
+        raise ValueError("not a one-stream llama.cpp sequence state")
+    if n_stream == 1:
+        return state
+    converted = bytearray(state)
+    struct.pack_into("<I", converted, 8, n_stream)
+    converted += b"\0" * 4 * (n_stream - 1)
+    return converted

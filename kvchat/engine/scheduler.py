@@ -1,0 +1,198 @@
+"""Serve many chat requests on one model: a bounded queue, one thread for all model work, and
+continuous batching of the answers.
+
+A request waits in the queue until a sequence of the shared context is free, is read and pruned
+on a context of its own (prepared.py), moves into that sequence, and from then on gets one token
+per decode step, batched with every other answer in progress. While a new prompt is read, the
+answers in progress still get a step after each chunk, so nobody waits for a long reading.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from kvchat.engine.core import Engine
+from kvchat.engine.prepared import ChatRequest, PreparedPrompt, prepare
+from kvchat.engine.slots import Slot, SlotDecoder
+from kvchat.errors import KvchatError
+from kvchat.events import Done, Event, Progress, Stats, Token
+from kvchat.llama import Detokenizer, Sampler
+
+LOGGER = logging.getLogger(__name__)
+
+
+class QueueFull(Exception):
+    """Every sequence is answering and the waiting line is full; try again shortly."""
+
+
+@dataclass
+class ChatJob:
+    """One request. `emit` receives Events, then a Done or a KvchatError (from the model thread)."""
+
+    conversation: str
+    request: ChatRequest
+    emit: Callable[[Event | KvchatError], None]
+    cancel: threading.Event = field(default_factory=threading.Event)
+    submitted: float = field(default_factory=time.perf_counter)
+
+
+@dataclass
+class _Answer:
+    job: ChatJob
+    slot: Slot
+    prompt: PreparedPrompt
+    sampler: Sampler
+    detokenizer: Detokenizer
+    next_token: int
+    text: str = ""
+    generated: int = 0
+    first_token_at: float = 0.0
+    decode_s: float = 0.0
+
+
+class Scheduler:
+    def __init__(self, engine: Engine, n_slots: int, slot_cells: int, max_waiting: int = 16, threads: int | None = None) -> None:
+        self.engine = engine
+        self.decoder = SlotDecoder(engine.model, n_slots, slot_cells, threads)
+        self._waiting: queue.Queue[ChatJob] = queue.Queue(max_waiting)
+        self._answers: list[_Answer] = []
+        self._wake = threading.Event()
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name="kvchat-model", daemon=True)
+        self._thread.start()
+
+    def submit(self, job: ChatJob) -> None:
+        """Queue a job; raises QueueFull when the waiting line is full."""
+        try:
+            self._waiting.put_nowait(job)
+        except queue.Full:
+            raise QueueFull from None
+        self._wake.set()
+
+    @property
+    def load(self) -> dict[str, int]:
+        return {"answering": len(self._answers), "waiting": self._waiting.qsize(), "sequences": len(self.decoder.slots)}
+
+    def close(self) -> None:
+        """Stop every job, wait for the model thread, free the shared context."""
+        self._stopping = True
+        self._wake.set()
+        self._thread.join(timeout=60)
+        self.decoder.close()
+
+    # ---- the model thread ---------------------------------------------------------------
+
+    def _run(self) -> None:
+        while not self._stopping:
+            self._admit()
+            if self._answers:
+                self._step()
+            else:
+                self._wake.wait(0.2)
+                self._wake.clear()
+        for answer in self._answers:
+            answer.job.cancel.set()
+            self._finish(answer, "cancelled")
+        while not self._waiting.empty():
+            self._waiting.get_nowait().emit(KvchatError("the server is shutting down", "try again later"))
+
+    def _admit(self) -> None:
+        """Start waiting jobs while a sequence is free (or held only by an idle conversation)."""
+        while not self._waiting.empty() and any(not slot.busy for slot in self.decoder.slots):
+            job = self._waiting.get_nowait()
+            if job.cancel.is_set():
+                continue
+            try:
+                prepared = yield_steps(self, job)
+            except KvchatError as error:
+                job.emit(error)
+                continue
+            except Exception as error:  # a bug: the job fails, the server goes on
+                LOGGER.exception("preparing a chat request failed")
+                job.emit(KvchatError(f"internal error: {error}", "see the server's log file"))
+                continue
+            self._start(job, prepared)
+
+    def _start(self, job: ChatJob, prepared: PreparedPrompt) -> None:
+        slot = self.decoder.free_slot(job.conversation)
+        assert slot is not None  # only this thread takes slots, and one was free before preparing
+        self.decoder.load(slot, job.conversation, prepared.state, prepared.positions)
+        model = self.engine.model
+        self._answers.append(
+            _Answer(job, slot, prepared, Sampler(job.request.settings.sampler), Detokenizer(model), prepared.last_token)
+        )
+
+    def _step(self) -> None:
+        """One decode step for every answer in progress, then sample each one's next token."""
+        answers = list(self._answers)
+        started = time.perf_counter()
+        self.decoder.step([a.slot for a in answers], [a.next_token for a in answers])
+        elapsed = time.perf_counter() - started
+        for row, answer in enumerate(answers):
+            token = answer.sampler.sample(self.decoder.ctx.handle, row)
+            if answer.first_token_at:
+                answer.decode_s += elapsed
+            else:
+                answer.first_token_at = time.perf_counter()
+            self._advance(answer, token)
+
+    def _advance(self, answer: _Answer, token: int) -> None:
+        model, settings = self.engine.model, answer.job.request.settings
+        if model.is_end_of_generation(token):
+            return self._finish(answer, "stop")
+        answer.generated += 1
+        if text := answer.detokenizer.feed(token):
+            answer.text += text
+            answer.job.emit(Token(text))
+        if answer.job.cancel.is_set() or self._stopping:
+            return self._finish(answer, "cancelled")
+        if answer.generated >= settings.max_tokens or self.decoder.room(answer.slot) < 1:
+            return self._finish(answer, "max_tokens")
+        answer.next_token = token
+
+    def _finish(self, answer: _Answer, stop_reason: str) -> None:
+        if tail := answer.detokenizer.flush():
+            answer.text += tail
+            answer.job.emit(Token(tail))
+        answer.sampler.close()
+        answer.slot.busy = False
+        if stop_reason == "cancelled":  # a stopped answer's cells are not worth keeping
+            self.decoder.release(answer.slot)
+        self._answers.remove(answer)
+        answer.job.emit(Done(answer.text, self._stats(answer, stop_reason)))
+
+    def _stats(self, answer: _Answer, stop_reason: str) -> Stats:
+        settings, prompt = answer.job.request.settings, answer.prompt
+        per_token = self.engine.model.shape.kv_bytes_per_token()
+        kept = len(prompt.positions)
+        now = time.perf_counter()
+        return Stats(
+            model=self.engine.model_name, method=settings.method, budget=settings.policy.budget,
+            prompt_tokens=prompt.prompt_tokens, kept_tokens=kept, generated_tokens=answer.generated,
+            kv_bytes_full=prompt.prompt_tokens * per_token, kv_bytes_kept=kept * per_token,
+            prefill_tokens_per_s=prompt.prompt_tokens / max(prompt.read_s, 1e-9),
+            decode_tokens_per_s=max(answer.generated - 1, 0) / answer.decode_s if answer.decode_s else 0.0,
+            ttft_s=(answer.first_token_at or now) - answer.job.submitted, total_s=now - answer.job.submitted,
+            peak_cells=answer.slot.cells, stop_reason=stop_reason,
+        )
+
+
+def yield_steps(scheduler: Scheduler, job: ChatJob) -> PreparedPrompt:
+    """Prepare `job`, passing its events on and giving the answers in progress a decode step
+    after each chunk read, so a long reading does not stall them."""
+    engine = scheduler.engine
+    events = prepare(engine.model, engine.model_name, engine.states, job.request, job.cancel)
+    while True:
+        try:
+            event = next(events)
+        except StopIteration as finished:
+            return finished.value
+        if not isinstance(event, Progress):
+            job.emit(event)
+        if scheduler._answers:
+            scheduler._step()

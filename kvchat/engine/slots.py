@@ -1,0 +1,83 @@
+"""Many conversations on one llama.cpp context: one sequence each, decoded together.
+
+The context has `n_slots` sequences without a unified cache, so each sequence has its own stream
+of `slot_cells` cells. A conversation's prompt is read and pruned on a context of its own (the
+reading needs the whole document at once); its kept cells are then moved into a free sequence
+here, and every decode step feeds one token of every answering sequence to one llama_decode.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from kvchat.llama import ContextSettings, LlamaContext, LlamaModel, StateBytes, state_for_streams
+
+
+@dataclass
+class Slot:
+    """One sequence of the shared context."""
+
+    seq: int
+    next_pos: int = 0  # where the next token goes
+    cells: int = 0
+    owner: str | None = None  # the conversation whose cells these are
+    busy: bool = False  # an answer is being generated in it
+    last_used: float = field(default_factory=time.monotonic)
+
+
+class SlotDecoder:
+    def __init__(self, model: LlamaModel, n_slots: int, slot_cells: int, threads: int | None = None) -> None:
+        self.model = model
+        self.slot_cells = slot_cells
+        settings = ContextSettings(
+            n_ctx=n_slots * slot_cells, n_batch=max(512, n_slots), threads=threads, n_seq_max=n_slots
+        )
+        self.ctx = LlamaContext(model, settings)
+        self.slots = [Slot(seq) for seq in range(n_slots)]
+
+    def free_slot(self, owner: str) -> Slot | None:
+        """The slot `owner` had (if still there), else an empty one, else the least recently
+        used idle one (its cells are dropped), else None: every slot is answering."""
+        idle = [slot for slot in self.slots if not slot.busy]
+        for slot in idle:
+            if slot.owner == owner:
+                return slot
+        empty = [slot for slot in idle if slot.owner is None]
+        if empty:
+            return empty[0]
+        return min(idle, key=lambda slot: slot.last_used) if idle else None
+
+    def load(self, slot: Slot, owner: str, state: StateBytes, positions: np.ndarray) -> None:
+        """Put a pruned prompt's cells (a one-sequence state) into `slot`, all but the last one:
+        the first step() re-decodes the prompt's last token, which gives its logits here."""
+        self.release(slot)
+        self.ctx.load_state(state_for_streams(state, len(self.slots)), slot.seq)
+        last = int(positions[-1])
+        self.ctx.remove(slot.seq, last, -1)
+        slot.owner, slot.busy = owner, True
+        slot.cells, slot.next_pos = len(positions) - 1, last
+        slot.last_used = time.monotonic()
+
+    def room(self, slot: Slot) -> int:
+        """Cells left in the slot's stream."""
+        return self.slot_cells - slot.cells
+
+    def step(self, slots: list[Slot], tokens: list[int]) -> None:
+        """Decode token i into slots[i] (one llama_decode for all); logits row i belongs to slot i."""
+        self.ctx.decode_many(tokens, [slot.next_pos for slot in slots], [slot.seq for slot in slots])
+        now = time.monotonic()
+        for slot in slots:
+            slot.next_pos += 1
+            slot.cells += 1
+            slot.last_used = now
+
+    def release(self, slot: Slot) -> None:
+        """Drop the slot's cells."""
+        self.ctx.remove(slot.seq, -1, -1)
+        slot.owner, slot.busy, slot.cells, slot.next_pos = None, False, 0, 0
+
+    def close(self) -> None:
+        self.ctx.close()
