@@ -13,6 +13,7 @@ from kvchat.cli.cache import cache_app
 from kvchat.cli.chat import chat_command
 from kvchat.cli.logs import configure_logging
 from kvchat.cli.models import models_command
+from kvchat.cli.serve import serve_command
 from kvchat.errors import CancelledError, KvchatError
 
 app = typer.Typer(
@@ -26,6 +27,7 @@ app.command("ask")(ask_command)
 app.command("chat")(chat_command)
 app.command("models")(models_command)
 app.command("bench")(bench_command)
+app.command("serve")(serve_command)
 app.add_typer(cache_app, name="cache")
 
 EXIT_INTERRUPTED = 130

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from kvchat.engine.core import Engine
 from kvchat.engine.prepared import ChatRequest, PreparedPrompt, prepare
 from kvchat.engine.slots import Slot, SlotDecoder
-from kvchat.errors import KvchatError
+from kvchat.errors import KvchatError, PromptTooLongError
 from kvchat.events import Done, Event, Progress, Stats, Token
 from kvchat.llama import Detokenizer, Sampler
 
@@ -115,6 +115,12 @@ class Scheduler:
             except Exception as error:  # a bug: the job fails, the server goes on
                 LOGGER.exception("preparing a chat request failed")
                 job.emit(KvchatError(f"internal error: {error}", "see the server's log file"))
+                continue
+            if len(prepared.positions) + 1 > self.decoder.slot_cells:
+                job.emit(PromptTooLongError(
+                    f"the kept prompt is {len(prepared.positions):,} tokens; a sequence holds {self.decoder.slot_cells:,}",
+                    "use kv_method snapkv with a smaller kv_budget, or a shorter conversation",
+                ))
                 continue
             self._start(job, prepared)
 

@@ -1,0 +1,68 @@
+"""`kvchat serve`: the OpenAI-compatible chat server."""
+
+from __future__ import annotations
+
+import socket
+
+import typer
+from rich.console import Console
+
+from kvchat.engine import Engine
+from kvchat.errors import SettingsError
+
+EXAMPLE = """\
+  curl {url}/v1/chat/completions -H 'Content-Type: application/json'{auth_curl} \\
+    -d '{{"model": "{model}", "messages": [{{"role": "user", "content": "Hello"}}]}}'
+
+  from openai import OpenAI
+  client = OpenAI(base_url="{url}/v1", api_key="{key}")
+  doc = client.post("/documents", cast_to=dict, files={{"file": open("contract.pdf", "rb")}})
+  client.chat.completions.create(model="{model}", extra_body={{"document_id": doc["id"]}},
+      messages=[{{"role": "user", "content": "What is the termination clause?"}}])
+"""
+
+
+def _check_port(host: str, port: int) -> None:
+    try:
+        with socket.create_server((host, port)):
+            pass
+    except OSError as error:
+        raise SettingsError(f"cannot listen on {host}:{port} ({error.strerror})", "choose another --port or --host") from None
+
+
+def serve_command(
+    host: str = typer.Option("127.0.0.1", help="Address to listen on; 0.0.0.0 exposes the server to your network."),
+    port: int = typer.Option(8080, help="Port to listen on."),
+    api_key: str | None = typer.Option(None, envvar="KVCHAT_API_KEY", help="Require Authorization: Bearer KEY."),
+    model: str = typer.Option("default", "--model", "-m", help="Registry name (see `kvchat models`) or a GGUF path."),
+    budget: int = typer.Option(1024, help="KV entries kept per conversation (a request may ask for fewer)."),
+    max_sessions: int = typer.Option(8, help="Conversations held in the KV cache at once (one sequence each)."),
+    max_tokens: int = typer.Option(512, help="Most tokens per answer."),
+    max_waiting: int = typer.Option(16, help="Requests that may wait for a sequence; more get 429."),
+    threads: int | None = typer.Option(None, help="CPU threads (default: all cores)."),
+    gpu_layers: int = typer.Option(0, help="Layers to offload to the GPU."),
+    cache: bool = typer.Option(True, help="Save each document's reading and reuse it."),
+) -> None:
+    """Serve an OpenAI-compatible API: chat completions, models, and documents to chat about."""
+    import uvicorn
+
+    from kvchat.server.app import create_app
+    from kvchat.server.service import ChatService, ServerLimits
+
+    if max_sessions < 1 or max_waiting < 0 or budget < 40 or max_tokens < 1:
+        raise SettingsError("--max-sessions, --max-tokens must be >= 1, --budget >= 40", "see kvchat serve --help")
+    _check_port(host, port)
+    console = Console(stderr=True)
+    limits = ServerLimits(model_id=model, budget=budget, max_tokens=max_tokens, sequences=max_sessions, max_waiting=max_waiting)
+    service = ChatService(Engine(model, gpu_layers=gpu_layers, use_cache=cache), limits, threads)
+    try:
+        url = f"http://{'127.0.0.1' if host == '0.0.0.0' else host}:{port}"
+        shape = f"model {model}, {max_sessions} sequences of {limits.sequence_cells:,} cells, budget {budget}"
+        console.print(f"kvchat serve: {url}/v1  ({shape})", markup=False, highlight=False, soft_wrap=True)
+        if host not in ("127.0.0.1", "localhost", "::1") and api_key is None:
+            console.print(f"[bold red]WARNING: listening on {host} without --api-key: anyone on your network can use this server[/]", soft_wrap=True)
+        auth = f" -H 'Authorization: Bearer {api_key}'" if api_key else ""
+        console.print(EXAMPLE.format(url=url, model=model, auth_curl=auth, key=api_key or "unused"), highlight=False, markup=False, soft_wrap=True)
+        uvicorn.run(create_app(service, api_key), host=host, port=port, log_level="warning")
+    finally:
+        service.close()

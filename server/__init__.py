@@ -1,0 +1,1 @@
+"""`kvchat serve`: an OpenAI-compatible chat server (installed as kvchat.server)."""

@@ -1,0 +1,141 @@
+"""The FastAPI app: OpenAI's chat completions and models endpoints, kvchat's documents, health.
+
+`create_app(service, api_key)` builds it around an injected ChatService; nothing lives in module
+globals, so tests run several servers side by side.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator
+
+from fastapi import Depends, FastAPI, File, Request, UploadFile
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from kvchat.events import Done, Event, Token
+from kvchat.server.errors import ApiError, BodyLimit, check_api_key, install_error_handlers
+from kvchat.server.schemas import ChatCompletionRequest
+from kvchat.server.service import ChatService
+
+FINISH_REASONS = {"stop": "stop", "max_tokens": "length", "cancelled": "stop"}
+
+
+def create_app(service: ChatService, api_key: str | None = None) -> FastAPI:
+    app = FastAPI(title="kvchat", version="1", description="Chat with documents; a KV cache that stays small.")
+    app.add_middleware(BodyLimit, max_bytes=service.limits.max_body_bytes)
+    install_error_handlers(app)
+
+    def authorized(request: Request) -> None:
+        check_api_key(request, api_key)
+
+    model_id = service.limits.model_id
+
+    @app.get("/health")
+    async def health() -> dict[str, object]:
+        return {"status": "ok", "model": model_id, **service.scheduler.load}
+
+    @app.get("/v1/models", dependencies=[Depends(authorized)])
+    async def models() -> dict[str, object]:
+        return {"object": "list", "data": [_model_card(model_id)]}
+
+    @app.get("/v1/models/{model}", dependencies=[Depends(authorized)])
+    async def model(model: str) -> dict[str, object]:
+        if model != model_id:
+            raise ApiError(404, f"The model {model!r} does not exist", "model_not_found", "model")
+        return _model_card(model_id)
+
+    @app.post("/v1/documents", dependencies=[Depends(authorized)])
+    async def upload(file: UploadFile = File(...)) -> dict[str, object]:
+        data = await file.read()
+        stored = await run_in_threadpool(service.documents.add, file.filename or "document", data, service.count_tokens)
+        return stored.describe()
+
+    @app.get("/v1/documents", dependencies=[Depends(authorized)])
+    async def documents() -> dict[str, object]:
+        return {"object": "list", "data": [stored.describe() for stored in service.documents.all()]}
+
+    @app.delete("/v1/documents/{document_id}", dependencies=[Depends(authorized)])
+    async def delete(document_id: str) -> dict[str, object]:
+        if not service.documents.delete(document_id):
+            raise ApiError(404, f"no document {document_id!r}", "document_not_found", "document_id")
+        return {"id": document_id, "object": "document", "deleted": True}
+
+    @app.post("/v1/chat/completions", dependencies=[Depends(authorized)])
+    async def chat(body: ChatCompletionRequest) -> object:
+        if body.model != model_id:
+            raise ApiError(404, f"The model {body.model!r} does not exist; this server has {model_id!r}", "model_not_found", "model")
+        events = service.run(body)
+        first = await _first_answer_event(events)  # refusals become HTTP errors before any byte is sent
+        completion_id, created = f"chatcmpl-{uuid.uuid4().hex[:24]}", int(time.time())
+        if body.stream:
+            include_usage = bool(body.stream_options and body.stream_options.include_usage)
+            chunks = _sse(events, first, completion_id, created, model_id, include_usage)
+            return StreamingResponse(chunks, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+        done = first
+        async for event in events:
+            done = event
+        assert isinstance(done, Done)
+        return JSONResponse(_completion(done, completion_id, created, model_id))
+
+    return app
+
+
+async def _first_answer_event(events: AsyncIterator[Event]) -> Event:
+    """The first Token or Done (reading and pruning come before it)."""
+    async for event in events:
+        if isinstance(event, (Token, Done)):
+            return event
+    raise ApiError(500, "the answer ended without a result", None, None, "server_error")
+
+
+def _model_card(model_id: str) -> dict[str, object]:
+    return {"id": model_id, "object": "model", "created": 0, "owned_by": "kvchat"}
+
+
+def _usage(done: Done) -> dict[str, int]:
+    stats = done.stats
+    return {"prompt_tokens": stats.prompt_tokens, "completion_tokens": stats.generated_tokens,
+            "total_tokens": stats.prompt_tokens + stats.generated_tokens}
+
+
+def _completion(done: Done, completion_id: str, created: int, model_id: str) -> dict[str, object]:
+    return {
+        "id": completion_id, "object": "chat.completion", "created": created, "model": model_id,
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": done.answer},
+                     "finish_reason": FINISH_REASONS.get(done.stats.stop_reason, "stop")}],
+        "usage": _usage(done),
+        "kv": {"prompt_tokens": done.stats.prompt_tokens, "kept_tokens": done.stats.kept_tokens, "ttft_s": round(done.stats.ttft_s, 4)},
+    }
+
+
+async def _sse(events: AsyncIterator[Event], first: Event, completion_id: str, created: int, model_id: str,
+               include_usage: bool) -> AsyncIterator[str]:
+    """OpenAI's chunks: the role, the content pieces, the finish reason, usage if asked, [DONE]."""
+
+    def chunk(delta: dict[str, str], finish_reason: str | None = None, **extra: object) -> str:
+        body = {"id": completion_id, "object": "chat.completion.chunk", "created": created, "model": model_id,
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}], **extra}
+        return f"data: {json.dumps(body, ensure_ascii=False)}\n\n"
+
+    try:
+        yield chunk({"role": "assistant", "content": ""})
+        event: Event | None = first
+        while event is not None:
+            if isinstance(event, Token):
+                yield chunk({"content": event.text})
+            elif isinstance(event, Done):
+                yield chunk({}, FINISH_REASONS.get(event.stats.stop_reason, "stop"))
+                if include_usage:
+                    body = {"id": completion_id, "object": "chat.completion.chunk", "created": created,
+                            "model": model_id, "choices": [], "usage": _usage(event)}
+                    yield f"data: {json.dumps(body)}\n\n"
+                break
+            event = await anext(events, None)
+        yield "data: [DONE]\n\n"
+    except ApiError as error:
+        yield f"data: {json.dumps({'error': {'message': error.message, 'type': error.error_type, 'code': error.code}})}\n\n"
+    finally:
+        await events.aclose()  # a client that went away: stop the answer, free its sequence

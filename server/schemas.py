@@ -1,0 +1,47 @@
+"""Request bodies of the OpenAI-compatible API, with kvchat's extension fields."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class TextPart(BaseModel):
+    type: Literal["text"]
+    text: str
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    role: Literal["system", "developer", "user", "assistant"]
+    content: str | list[TextPart]
+
+    def text(self) -> str:
+        return self.content if isinstance(self.content, str) else "".join(part.text for part in self.content)
+
+
+class StreamOptions(BaseModel):
+    include_usage: bool = False
+
+
+class ChatCompletionRequest(BaseModel):
+    """OpenAI's chat completion request; unknown fields are ignored, as OpenAI's SDKs expect."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    model: str
+    messages: list[ChatMessage] = Field(min_length=1)
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    max_tokens: int | None = Field(default=None, ge=1)
+    max_completion_tokens: int | None = Field(default=None, ge=1)
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    top_p: float | None = Field(default=None, gt=0, le=1)
+    seed: int | None = None
+    n: int | None = Field(default=None, ge=1, le=1)
+    # kvchat's extensions
+    document_id: str | None = Field(default=None, description="answer about an uploaded document (POST /v1/documents)")
+    kv_budget: int | None = Field(default=None, ge=8, description="KV entries kept for the prompt, at most the server's --budget")
+    kv_method: Literal["snapkv", "full"] | None = Field(default=None, description="snapkv prunes to kv_budget; full keeps the prompt whole")

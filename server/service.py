@@ -1,0 +1,152 @@
+"""Between HTTP and the engine: requests become chat jobs, their events come back to asyncio.
+
+A request whose messages extend an earlier conversation (its earlier messages and the answer the
+server gave) is recognised by a hash of those messages and continues that conversation: same
+sequence if it is still there, and the document's saved reading instead of a new one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import threading
+import uuid
+from collections import OrderedDict
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from kvchat.engine import AskSettings, Engine
+from kvchat.engine.prepared import ChatRequest
+from kvchat.engine.prompt import Turn
+from kvchat.engine.scheduler import ChatJob, QueueFull, Scheduler
+from kvchat.errors import KvchatError
+from kvchat.events import Done, Event
+from kvchat.llama import SamplerSettings
+from kvchat.policy import SnapKV
+from kvchat.server.documents import DocumentLibrary
+from kvchat.server.errors import ApiError
+from kvchat.server.schemas import ChatCompletionRequest, ChatMessage
+
+CONVERSATION_ROOM = 1024  # cells per sequence for earlier turns and the question, besides the budget
+MAX_CONVERSATIONS = 4096
+
+
+@dataclass(frozen=True)
+class ServerLimits:
+    model_id: str
+    budget: int = 1024  # the default and the most a request may ask for
+    max_tokens: int = 512
+    sequences: int = 8
+    max_waiting: int = 16
+    max_body_bytes: int = 64 * 2**20
+    max_documents: int = 64
+
+    @property
+    def sequence_cells(self) -> int:
+        return self.budget + CONVERSATION_ROOM + self.max_tokens
+
+
+def _messages_key(messages: list[dict[str, str]], document_id: str | None) -> str:
+    material = json.dumps([document_id, messages], sort_keys=True, ensure_ascii=False)
+    return hashlib.sha256(material.encode()).hexdigest()
+
+
+class ChatService:
+    """The engine, its scheduler, the uploaded documents and the conversations seen so far."""
+
+    def __init__(self, engine: Engine, limits: ServerLimits, threads: int | None = None) -> None:
+        self.engine = engine
+        self.limits = limits
+        self.scheduler = Scheduler(engine, limits.sequences, limits.sequence_cells, limits.max_waiting, threads)
+        self.documents = DocumentLibrary(limits.max_documents)
+        self._conversations: OrderedDict[str, str] = OrderedDict()  # messages key -> conversation id
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        self.scheduler.close()
+        self.engine.close()
+
+    def count_tokens(self, text: str) -> int:
+        return len(self.engine.model.tokenize(text))
+
+    # ---- building a job -------------------------------------------------------------------
+
+    def settings_for(self, body: ChatCompletionRequest) -> AskSettings:
+        limits = self.limits
+        budget = body.kv_budget or limits.budget
+        if budget > limits.budget:
+            raise ApiError(400, f"kv_budget {budget} is over this server's limit of {limits.budget}", "kv_budget_too_large", "kv_budget")
+        max_tokens = body.max_completion_tokens or body.max_tokens or limits.max_tokens
+        if max_tokens > limits.max_tokens:
+            raise ApiError(400, f"max_tokens {max_tokens} is over this server's limit of {limits.max_tokens}", "max_tokens_too_large", "max_tokens")
+        sampler = SamplerSettings(temperature=body.temperature or 0.0, top_p=body.top_p or 0.95, seed=body.seed)
+        try:
+            policy = SnapKV(budget=budget, window=min(32, budget - 8))
+            return AskSettings(method=body.kv_method or "snapkv", policy=policy, max_tokens=max_tokens, sampler=sampler)
+        except KvchatError as error:
+            raise ApiError(400, error.one_line(), "invalid_settings") from None
+
+    def request_for(self, body: ChatCompletionRequest, settings: AskSettings) -> ChatRequest:
+        messages = [{"role": "system" if m.role == "developer" else m.role, "content": m.text()} for m in body.messages]
+        if body.document_id is None:
+            return ChatRequest(settings, messages=tuple(messages))
+        stored = self.documents.find(body.document_id)
+        if stored is None:
+            raise ApiError(404, f"no document {body.document_id!r}; upload it with POST /v1/documents", "document_not_found", "document_id")
+        document = stored.document
+        turns, question = _turns(body.messages)
+        return ChatRequest(settings, document=document, turns=tuple(turns), question=question)
+
+    def conversation_for(self, body: ChatCompletionRequest) -> str:
+        earlier = [{"role": m.role, "content": m.text()} for m in body.messages[:-1]]
+        with self._lock:
+            return self._conversations.get(_messages_key(earlier, body.document_id)) or uuid.uuid4().hex
+
+    def remember(self, body: ChatCompletionRequest, conversation: str, answer: str) -> None:
+        """The conversation now ends with `answer`: a request that sends it back continues it."""
+        messages = [{"role": m.role, "content": m.text()} for m in body.messages] + [{"role": "assistant", "content": answer}]
+        with self._lock:
+            self._conversations[_messages_key(messages, body.document_id)] = conversation
+            while len(self._conversations) > MAX_CONVERSATIONS:
+                self._conversations.popitem(last=False)
+
+    # ---- running it ---------------------------------------------------------------------------
+
+    async def run(self, body: ChatCompletionRequest) -> AsyncIterator[Event]:
+        """Events of one answer, ending with Done; raises ApiError for a refused request. Closing
+        the iterator early (a client that went away) stops the answer and frees its sequence."""
+        settings = self.settings_for(body)
+        request = self.request_for(body, settings)
+        conversation = self.conversation_for(body)
+        loop = asyncio.get_running_loop()
+        events: asyncio.Queue[Event | KvchatError] = asyncio.Queue()
+        job = ChatJob(conversation, request, lambda item: loop.call_soon_threadsafe(events.put_nowait, item))
+        try:
+            self.scheduler.submit(job)
+        except QueueFull:
+            raise ApiError(429, "the server is busy; try again shortly", "rate_limit_exceeded",
+                           error_type="rate_limit_error", headers={"Retry-After": "2"}) from None
+        try:
+            while True:
+                item = await events.get()
+                if isinstance(item, KvchatError):
+                    raise ApiError(400, item.one_line(), "invalid_request")
+                yield item
+                if isinstance(item, Done):
+                    self.remember(body, conversation, item.answer)
+                    return
+        finally:
+            job.cancel.set()
+
+
+def _turns(messages: list[ChatMessage]) -> tuple[list[Turn], str]:
+    """(user, assistant) pairs and the last user message; system messages are left out (the
+    document prompt has its own)."""
+    said = [m for m in messages if m.role in ("user", "assistant")]
+    if not said or said[-1].role != "user":
+        raise ApiError(400, "the last message must be the user's question", "invalid_messages", "messages")
+    users, assistants = said[:-1:2], said[1:-1:2]
+    if any(m.role != "user" for m in users) or any(m.role != "assistant" for m in assistants):
+        raise ApiError(400, "messages must alternate user and assistant, ending with the user", "invalid_messages", "messages")
+    return [Turn(u.text(), a.text()) for u, a in zip(users, assistants)], said[-1].text()

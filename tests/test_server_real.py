@@ -1,0 +1,109 @@
+"""`kvchat serve` on the real default model: answers from the right document, conversations that
+stay apart while interleaved, a full waiting line, and a client that goes away."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import time
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+
+from server_harness import running_server
+
+pytestmark = pytest.mark.real_model
+MODEL = "kvchat-test"
+TRIP = b"""Field notes. Day 1: the team left Port Ellery on the boat Grey Heron at 7:40.
+Day 2: we reached the island of Vell. Day 4: the radio failed; Marta repaired it with a fuse.
+Day 5: we returned. The expedition budget closed at 4,350 euros."""
+CAKE = b"""Grandmother's lemon cake. Beat 3 eggs with 200 g of sugar. Fold in 250 g of flour and the
+zest of two lemons. Bake at 180 degrees Celsius for 35 minutes. Serve with whipped cream."""
+
+
+@pytest.fixture(scope="module")
+def server(default_model_path: Path):
+    with running_server(default_model_path, budget=256, max_tokens=200, sequences=4, max_waiting=4) as running:
+        yield running
+
+
+def _conversation(client: openai.OpenAI, document_id: str, questions: list[str]) -> list[str]:
+    """Ask in turn, sending the history back as an OpenAI client does."""
+    messages: list[dict[str, str]] = []
+    answers = []
+    for question in questions:
+        messages.append({"role": "user", "content": question})
+        completion = client.chat.completions.create(
+            model=MODEL, messages=messages, max_tokens=40, extra_body={"document_id": document_id}
+        )
+        answer = completion.choices[0].message.content
+        messages.append({"role": "assistant", "content": answer})
+        answers.append(answer)
+    return answers
+
+
+def test_two_interleaved_conversations_stay_apart(server) -> None:
+    url, _ = server
+    trip = httpx.post(f"{url}/v1/documents", files={"file": ("trip.txt", TRIP)}).json()["id"]
+    cake = httpx.post(f"{url}/v1/documents", files={"file": ("cake.txt", CAKE)}).json()["id"]
+    client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=300)
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        trip_answers = pool.submit(_conversation, client, trip, ["What was the boat called?", "How much was the budget?"])
+        cake_answers = pool.submit(_conversation, client, cake, ["How many eggs are needed?", "At what temperature is it baked?"])
+        boat, budget = trip_answers.result()
+        eggs, temperature = cake_answers.result()
+    assert "Grey Heron" in boat and ("4,350" in budget or "4350" in budget)
+    assert ("3" in eggs or "three" in eggs.lower()) and "180" in temperature
+
+
+def _open_stream(http: httpx.Client, url: str, question: str) -> httpx.Response:
+    body = {"model": MODEL, "stream": True, "max_tokens": 200,
+            "messages": [{"role": "user", "content": question}]}
+    request = http.build_request("POST", f"{url}/v1/chat/completions", json=body)
+    return http.send(request, stream=True)
+
+
+def _wait_for(url: str, condition, timeout_s: float) -> dict:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        health = httpx.get(f"{url}/health").json()
+        if condition(health):
+            return health
+        time.sleep(0.1)
+    raise AssertionError(f"health never got there: {health}")
+
+
+def test_a_client_that_goes_away_frees_its_sequence(server) -> None:
+    url, _ = server
+    with httpx.Client(timeout=120) as http:
+        response = _open_stream(http, url, "Write a very long story about a lighthouse keeper.")
+        lines = response.iter_lines()  # kept: a dropped line iterator closes the response
+        chunks = []
+        while len(chunks) < 4:
+            line = next(lines)
+            if line.startswith("data: {"):
+                chunks.append(json.loads(line[6:]))
+        assert _wait_for(url, lambda h: h["answering"] == 1, 10)
+        response.close()
+    started = time.monotonic()
+    _wait_for(url, lambda h: h["answering"] == 0, 10)
+    assert time.monotonic() - started < 5  # 200 tokens would take longer than that
+
+
+def test_a_full_waiting_line_gets_429_with_retry_after(default_model_path: Path) -> None:
+    with running_server(default_model_path, budget=256, max_tokens=200, sequences=1, max_waiting=1) as (url, _):
+        with httpx.Client(timeout=120) as http:
+            answering = _open_stream(http, url, "Write a very long story about a sailor.")
+            _wait_for(url, lambda h: h["answering"] == 1, 30)
+            with concurrent.futures.ThreadPoolExecutor(1) as pool:
+                waiting = pool.submit(httpx.post, f"{url}/v1/chat/completions", timeout=120,
+                                      json={"model": MODEL, "max_tokens": 4, "messages": [{"role": "user", "content": "Hi"}]})
+                _wait_for(url, lambda h: h["waiting"] == 1, 30)
+                refused = http.post(f"{url}/v1/chat/completions",
+                                    json={"model": MODEL, "messages": [{"role": "user", "content": "Hi"}]})
+                assert refused.status_code == 429 and refused.headers["Retry-After"] == "2"
+                assert refused.json()["error"]["type"] == "rate_limit_error"
+                answering.close()
+                assert waiting.result().status_code == 200
