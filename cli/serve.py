@@ -39,6 +39,7 @@ def serve_command(
     max_sessions: int = typer.Option(8, help="Conversations held in the KV cache at once (one sequence each)."),
     max_tokens: int = typer.Option(512, help="Most tokens per answer."),
     max_waiting: int = typer.Option(16, help="Requests that may wait for a sequence; more get 429."),
+    room: int = typer.Option(1024, help="Cells per conversation for its question and earlier turns, besides the budget."),
     threads: int | None = typer.Option(None, help="CPU threads (default: all cores)."),
     gpu_layers: int = typer.Option(0, help="Layers to offload to the GPU."),
     cache: bool = typer.Option(True, help="Save each document's reading and reuse it."),
@@ -49,11 +50,12 @@ def serve_command(
     from kvchat.server.app import create_app
     from kvchat.server.service import ChatService, ServerLimits
 
-    if max_sessions < 1 or max_waiting < 0 or budget < 40 or max_tokens < 1:
-        raise SettingsError("--max-sessions, --max-tokens must be >= 1, --budget >= 40", "see kvchat serve --help")
+    if max_sessions < 1 or max_waiting < 1 or budget < 40 or max_tokens < 1 or room < 16:
+        raise SettingsError("--max-sessions, --max-waiting, --max-tokens must be >= 1, --budget >= 40, --room >= 16", "see kvchat serve --help")
     _check_port(host, port)
     console = Console(stderr=True)
-    limits = ServerLimits(model_id=model, budget=budget, max_tokens=max_tokens, sequences=max_sessions, max_waiting=max_waiting)
+    limits = ServerLimits(model_id=model, budget=budget, max_tokens=max_tokens, sequences=max_sessions,
+                          max_waiting=max_waiting, room=room)
     service = ChatService(Engine(model, gpu_layers=gpu_layers, use_cache=cache), limits, threads)
     try:
         url = f"http://{'127.0.0.1' if host == '0.0.0.0' else host}:{port}"

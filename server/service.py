@@ -28,7 +28,6 @@ from kvchat.server.documents import DocumentLibrary
 from kvchat.server.errors import ApiError
 from kvchat.server.schemas import ChatCompletionRequest, ChatMessage
 
-CONVERSATION_ROOM = 1024  # cells per sequence for earlier turns and the question, besides the budget
 MAX_CONVERSATIONS = 4096
 
 
@@ -41,10 +40,11 @@ class ServerLimits:
     max_waiting: int = 16
     max_body_bytes: int = 64 * 2**20
     max_documents: int = 64
+    room: int = 1024  # cells per sequence for the question and earlier turns, besides the budget
 
     @property
     def sequence_cells(self) -> int:
-        return self.budget + CONVERSATION_ROOM + self.max_tokens
+        return self.budget + self.room + self.max_tokens
 
 
 def _messages_key(messages: list[dict[str, str]], document_id: str | None) -> str:
