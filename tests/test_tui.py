@@ -61,12 +61,14 @@ async def test_escape_stops_an_answer_midway() -> None:
         await pilot.press("enter")
         session = sessions.opened[0]
         await wait_for(pilot, lambda: session.tokens_sent >= 3)
+        assert app.query_one("#question", Input).border_subtitle == "answering… esc stops"
         await pilot.press("escape")
         await wait_for(pilot, lambda: app.busy is None and app._answer is None)
         answer = app.query_one(AnswerView).source
         assert answer.endswith("*(stopped)*")
         assert session.tokens_sent < 100
         assert answer.startswith("word0 word1 word2")
+        assert app.query_one("#question", Input).border_subtitle == ""
 
 
 async def test_settings_refuse_a_budget_smaller_than_the_window() -> None:

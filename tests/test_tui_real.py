@@ -88,14 +88,14 @@ class Terminal:
         self.screens.append(result.stdout)
         return result.stdout
 
-    def wait_for(self, condition, timeout_s: float) -> str:
+    def wait_for(self, condition, timeout_s: float, step: str = "") -> str:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             text = self.screen()
             if condition(text):
                 return text
             time.sleep(0.5)
-        raise AssertionError(f"not on screen after {timeout_s} s:\n{self.screen()}")
+        raise AssertionError(f"{step}: not on screen after {timeout_s} s:\n{self.screen()}")
 
     def close(self) -> None:
         subprocess.run([*self.base, "kill-server"], env=self.env, capture_output=True)
@@ -114,21 +114,24 @@ def test_a_real_terminal_session(default_model_path: Path, notes: Path) -> None:
     command = f"'{program}' chat '{notes}' --model '{default_model_path}' --max-tokens 300; echo KVCHAT-EXITED $?; sleep 60"
     terminal = Terminal(_tmux(), command, env)
     try:
-        terminal.wait_for(lambda s: "Ready: ask about trip.txt" in s, timeout_s=300)
+        terminal.wait_for(lambda s: "Ready: ask about trip.txt" in s, timeout_s=300, step="ready")
         terminal.keys("What was the name of the boat?", "Enter")
-        terminal.wait_for(lambda s: "Grey Heron" in _answer_after(s, "name of the boat?"), timeout_s=180)
+        terminal.wait_for(lambda s: "Grey Heron" in _answer_after(s, "name of the boat?"), timeout_s=180, step="boat")
+        terminal.wait_for(lambda s: "esc stops" not in s, timeout_s=30, step="idle")
         terminal.keys("How much was the expedition budget?", "Enter")
-        terminal.wait_for(lambda s: "4,350" in _answer_after(s, "expedition budget?") or "4350" in _answer_after(s, "expedition budget?"), timeout_s=180)
+        terminal.wait_for(lambda s: "4,350" in _answer_after(s, "expedition budget?") or "4350" in _answer_after(s, "expedition budget?"), timeout_s=180, step="budget")
+        terminal.wait_for(lambda s: "esc stops" not in s, timeout_s=30, step="idle")
         terminal.keys("Retell every day of the expedition in detail, with all the numbers.", "Enter")
-        terminal.wait_for(lambda s: "Day" in _answer_after(s, "all the numbers."), timeout_s=180)
+        terminal.wait_for(lambda s: "Day" in _answer_after(s, "all the numbers."), timeout_s=180, step="retell")
         terminal.keys("Escape")
-        terminal.wait_for(lambda s: "(stopped)" in s, timeout_s=60)
+        terminal.wait_for(lambda s: "(stopped)" in s, timeout_s=60, step="stopped")
+        terminal.wait_for(lambda s: "esc stops" not in s, timeout_s=30, step="idle")
         terminal.keys("C-s")
-        terminal.wait_for(lambda s: "KV budget" in s and "Save" in s, timeout_s=30)
+        terminal.wait_for(lambda s: "KV budget" in s and "Save" in s, timeout_s=30, step="settings")
         terminal.keys("Escape")
-        terminal.wait_for(lambda s: "KV budget" not in s, timeout_s=30)
+        terminal.wait_for(lambda s: "KV budget" not in s, timeout_s=30, step="settings closed")
         terminal.keys("C-q")
-        terminal.wait_for(lambda s: "KVCHAT-EXITED 0" in s, timeout_s=60)
+        terminal.wait_for(lambda s: "KVCHAT-EXITED 0" in s, timeout_s=60, step="exit")
     finally:
         terminal.close()
     seen = "\n".join(terminal.screens)

@@ -88,6 +88,7 @@ class KvchatApp(App[None]):
 
     def _start(self, job: Job) -> threading.Event:
         self.busy = job
+        self.query_one("#question", Input).border_subtitle = f"{job}… esc stops"
         self.idle.clear()
         self._cancel = threading.Event()
         return self._cancel
@@ -169,6 +170,7 @@ class KvchatApp(App[None]):
 
     async def on_job_ended(self, message: JobEnded) -> None:
         self.busy = None
+        self.query_one("#question", Input).border_subtitle = ""
         if message.job == "reading":
             self.query_one(ReadingBar).stop()
             if message.outcome == "done":
