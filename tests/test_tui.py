@@ -31,9 +31,15 @@ def notifications(app: KvchatApp) -> list[str]:
     return [notification.message for notification in app._notifications]
 
 
-async def ask(pilot, app: KvchatApp, question: str) -> None:
+async def submit(pilot, app: KvchatApp, question: str) -> None:
+    """Type `question` and press enter, once the document is open."""
+    await wait_for(pilot, lambda: app.session is not None)
     app.query_one("#question", Input).value = question
     await pilot.press("enter")
+
+
+async def ask(pilot, app: KvchatApp, question: str) -> None:
+    await submit(pilot, app, question)
     await wait_for(pilot, lambda: app.busy is None and app._answer is None)
 
 
@@ -56,9 +62,7 @@ async def test_escape_stops_an_answer_midway() -> None:
     sessions = FakeSessions(token_delay_s=0.05, answer=[f"word{i} " for i in range(200)])
     app = KvchatApp(sessions, DOCUMENT)
     async with app.run_test(size=SIZE) as pilot:
-        await wait_for(pilot, lambda: app.session is not None)
-        app.query_one("#question", Input).value = "Tell me everything."
-        await pilot.press("enter")
+        await submit(pilot, app, "Tell me everything.")
         session = sessions.opened[0]
         await wait_for(pilot, lambda: session.tokens_sent >= 3)
         assert app.query_one("#question", Input).border_subtitle == "answering… esc stops"
@@ -187,9 +191,7 @@ async def test_quitting_while_answering_stops_the_worker_and_closes_the_engine()
     sessions = FakeSessions(token_delay_s=0.05, answer=[f"w{i} " for i in range(400)])
     app = KvchatApp(sessions, DOCUMENT)
     async with app.run_test(size=SIZE) as pilot:
-        await wait_for(pilot, lambda: app.session is not None)
-        app.query_one("#question", Input).value = "Long answer please"
-        await pilot.press("enter")
+        await submit(pilot, app, "Long answer please")
         await wait_for(pilot, lambda: sessions.opened[0].tokens_sent >= 2)
         await pilot.press("ctrl+q")
     await asyncio.to_thread(app.close_engine, 10.0)

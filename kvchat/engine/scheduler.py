@@ -108,7 +108,7 @@ class Scheduler:
             if job.cancel.is_set():
                 continue
             try:
-                prepared = yield_steps(self, job)
+                prepared = self._prepare(job)
             except KvchatError as error:
                 job.emit(error)
                 continue
@@ -123,6 +123,21 @@ class Scheduler:
                 ))
                 continue
             self._start(job, prepared)
+
+    def _prepare(self, job: ChatJob) -> PreparedPrompt:
+        """Read and prune `job`'s prompt, passing its events on; the answers in progress get a
+        decode step after each chunk read, so a long reading does not stall them."""
+        engine = self.engine
+        events = prepare(engine.model, engine.model_name, engine.states, job.request, job.cancel)
+        while True:
+            try:
+                event = next(events)
+            except StopIteration as finished:
+                return finished.value
+            if not isinstance(event, Progress):
+                job.emit(event)
+            if self._answers:
+                self._step()
 
     def _start(self, job: ChatJob, prepared: PreparedPrompt) -> None:
         slot = self.decoder.free_slot(job.conversation)
@@ -187,18 +202,3 @@ class Scheduler:
             peak_cells=answer.slot.cells, stop_reason=stop_reason,
         )
 
-
-def yield_steps(scheduler: Scheduler, job: ChatJob) -> PreparedPrompt:
-    """Prepare `job`, passing its events on and giving the answers in progress a decode step
-    after each chunk read, so a long reading does not stall them."""
-    engine = scheduler.engine
-    events = prepare(engine.model, engine.model_name, engine.states, job.request, job.cancel)
-    while True:
-        try:
-            event = next(events)
-        except StopIteration as finished:
-            return finished.value
-        if not isinstance(event, Progress):
-            job.emit(event)
-        if scheduler._answers:
-            scheduler._step()
