@@ -101,7 +101,7 @@ class Conversation:
             yield from self.run.read(self.document_tokens, len(self.document_tokens), cancel)
             state = self.run.save()
             if self.states is not None:
-                yield from self.states.save(self.document_sha256, len(self.document_tokens), state, self.document)
+                yield from self.states.save(self.document_sha256, len(self.document_tokens), state, str(self.document.path))
         if self.selection == "document":
             self._select_for_document()
         self._reading_s = self.run.read_s

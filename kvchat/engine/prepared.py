@@ -3,7 +3,9 @@ into a sequence of the shared context (slots.py)."""
 
 from __future__ import annotations
 
+import hashlib
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -18,7 +20,10 @@ from kvchat.engine.sizing import context_size
 from kvchat.engine.states import DocumentStates
 from kvchat.errors import SettingsError
 from kvchat.events import Event
-from kvchat.llama import LlamaModel, StateBytes
+from kvchat.llama import LlamaModel, Sampler, StateBytes
+
+
+MIN_SAVED_READING = 256  # shorter new readings are not worth a state file
 
 
 @dataclass(frozen=True)
@@ -36,23 +41,36 @@ class ChatRequest:
 @dataclass
 class PreparedPrompt:
     state: StateBytes  # the kept cells, as a one-sequence state
-    positions: np.ndarray  # their positions; the last one is the prompt's last token
-    last_token: int
+    positions: np.ndarray  # their positions
+    first_token: int  # the answer's first token, sampled from the logits of the whole prompt
     prompt_tokens: int
     read_s: float
+    loaded_tokens: int = 0  # taken from a saved reading instead of being read
 
 
 def prepare(
-    model: LlamaModel, model_name: str, states: DocumentStates | None, request: ChatRequest, cancel: threading.Event
+    model: LlamaModel,
+    model_name: str,
+    states: DocumentStates | None,
+    request: ChatRequest,
+    cancel: threading.Event,
+    sampler: Sampler,
 ) -> Iterator[Event]:
-    """Events while reading and pruning; returns a PreparedPrompt."""
+    """Events while reading and pruning; returns a PreparedPrompt whose first answer token
+    `sampler` drew from the logits the observation window left (as in a single ask, the first
+    token sees the whole prompt; the rest see what was kept)."""
     if request.document is not None:
-        return (yield from _prepare_document(model, model_name, states, request, cancel))
-    return (yield from _prepare_messages(model, model_name, request, cancel))
+        return (yield from _prepare_document(model, model_name, states, request, cancel, sampler))
+    return (yield from _prepare_messages(model, model_name, states, request, cancel, sampler))
 
 
 def _prepare_document(
-    model: LlamaModel, model_name: str, states: DocumentStates | None, request: ChatRequest, cancel: threading.Event
+    model: LlamaModel,
+    model_name: str,
+    states: DocumentStates | None,
+    request: ChatRequest,
+    cancel: threading.Event,
+    sampler: Sampler,
 ) -> Iterator[Event]:
     assert request.document is not None
     conversation = Conversation(model, model_name, request.document, request.settings, "question", states)
@@ -60,22 +78,54 @@ def _prepare_document(
         conversation.turns = list(request.turns)
         yield from conversation.open(cancel)
         yield from conversation.prepare(request.question, cancel, request.settings)
-        return _taken(conversation.run, len(conversation.prompt_tokens))
+        return _taken(conversation.run, len(conversation.prompt_tokens), sampler)
     finally:
         conversation.close()
 
 
-def _prepare_messages(model: LlamaModel, model_name: str, request: ChatRequest, cancel: threading.Event) -> Iterator[Event]:
+def _prepare_messages(
+    model: LlamaModel,
+    model_name: str,
+    states: DocumentStates | None,
+    request: ChatRequest,
+    cancel: threading.Event,
+    sampler: Sampler,
+) -> Iterator[Event]:
+    """A chat as the client sent it (a document pasted into a message, say). Everything before the
+    observation window is saved once read, so the next request of the conversation (these
+    messages, the answer, a new question) loads it and reads only what is new."""
     if not request.messages:
         raise SettingsError("the request has no messages", "send at least one user message")
     tokens = model.tokenize(model.apply_chat_template(list(request.messages)))
     settings = request.settings
+    prefix = max(len(tokens) - settings.policy.window, 0)
     with PromptRun(model, context_size(model, len(tokens), settings, 64), settings, model_name) as run:
-        yield from run.read(tokens, max(len(tokens) - settings.policy.window, 0), cancel)
+        loaded = yield from _load_saved_prefix(run, states, tokens, prefix)
+        yield from run.read(tokens, prefix, cancel)
+        if states is not None and prefix - loaded >= MIN_SAVED_READING:
+            yield from states.save(_tokens_sha256(tokens[:prefix]), prefix, run.save(), "(chat messages)")
         yield from run.select(tokens, settings, 0, cancel)
-        return _taken(run, len(tokens))
+        return _taken(run, len(tokens), sampler, loaded)
 
 
-def _taken(run: PromptRun, prompt_tokens: int) -> PreparedPrompt:
+def _load_saved_prefix(run: PromptRun, states: DocumentStates | None, tokens: list[int], upto: int) -> Iterator[Event]:
+    """Load the longest saved reading of a prefix of tokens[:upto]; returns its length (or 0)."""
+    if states is None:
+        return 0
+    started = time.perf_counter()
+    for length in states.saved_lengths(upto):
+        found = yield from states.load(_tokens_sha256(tokens[:length]), length)
+        if found is not None:
+            run.load(found, tokens[:length], started)
+            return length
+    return 0
+
+
+def _tokens_sha256(tokens: list[int]) -> str:
+    return hashlib.sha256(np.asarray(tokens, dtype=np.int64).tobytes()).hexdigest()
+
+
+def _taken(run: PromptRun, prompt_tokens: int, sampler: Sampler, loaded_tokens: int = 0) -> PreparedPrompt:
     cache = run.cache
-    return PreparedPrompt(cache.state(), cache.positions.copy(), int(cache.tokens[-1]), prompt_tokens, run.read_s)
+    first_token = sampler.sample(cache.ctx.handle)
+    return PreparedPrompt(cache.state(), cache.positions.copy(), first_token, prompt_tokens, run.read_s, loaded_tokens)

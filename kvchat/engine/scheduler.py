@@ -107,28 +107,28 @@ class Scheduler:
             job = self._waiting.get_nowait()
             if job.cancel.is_set():
                 continue
+            sampler = Sampler(job.request.settings.sampler)
             try:
-                prepared = self._prepare(job)
-            except KvchatError as error:
+                prepared = self._prepare(job, sampler)
+                if len(prepared.positions) + 1 > self.decoder.slot_cells:
+                    raise PromptTooLongError(
+                        f"the kept prompt is {len(prepared.positions):,} tokens; a sequence holds {self.decoder.slot_cells:,}",
+                        "use kv_method snapkv with a smaller kv_budget, or a shorter conversation",
+                    )
+            except Exception as error:
+                sampler.close()
+                if not isinstance(error, KvchatError):  # a bug: the job fails, the server goes on
+                    LOGGER.exception("preparing a chat request failed")
+                    error = KvchatError(f"internal error: {error}", "see the server's log file")
                 job.emit(error)
                 continue
-            except Exception as error:  # a bug: the job fails, the server goes on
-                LOGGER.exception("preparing a chat request failed")
-                job.emit(KvchatError(f"internal error: {error}", "see the server's log file"))
-                continue
-            if len(prepared.positions) + 1 > self.decoder.slot_cells:
-                job.emit(PromptTooLongError(
-                    f"the kept prompt is {len(prepared.positions):,} tokens; a sequence holds {self.decoder.slot_cells:,}",
-                    "use kv_method snapkv with a smaller kv_budget, or a shorter conversation",
-                ))
-                continue
-            self._start(job, prepared)
+            self._start(job, prepared, sampler)
 
-    def _prepare(self, job: ChatJob) -> PreparedPrompt:
+    def _prepare(self, job: ChatJob, sampler: Sampler) -> PreparedPrompt:
         """Read and prune `job`'s prompt, passing its events on; the answers in progress get a
         decode step after each chunk read, so a long reading does not stall them."""
         engine = self.engine
-        events = prepare(engine.model, engine.model_name, engine.states, job.request, job.cancel)
+        events = prepare(engine.model, engine.model_name, engine.states, job.request, job.cancel, sampler)
         while True:
             try:
                 event = next(events)
@@ -139,14 +139,14 @@ class Scheduler:
             if self._answers:
                 self._step()
 
-    def _start(self, job: ChatJob, prepared: PreparedPrompt) -> None:
+    def _start(self, job: ChatJob, prepared: PreparedPrompt, sampler: Sampler) -> None:
         slot = self.decoder.free_slot(job.conversation)
         assert slot is not None  # only this thread takes slots, and one was free before preparing
         self.decoder.load(slot, job.conversation, prepared.state, prepared.positions)
-        model = self.engine.model
-        self._answers.append(
-            _Answer(job, slot, prepared, Sampler(job.request.settings.sampler), Detokenizer(model), prepared.last_token)
-        )
+        answer = _Answer(job, slot, prepared, sampler, Detokenizer(self.engine.model), prepared.first_token)
+        answer.first_token_at = time.perf_counter()
+        self._answers.append(answer)
+        self._advance(answer, prepared.first_token)
 
     def _step(self) -> None:
         """One decode step for every answer in progress, then sample each one's next token."""
@@ -155,12 +155,8 @@ class Scheduler:
         self.decoder.step([a.slot for a in answers], [a.next_token for a in answers])
         elapsed = time.perf_counter() - started
         for row, answer in enumerate(answers):
-            token = answer.sampler.sample(self.decoder.ctx.handle, row)
-            if answer.first_token_at:
-                answer.decode_s += elapsed
-            else:
-                answer.first_token_at = time.perf_counter()
-            self._advance(answer, token)
+            answer.decode_s += elapsed
+            self._advance(answer, answer.sampler.sample(self.decoder.ctx.handle, row))
 
     def _advance(self, answer: _Answer, token: int) -> None:
         model, settings = self.engine.model, answer.job.request.settings

@@ -51,14 +51,12 @@ class SlotDecoder:
         return min(idle, key=lambda slot: slot.last_used) if idle else None
 
     def load(self, slot: Slot, owner: str, state: StateBytes, positions: np.ndarray) -> None:
-        """Put a pruned prompt's cells (a one-sequence state) into `slot`, all but the last one:
-        the first step() re-decodes the prompt's last token, which gives its logits here."""
+        """Put a pruned prompt's cells (a one-sequence state) into `slot`; the answer's tokens
+        follow its last position."""
         self.release(slot)
         self.ctx.load_state(state_for_streams(state, len(self.slots)), slot.seq)
-        last = int(positions[-1])
-        self.ctx.remove(slot.seq, last, -1)
         slot.owner, slot.busy = owner, True
-        slot.cells, slot.next_pos = len(positions) - 1, last
+        slot.cells, slot.next_pos = len(positions), int(positions[-1]) + 1
         slot.last_used = time.monotonic()
 
     def room(self, slot: Slot) -> int:

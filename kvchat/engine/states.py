@@ -6,7 +6,6 @@ import hashlib
 import logging
 from collections.abc import Iterator
 
-from kvchat.documents import Document
 from kvchat.engine.store import DamagedState, StateStore, new_header
 from kvchat.events import Event, Notice
 from kvchat.llama import STATE_FORMAT
@@ -29,6 +28,10 @@ class DocumentStates:
         material = f"{STATE_FORMAT}|{self.model_sha256}|{prompt_sha256}|{self.cache_type}"
         return hashlib.sha256(material.encode()).hexdigest()[:40]
 
+    def saved_lengths(self, at_most: int) -> list[int]:
+        """Token counts of the saved readings, longest first (candidates for a prompt prefix)."""
+        return sorted({entry.header.n_tokens for entry in self.store.entries() if entry.header.n_tokens <= at_most}, reverse=True)
+
     def load(self, prompt_sha256: str, n_tokens: int) -> Iterator[Event]:
         """Yields a Notice if a damaged state was found (and deleted); returns the state or None."""
         try:
@@ -48,8 +51,9 @@ class DocumentStates:
             return None
         return payload
 
-    def save(self, prompt_sha256: str, n_tokens: int, state: bytes, document: Document) -> Iterator[Event]:
-        header = new_header(self.model_sha256, prompt_sha256, n_tokens, state, str(document.path), self.model_name)
+    def save(self, prompt_sha256: str, n_tokens: int, state: bytes, label: str) -> Iterator[Event]:
+        """Save a reading; `label` (the document's path) is what `kvchat cache list` shows."""
+        header = new_header(self.model_sha256, prompt_sha256, n_tokens, state, label, self.model_name)
         try:
             self.store.save(self.key(prompt_sha256), header, state)
         except OSError as error:

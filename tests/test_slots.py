@@ -1,0 +1,158 @@
+"""Serving mechanics on the tiny GGUF: prompts moved into sequences of a shared context, batched
+decode steps, the scheduler's bookkeeping, and saved readings of pasted chats."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kvchat.engine import AskSettings, Engine
+from kvchat.engine.prepared import ChatRequest, prepare
+from kvchat.engine.scheduler import ChatJob, Scheduler
+from kvchat.engine.run import PromptRun
+from kvchat.engine.slots import SlotDecoder
+from kvchat.events import Done, Token
+from kvchat.llama import Sampler
+from kvchat.policy import SnapKV
+
+SETTINGS = AskSettings(policy=SnapKV(budget=96, window=16), max_tokens=8)
+LONG = " ".join(f"item {i} costs {i * 7} coins." for i in range(120))
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_model_path: Path):
+    with Engine(str(tiny_model_path), use_cache=False) as engine:
+        yield engine
+
+
+def _finish(events):
+    while True:
+        try:
+            next(events)
+        except StopIteration as finished:
+            return finished.value
+
+
+def _prepared(engine: Engine, text: str, settings: AskSettings = SETTINGS, messages: tuple = ()):
+    messages = messages or ({"role": "user", "content": text},)
+    sampler = Sampler(settings.sampler)
+    try:
+        return _finish(prepare(engine.model, "tiny", engine.states, ChatRequest(settings, messages=messages), threading.Event(), sampler))
+    finally:
+        sampler.close()
+
+
+def _single_sequence(engine: Engine, text: str) -> tuple[int, np.ndarray]:
+    """The reference, as `kvchat ask` does it on a context of its own: the greedy first token and
+    the logits after decoding it."""
+    tokens = engine.model.tokenize(engine.model.apply_chat_template([{"role": "user", "content": text}]))
+    with PromptRun(engine.model, 4096, SETTINGS, "tiny") as run:
+        list(run.read(tokens, len(tokens) - SETTINGS.policy.window))
+        list(run.select(tokens, SETTINGS))
+        first = int(run.cache.ctx.logits().argmax())
+        run.cache.decode([first], want_logits=True)
+        return first, run.cache.ctx.logits()
+
+
+def _row_logits(decoder: SlotDecoder, row: int) -> np.ndarray:
+    from kvchat.llama._lib import raw
+
+    pointer = raw.llama_get_logits_ith(decoder.ctx.handle, row)
+    return np.ctypeslib.as_array(pointer, shape=(decoder.model.shape.n_vocab,)).copy()
+
+
+def test_a_pruned_prompt_moved_into_a_sequence_answers_as_on_its_own_context(engine: Engine) -> None:
+    prepared = _prepared(engine, LONG)
+    assert len(prepared.positions) <= SETTINGS.policy.budget < prepared.prompt_tokens
+    first, logits_after_first = _single_sequence(engine, LONG)
+    assert prepared.first_token == first
+    decoder = SlotDecoder(engine.model, n_slots=3, slot_cells=512)
+    try:
+        decoder.ctx.decode(engine.model.tokenize("something else entirely"), 0, seq=0, want_logits=False)
+        slot = decoder.slots[1]
+        decoder.load(slot, "a", prepared.state, prepared.positions)
+        assert slot.cells == len(prepared.positions) and slot.next_pos == prepared.positions[-1] + 1 and slot.busy
+        decoder.step([slot], [prepared.first_token])
+        np.testing.assert_allclose(_row_logits(decoder, 0), logits_after_first, atol=1e-4)
+    finally:
+        decoder.close()
+
+
+def test_a_batched_step_equals_separate_steps(engine: Engine) -> None:
+    first, second = _prepared(engine, LONG), _prepared(engine, LONG.replace("coins", "pearls"))
+    rows = {}
+    for together in (True, False):
+        decoder = SlotDecoder(engine.model, n_slots=2, slot_cells=512)
+        try:
+            a, b = decoder.slots
+            decoder.load(a, "a", first.state, first.positions)
+            decoder.load(b, "b", second.state, second.positions)
+            if together:
+                decoder.step([a, b], [first.first_token, second.first_token])
+                rows[together] = (_row_logits(decoder, 0), _row_logits(decoder, 1))
+            else:
+                decoder.step([a], [first.first_token])
+                row_a = _row_logits(decoder, 0)
+                decoder.step([b], [second.first_token])
+                rows[together] = (row_a, _row_logits(decoder, 0))
+        finally:
+            decoder.close()
+    for batched, alone in zip(rows[True], rows[False]):
+        np.testing.assert_allclose(batched, alone, atol=1e-3)
+    assert not np.allclose(rows[True][0], rows[True][1])  # two different conversations
+
+
+def _request(text: str, max_tokens: int = 8) -> ChatRequest:
+    settings = AskSettings(policy=SETTINGS.policy, max_tokens=max_tokens)
+    return ChatRequest(settings, messages=({"role": "user", "content": text},))
+
+
+def test_the_scheduler_answers_every_job_and_frees_stopped_sequences(engine: Engine) -> None:
+    scheduler = Scheduler(engine, n_slots=2, slot_cells=512, max_waiting=8)
+    events: dict[str, list] = {}
+
+    def recorder(name: str):
+        def emit(event) -> None:
+            events.setdefault(name, []).append(event)
+            if name == "stopped" and sum(isinstance(e, Token) for e in events[name]) == 3:
+                stopped.cancel.set()  # the client goes away after three pieces
+        return emit
+
+    answered = [ChatJob(f"c{i}", _request(f"{LONG} {i}"), recorder(f"c{i}")) for i in range(4)]
+    dropped = ChatJob("dropped", _request(LONG), recorder("dropped"))
+    dropped.cancel.set()  # gone while still waiting
+    stopped = ChatJob("stopped", _request(LONG, max_tokens=400), recorder("stopped"))
+    try:
+        for job in [*answered, dropped, stopped]:
+            scheduler.submit(job)
+        names = [job.conversation for job in answered] + ["stopped"]
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not all(isinstance(events.get(n, [None])[-1], Done) for n in names):
+            time.sleep(0.02)
+        for job in answered:
+            done = events[job.conversation][-1]
+            assert isinstance(done, Done) and 1 <= done.stats.generated_tokens <= 8
+        assert "dropped" not in events
+        stop = events["stopped"][-1]
+        assert stop.stats.stop_reason == "cancelled" and stop.stats.generated_tokens < 400
+        assert all(not slot.busy for slot in scheduler.decoder.slots)
+        assert "stopped" not in [slot.owner for slot in scheduler.decoder.slots]  # its cells were dropped
+    finally:
+        scheduler.close()
+
+
+def test_a_pasted_chat_reading_is_saved_and_loaded_for_the_follow_up(tiny_model_path: Path) -> None:
+    with Engine(str(tiny_model_path), use_cache=True) as engine:
+        first = _prepared(engine, LONG)
+        assert first.loaded_tokens == 0
+        second = _prepared(engine, "", messages=(
+            {"role": "user", "content": LONG},  # the same first message: the conversation goes on
+            {"role": "assistant", "content": "Noted."},
+            {"role": "user", "content": "And item 7?"},
+        ))
+        assert second.loaded_tokens == first.prompt_tokens - SETTINGS.policy.window
+        assert second.prompt_tokens > first.prompt_tokens
