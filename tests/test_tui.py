@@ -58,6 +58,18 @@ async def test_a_question_gets_a_streamed_answer_and_the_panel_its_figures() -> 
         assert app.query_one("#question", Input).value == ""
 
 
+async def test_brackets_in_questions_and_errors_are_shown_as_typed() -> None:
+    sessions = FakeSessions()
+    app = KvchatApp(sessions, DOCUMENT)
+    async with app.run_test(size=SIZE) as pilot:
+        await ask(pilot, app, "What does [/] or [b]this[/b] mean?")
+        assert app.query_one(QuestionView).visual.plain == "› What does [/] or [b]this[/b] mean?"
+    failing = KvchatApp(FakeSessions(error=DocumentError("[draft] notes.txt: empty", "add [text]")), DOCUMENT)
+    async with failing.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: failing.busy is None and notifications(failing))
+        assert notifications(failing) == ["[draft] notes.txt: empty (hint: add [text])"]
+
+
 async def test_escape_stops_an_answer_midway() -> None:
     sessions = FakeSessions(token_delay_s=0.05, answer=[f"word{i} " for i in range(200)])
     app = KvchatApp(sessions, DOCUMENT)

@@ -25,7 +25,7 @@ from kvchat.events import Done, Notice, Progress, Pruned, Token
 from kvchat.tui.messages import DocumentLoaded, EngineEvent, Job, JobEnded
 from kvchat.tui.screens import HelpScreen, KeptScreen, PickerScreen, SettingsScreen
 from kvchat.tui.sessions import ChatSession, SessionFactory
-from kvchat.tui.widgets import AnswerView, KvPanel, NoticeView, QuestionView, ReadingBar
+from kvchat.tui.widgets import AnswerView, Exchange, KvPanel, NoticeView, ReadingBar
 
 LOGGER = logging.getLogger(__name__)
 
@@ -185,7 +185,7 @@ class KvchatApp(App[None]):
             stopped = message.outcome == "cancelled" or self._stopped
             await self._finish_answer("*(stopped)*" if stopped else "")
         if message.outcome == "error":
-            self.notify(message.error, title="kvchat", severity="error", timeout=12)
+            self.notify(message.error, title="kvchat", severity="error", timeout=12, markup=False)
         self.query_one("#question", Input).focus()
 
     async def _finish_answer(self, suffix: str) -> None:
@@ -196,7 +196,7 @@ class KvchatApp(App[None]):
         self._stream, self._answer, self._answer_text, self._stopped = None, None, "", False
 
     async def _transcript_line(self, text: str) -> None:
-        await self.query_one("#transcript").mount(NoticeView(text))
+        await self.query_one("#transcript").mount(NoticeView(text, markup=False))
 
     # ---- the user's actions --------------------------------------------------------------
 
@@ -212,10 +212,9 @@ class KvchatApp(App[None]):
             self.notify("no document is open: ctrl+o opens one", severity="warning")
             return
         message.input.value = ""
-        transcript = self.query_one("#transcript")
-        self._answer = AnswerView()
-        await transcript.mount(QuestionView(f"› {question}"))
-        await transcript.mount(self._answer)
+        exchange = Exchange(question)
+        await self.query_one("#transcript").mount(exchange)
+        self._answer = exchange.answer
         self._stream = Markdown.get_stream(self._answer)
         self._ask(self.session, question, self.settings, self._start("answering"))
 

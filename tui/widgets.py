@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.containers import Horizontal
+from textual.containers import Horizontal, Vertical
 from textual.widgets import Label, Markdown, ProgressBar, Static
 
 from kvchat.engine import AskSettings
@@ -130,6 +130,19 @@ class QuestionView(Static):
 
 class AnswerView(Markdown):
     """One answer in the transcript, streamed in as Markdown."""
+
+
+class Exchange(Vertical):
+    """A question and its answer, mounted into the transcript as one widget."""
+
+    def __init__(self, question: str) -> None:
+        super().__init__()
+        self.question = question
+        self.answer = AnswerView()
+
+    def compose(self) -> ComposeResult:
+        yield QuestionView(f"› {self.question}", markup=False)
+        yield self.answer
 
 
 class NoticeView(Static):
