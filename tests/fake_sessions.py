@@ -30,6 +30,7 @@ def fake_stats(settings: AskSettings, generated: int) -> Stats:
 class FakeSession:
     document: Document
     token_delay_s: float = 0.0
+    read_delay_s: float = 0.0
     answer: list[str] = field(default_factory=lambda: list(ANSWER))
     token_count: int = 2000
     asked: list[tuple[str, AskSettings]] = field(default_factory=list)
@@ -42,6 +43,7 @@ class FakeSession:
         for done in range(0, 2001, 500):
             if cancel.is_set():
                 raise CancelledError("stopped", "")
+            time.sleep(self.read_delay_s)
             yield Progress(done=done, total=2000, elapsed_s=done / 400)
         yield Notice("read notes.txt")
 
@@ -79,6 +81,7 @@ class FakeSessions:
 
     error: KvchatError | None = None
     token_delay_s: float = 0.0
+    read_delay_s: float = 0.0
     answer: list[str] | None = None
     opened: list[FakeSession] = field(default_factory=list)
     closed: bool = False
@@ -87,7 +90,7 @@ class FakeSessions:
         if self.error is not None:
             raise self.error
         document = Document(path=path, kind="text", text=DOCUMENT_TEXT, pages=[Page(1, 0, len(DOCUMENT_TEXT))])
-        session = FakeSession(document, self.token_delay_s)
+        session = FakeSession(document, self.token_delay_s, self.read_delay_s)
         if self.answer is not None:
             session.answer = list(self.answer)
         self.opened.append(session)

@@ -87,6 +87,18 @@ async def test_escape_stops_an_answer_midway() -> None:
         assert app.query_one("#question", Input).border_subtitle == ""
 
 
+async def test_escape_stops_the_reading_and_closes_the_half_read_session() -> None:
+    sessions = FakeSessions(read_delay_s=0.3)
+    app = KvchatApp(sessions, DOCUMENT)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.query_one("ReadingBar").display and sessions.opened)
+        assert app.query_one("#question", Input).border_subtitle == "reading… esc stops"
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: app.busy is None)
+        assert app.session is None and sessions.opened[0].closed
+        assert not app.query_one("ReadingBar").display
+
+
 async def test_settings_refuse_a_budget_smaller_than_the_window() -> None:
     sessions = FakeSessions()
     app = KvchatApp(sessions, DOCUMENT)
