@@ -16,6 +16,14 @@ from kvchat.llama import SamplerSettings
 from kvchat.policy import HeadReduction, SnapKV
 
 
+def flash_attention(choice: str, gpu_layers: int) -> bool:
+    """--flash-attn on|off|auto; auto is on when layers run on a GPU (where the fused kernel
+    saves memory and time) and off on the CPU (where reading the softmax is exact and cheaper)."""
+    if choice not in ("on", "off", "auto"):
+        raise SettingsError(f"unknown --flash-attn {choice!r}", "use on, off or auto")
+    return choice == "on" or (choice == "auto" and gpu_layers > 0)
+
+
 def _question(text: str) -> str:
     if not text.strip():
         raise SettingsError("the question is empty", 'ask something, e.g. "What is the termination clause?"')
@@ -44,6 +52,7 @@ def ask_command(
     seed: int | None = typer.Option(None, help="Sampling seed (with --temperature > 0)."),
     threads: int | None = typer.Option(None, help="CPU threads (default: all cores)."),
     gpu_layers: int = typer.Option(0, help="Layers to offload to the GPU."),
+    flash_attn: str = typer.Option("auto", help="on, off, or auto (on with --gpu-layers); on: scores from queries and keys."),
     n_ctx: int | None = typer.Option(None, help="Context size (default: fits the prompt + max tokens)."),
     select: str = typer.Option(
         "question", help="question: select for this question; document: one query-agnostic selection."
@@ -60,6 +69,7 @@ def ask_command(
         sampler=SamplerSettings(temperature=temperature, seed=seed),
         n_ctx=n_ctx,
         threads=threads,
+        flash_attn=flash_attention(flash_attn, gpu_layers),
     )
     document = load_document(path)
     question = _question(question)

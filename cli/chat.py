@@ -6,6 +6,7 @@ from pathlib import Path
 
 import typer
 
+from kvchat.cli.ask import flash_attention
 from kvchat.engine import AskSettings
 from kvchat.llama import SamplerSettings
 from kvchat.policy import SnapKV
@@ -21,6 +22,7 @@ def chat_command(
     temperature: float = typer.Option(0.0, help="0 = greedy (deterministic)."),
     threads: int | None = typer.Option(None, help="CPU threads (default: all cores)."),
     gpu_layers: int = typer.Option(0, help="Layers to offload to the GPU."),
+    flash_attn: str = typer.Option("auto", help="on, off, or auto (on with --gpu-layers)."),
     cache: bool = typer.Option(True, help="Save each document's reading and reuse it next time."),
 ) -> None:
     """Chat with a document in a terminal UI (F1 inside lists the keys)."""
@@ -30,6 +32,7 @@ def chat_command(
         max_tokens=max_tokens,
         sampler=SamplerSettings(temperature=temperature),
         threads=threads,
+        flash_attn=flash_attention(flash_attn, gpu_layers),
     )
     from kvchat.tui.app import KvchatApp  # Textual is imported only for this command
     from kvchat.tui.sessions import EngineSessions

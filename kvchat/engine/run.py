@@ -29,7 +29,9 @@ class PromptRun:
     def __init__(self, model: LlamaModel, n_ctx: int, settings: AskSettings, model_name: str) -> None:
         self.model = model
         self.model_name = model_name
-        self._context_settings = ContextSettings(n_ctx=n_ctx, n_batch=settings.n_batch, threads=settings.threads)
+        self._context_settings = ContextSettings(
+            n_ctx=n_ctx, n_batch=settings.n_batch, threads=settings.threads, flash_attn=settings.flash_attn
+        )
         self.cache = KvCache(LlamaContext(model, self._context_settings))
         self.read_upto = 0
         self.read_s = 0.0

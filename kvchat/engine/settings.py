@@ -23,6 +23,7 @@ class AskSettings:
     n_batch: int = 512
     threads: int | None = None
     stop_at_end: bool = True  # False: always generate max_tokens (benchmarks compare equal lengths)
+    flash_attn: bool = False  # on: scores come from the query probe (queries + cached keys)
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:

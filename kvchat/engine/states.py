@@ -23,9 +23,19 @@ class DocumentStates:
         self.model_sha256 = model_sha256
         self.model_name = model_name
         self.cache_type = cache_type
+        self.flash_attn = False
+
+    def for_flash_attn(self, flash_attn: bool) -> "DocumentStates":
+        """The same store for contexts with flash attention on or off: llama.cpp lays V out
+        differently in the two, so their states are not interchangeable."""
+        variant = DocumentStates(self.store, self.model_sha256, self.model_name, self.cache_type)
+        variant.flash_attn = flash_attn
+        return variant
 
     def key(self, prompt_sha256: str) -> str:
         material = f"{STATE_FORMAT}|{self.model_sha256}|{prompt_sha256}|{self.cache_type}"
+        if self.flash_attn:
+            material += "|flash-attn"
         return hashlib.sha256(material.encode()).hexdigest()[:40]
 
     def saved_lengths(self, at_most: int) -> list[int]:

@@ -12,6 +12,7 @@ from kvchat.errors import DecodeError, KvCacheFullError, ModelError, SettingsErr
 from kvchat.llama._lib import raw
 from kvchat.llama.model import CACHE_TYPE_BYTES, LlamaModel
 from kvchat.llama.probe import AttentionProbe
+from kvchat.llama.query_probe import QueryProbe
 from kvchat.llama.state import cell_positions
 
 # A saved sequence state: bytes are copied into C; a writable buffer (a bytearray, or a
@@ -33,12 +34,12 @@ class ContextSettings:
 
 
 class LlamaContext:
-    """Owns a `llama_context` and its batch. `probe` is attached when flash attention is off."""
+    """Owns a `llama_context`, its batch and the attention probe that fits its flash-attention setting."""
 
     def __init__(self, model: LlamaModel, settings: ContextSettings) -> None:
         self.model = model
         self.settings = settings
-        self.probe = None if settings.flash_attn else AttentionProbe(model.shape.n_layer)
+        self.probe = self._new_probe(model, settings)
         self._ctx = raw.llama_init_from_model(model.handle, self._params())
         if not self._ctx:
             raise ModelError(
@@ -48,6 +49,16 @@ class LlamaContext:
         self._memory = raw.llama_get_memory(self._ctx)
         self._batch = raw.llama_batch_init(settings.n_batch, 0, settings.n_seq_max)
         self._logits_row = -1
+
+    def _new_probe(self, model: LlamaModel, settings: ContextSettings) -> AttentionProbe | QueryProbe:
+        """Softmax outputs exist only with flash attention off; with it on, the scores are
+        recomputed from the window's queries and the cached keys (sequence 0's state)."""
+        shape = model.shape
+        if not settings.flash_attn:
+            return AttentionProbe(shape.n_layer)
+        probe = QueryProbe(shape.n_layer, shape.n_head, shape.n_head_kv, shape.head_dim)
+        probe.state_source = lambda: self.state_bytes(0)
+        return probe
 
     def _params(self) -> object:
         settings = self.settings
@@ -64,9 +75,8 @@ class LlamaContext:
         params.type_k = params.type_v = CACHE_TYPE_BYTES[settings.cache_type][0]
         params.no_perf = True
         params.kv_unified = False  # several sequences: each gets its own stream of n_ctx / n_seq_max cells
-        if self.probe is not None:
-            params.cb_eval = self.probe.callback
-            params.cb_eval_user_data = None
+        params.cb_eval = self.probe.callback
+        params.cb_eval_user_data = None
         return params
 
     @property

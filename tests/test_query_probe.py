@@ -1,0 +1,74 @@
+"""Flash attention on: the query probe (queries + cached keys) against the softmax probe."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kvchat.engine import AskSettings, Engine
+from kvchat.engine.cache import KvCache
+from kvchat.engine.pipeline import plan_cells
+from kvchat.events import Done
+from kvchat.documents import load_document
+from kvchat.llama import ContextSettings, LlamaContext, LlamaModel
+from kvchat.policy import SnapKV
+
+WINDOW = 32
+
+
+def _votes(model: LlamaModel, tokens: list[int], flash_attn: bool, policy: SnapKV) -> tuple[np.ndarray, np.ndarray]:
+    """Votes of the last WINDOW tokens over the prompt, and the cells SnapKV keeps from them."""
+    cache = KvCache(LlamaContext(model, ContextSettings(n_ctx=4096, flash_attn=flash_attn, threads=2)))
+    try:
+        body = tokens[:-WINDOW]
+        for start in range(0, len(body), 512):
+            cache.decode(body[start : start + 512])
+        votes = cache.observe(tokens[-WINDOW:])
+        return votes, plan_cells(model, policy, votes, cache).kept
+    finally:
+        cache.ctx.close()
+
+
+def _prompt(model: LlamaModel, text: str, limit: int) -> list[int]:
+    return model.tokenize(model.apply_chat_template([{"role": "user", "content": text}]))[-limit:]
+
+
+def test_both_probes_give_the_same_kept_set_on_the_tiny_model(tiny_model) -> None:
+    rng = np.random.default_rng(3)
+    text = " ".join(rng.choice(["the", "cat", "sat", "on", "7", "42", "mat", "then"], size=400))
+    tokens = _prompt(tiny_model, text, 600)
+    policy = SnapKV(budget=128, window=WINDOW, spans=False)
+    softmax_votes, softmax_kept = _votes(tiny_model, tokens, False, policy)
+    query_votes, query_kept = _votes(tiny_model, tokens, True, policy)
+    assert query_votes.shape == softmax_votes.shape
+    assert np.corrcoef(softmax_votes.ravel(), query_votes.ravel())[0, 1] > 0.999
+    np.testing.assert_array_equal(query_kept, softmax_kept)
+
+
+def test_flash_attention_readings_are_saved_apart(tiny_model_path: Path, tmp_path: Path) -> None:
+    """V is laid out differently with flash attention on, so its saved readings have other keys."""
+    document = tmp_path / "notes.txt"
+    document.write_text("The boat was named the Grey Heron. " * 80, encoding="utf-8")
+    with Engine(str(tiny_model_path)) as engine:
+        for flash_attn in (False, True, False, True):
+            settings = AskSettings(policy=SnapKV(budget=64, window=16), max_tokens=4, flash_attn=flash_attn)
+            events = list(engine.ask(load_document(document), "Boat?", settings))
+            assert isinstance(events[-1], Done)
+        assert len(engine.states.store.entries()) == 2
+
+
+@pytest.mark.real_model
+def test_both_probes_agree_on_the_default_model(default_model_path: Path) -> None:
+    from kvchat.bench.tasks import needle_case
+
+    with LlamaModel(default_model_path) as model:
+        case = needle_case(lambda text: len(model.tokenize(text)), 1500, 0.5, seed=7)
+        tokens = _prompt(model, case.document + "\n\n" + case.question, 2000)
+        policy = SnapKV(budget=256, window=WINDOW)
+        softmax_votes, softmax_kept = _votes(model, tokens, False, policy)
+        query_votes, query_kept = _votes(model, tokens, True, policy)
+    assert np.corrcoef(softmax_votes.ravel(), query_votes.ravel())[0, 1] > 0.99
+    overlap = len(np.intersect1d(softmax_kept, query_kept)) / len(softmax_kept)
+    assert overlap >= 0.99, overlap
