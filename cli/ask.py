@@ -53,6 +53,8 @@ def ask_command(
     threads: int | None = typer.Option(None, help="CPU threads (default: all cores)."),
     gpu_layers: int = typer.Option(0, help="Layers to offload to the GPU."),
     flash_attn: str = typer.Option("auto", help="on, off, or auto (on with --gpu-layers); on: scores from queries and keys."),
+    cache_type_k: str = typer.Option("f16", help="KV cache type of K: f16 or q8_0."),
+    cache_type_v: str = typer.Option("f16", help="KV cache type of V: f16 or q8_0 (q8_0 needs --flash-attn on)."),
     n_ctx: int | None = typer.Option(None, help="Context size (default: fits the prompt + max tokens)."),
     select: str = typer.Option(
         "question", help="question: select for this question; document: one query-agnostic selection."
@@ -70,6 +72,8 @@ def ask_command(
         n_ctx=n_ctx,
         threads=threads,
         flash_attn=flash_attention(flash_attn, gpu_layers),
+        cache_type_k=cache_type_k,
+        cache_type_v=cache_type_v,
     )
     document = load_document(path)
     question = _question(question)

@@ -56,7 +56,7 @@ class Conversation:
         self.document = document
         self.settings = settings
         self.selection = selection
-        self.states = None if settings.streams or states is None else states.for_flash_attn(settings.flash_attn)
+        self.states = None if settings.streams or states is None else states.for_settings(settings)
         self.stream = stream or StreamSettings()
         self.turns: list[Turn] = []
         document_part, _, _ = self._split("")

@@ -99,7 +99,7 @@ def _prepare_messages(
     tokens = model.tokenize(model.apply_chat_template(list(request.messages)))
     settings = request.settings
     prefix = max(len(tokens) - settings.policy.window, 0)
-    states = states.for_flash_attn(settings.flash_attn) if states is not None else None
+    states = states.for_settings(settings) if states is not None else None
     with PromptRun(model, context_size(model, len(tokens), settings, 64), settings, model_name) as run:
         loaded = yield from _load_saved_prefix(run, states, tokens, prefix)
         yield from run.read(tokens, prefix, cancel)

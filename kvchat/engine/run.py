@@ -30,7 +30,8 @@ class PromptRun:
         self.model = model
         self.model_name = model_name
         self._context_settings = ContextSettings(
-            n_ctx=n_ctx, n_batch=settings.n_batch, threads=settings.threads, flash_attn=settings.flash_attn
+            n_ctx=n_ctx, n_batch=settings.n_batch, threads=settings.threads, flash_attn=settings.flash_attn,
+            type_k=settings.cache_type_k, type_v=settings.cache_type_v,
         )
         self.cache = KvCache(LlamaContext(model, self._context_settings))
         self.read_upto = 0
@@ -170,7 +171,7 @@ class PromptRun:
     def _stats(
         self, settings: AskSettings, n_prompt: int, kept: int, result: Generation, window_s: float, started: float
     ) -> Stats:
-        bytes_per_token = self.model.shape.kv_bytes_per_token()
+        bytes_per_token = self.model.shape.kv_bytes_per_token(settings.cache_type_k, settings.cache_type_v)
         decoded = max(result.tokens - 1, 0)
         return Stats(
             model=self.model_name,

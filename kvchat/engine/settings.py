@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from kvchat.errors import SettingsError
-from kvchat.llama import SamplerSettings
+from kvchat.llama import CACHE_TYPES, SamplerSettings
 from kvchat.policy import SnapKV
 
 Method = Literal["snapkv", "full", "snapstream", "streamingllm"]
@@ -24,12 +24,27 @@ class AskSettings:
     threads: int | None = None
     stop_at_end: bool = True  # False: always generate max_tokens (benchmarks compare equal lengths)
     flash_attn: bool = False  # on: scores come from the query probe (queries + cached keys)
+    cache_type_k: str = "f16"
+    cache_type_v: str = "f16"
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
             raise SettingsError(f"unknown method {self.method!r}", f"use one of: {', '.join(METHODS)}")
         if self.max_tokens < 1:
             raise SettingsError(f"max tokens must be at least 1, got {self.max_tokens}", "try --max-tokens 512")
+        for name, cache_type in (("k", self.cache_type_k), ("v", self.cache_type_v)):
+            if cache_type not in CACHE_TYPES:
+                raise SettingsError(f"unknown KV cache type {cache_type!r}", f"use --cache-type-{name} f16 or q8_0")
+        if self.flash_attn and self.cache_type_k == "q8_0" and self.prunes:
+            raise SettingsError(
+                "with flash attention on, scoring reads the keys from the cache, which needs an f16 K cache",
+                "use --cache-type-k f16 (--cache-type-v q8_0 is fine), or --flash-attn off",
+            )
+        if self.cache_type_v != "f16" and not self.flash_attn:
+            raise SettingsError(
+                f"a {self.cache_type_v} V cache needs flash attention (llama.cpp quantizes V only inside it)",
+                "add --flash-attn on, or keep --cache-type-v f16",
+            )
         if self.policy.window > self.n_batch:
             raise SettingsError(
                 f"window {self.policy.window} is larger than the batch size {self.n_batch}",

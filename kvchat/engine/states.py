@@ -6,6 +6,7 @@ import hashlib
 import logging
 from collections.abc import Iterator
 
+from kvchat.engine.settings import AskSettings
 from kvchat.engine.store import DamagedState, StateStore, new_header
 from kvchat.events import Event, Notice
 from kvchat.llama import STATE_FORMAT
@@ -18,24 +19,24 @@ class DocumentStates:
     the model's sha256, the rendered document part (document + template + system prompt),
     the KV cache type and llama.cpp's state format."""
 
-    def __init__(self, store: StateStore, model_sha256: str, model_name: str, cache_type: str = "f16") -> None:
+    def __init__(
+        self, store: StateStore, model_sha256: str, model_name: str, layout: tuple[str, str, bool] = ("f16", "f16", False)
+    ) -> None:
         self.store = store
         self.model_sha256 = model_sha256
         self.model_name = model_name
-        self.cache_type = cache_type
-        self.flash_attn = False
+        self.layout = layout  # K type, V type, flash attention: states differ in all three
 
-    def for_flash_attn(self, flash_attn: bool) -> "DocumentStates":
-        """The same store for contexts with flash attention on or off: llama.cpp lays V out
-        differently in the two, so their states are not interchangeable."""
-        variant = DocumentStates(self.store, self.model_sha256, self.model_name, self.cache_type)
-        variant.flash_attn = flash_attn
-        return variant
+    def for_settings(self, settings: AskSettings) -> "DocumentStates":
+        """The same store for the cache layout of `settings` (llama.cpp lays V out differently
+        with flash attention on, and quantized caches hold other bytes)."""
+        layout = (settings.cache_type_k, settings.cache_type_v, settings.flash_attn)
+        return DocumentStates(self.store, self.model_sha256, self.model_name, layout)
 
     def key(self, prompt_sha256: str) -> str:
-        material = f"{STATE_FORMAT}|{self.model_sha256}|{prompt_sha256}|{self.cache_type}"
-        if self.flash_attn:
-            material += "|flash-attn"
+        type_k, type_v, flash_attn = self.layout
+        material = f"{STATE_FORMAT}|{self.model_sha256}|{prompt_sha256}|{type_k}"
+        material += (f"|v={type_v}" if type_v != "f16" else "") + ("|flash-attn" if flash_attn else "")
         return hashlib.sha256(material.encode()).hexdigest()[:40]
 
     def saved_lengths(self, at_most: int) -> list[int]:

@@ -2,12 +2,13 @@
 
 from kvchat.llama._lib import STATE_FORMAT
 from kvchat.llama.context import ContextSettings, LlamaContext, StateBytes
-from kvchat.llama.model import Detokenizer, LlamaModel, ModelShape
+from kvchat.llama.model import CACHE_TYPES, Detokenizer, LlamaModel, ModelShape
 from kvchat.llama.probe import AttentionProbe
 from kvchat.llama.sampler import Sampler, SamplerSettings
 from kvchat.llama.state import for_streams as state_for_streams
 
 __all__ = [
+    "CACHE_TYPES",
     "AttentionProbe",
     "ContextSettings",
     "Detokenizer",

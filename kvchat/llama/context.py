@@ -27,7 +27,8 @@ class ContextSettings:
     threads: int | None = None
     flash_attn: bool = False
     n_seq_max: int = 1
-    cache_type: str = "f16"
+    type_k: str = "f16"  # KV cache types: f16, q8_0 or f32 (a quantized V needs flash attention)
+    type_v: str = "f16"
 
     def thread_count(self) -> int:
         return self.threads or max(1, os.cpu_count() or 1)
@@ -44,7 +45,7 @@ class LlamaContext:
         if not self._ctx:
             raise ModelError(
                 f"llama.cpp could not create a context of {settings.n_ctx} tokens",
-                "lower --n-ctx or --max-tokens, or free memory",
+                "lower --n-ctx or --max-tokens, free memory, or use f16 cache types (the log file has llama.cpp's reason)",
             )
         self._memory = raw.llama_get_memory(self._ctx)
         self._batch = raw.llama_batch_init(settings.n_batch, 0, settings.n_seq_max)
@@ -70,9 +71,11 @@ class LlamaContext:
         params.flash_attn_type = (
             raw.LLAMA_FLASH_ATTN_TYPE_ENABLED if settings.flash_attn else raw.LLAMA_FLASH_ATTN_TYPE_DISABLED
         )
-        if settings.cache_type not in CACHE_TYPE_BYTES:
-            raise SettingsError(f"unknown cache type {settings.cache_type!r}", "use f16 or q8_0")
-        params.type_k = params.type_v = CACHE_TYPE_BYTES[settings.cache_type][0]
+        for cache_type in (settings.type_k, settings.type_v):
+            if cache_type not in CACHE_TYPE_BYTES:
+                raise SettingsError(f"unknown cache type {cache_type!r}", "use f16 or q8_0")
+        params.type_k = CACHE_TYPE_BYTES[settings.type_k][0]
+        params.type_v = CACHE_TYPE_BYTES[settings.type_v][0]
         params.no_perf = True
         params.kv_unified = False  # several sequences: each gets its own stream of n_ctx / n_seq_max cells
         params.cb_eval = self.probe.callback

@@ -14,7 +14,8 @@ from kvchat.llama._lib import backend_ready, raw
 from kvchat.llama.logs import route_logs
 
 # Bytes per element of the KV cache types kvchat offers (ggml_type ids).
-CACHE_TYPE_BYTES = {"f16": (1, 2.0), "q8_0": (8, 34 / 32), "f32": (0, 4.0)}
+CACHE_TYPE_BYTES = {"f16": (1, 2.0), "q8_0": (8, 34 / 32), "f32": (0, 4.0)}  # ggml type id, bytes per element
+CACHE_TYPES = tuple(CACHE_TYPE_BYTES)
 
 
 @dataclass(frozen=True)
@@ -26,10 +27,10 @@ class ModelShape:
     n_ctx_train: int
     n_vocab: int
 
-    def kv_bytes_per_token(self, cache_type: str = "f16") -> int:
-        """K and V of every layer for one token: 2 x layers x kv_heads x head_dim x bytes."""
-        element_bytes = CACHE_TYPE_BYTES[cache_type][1]
-        return int(2 * self.n_layer * self.n_head_kv * self.head_dim * element_bytes)
+    def kv_bytes_per_token(self, type_k: str = "f16", type_v: str = "f16") -> int:
+        """K and V of every layer for one token: layers x kv_heads x head_dim x (K + V bytes)."""
+        element_bytes = CACHE_TYPE_BYTES[type_k][1] + CACHE_TYPE_BYTES[type_v][1]
+        return int(self.n_layer * self.n_head_kv * self.head_dim * element_bytes)
 
 
 class LlamaModel:

@@ -1,0 +1,101 @@
+"""Quantized KV caches (--cache-type-k/v q8_0) with pruning, compaction, saved readings and both
+attention probes, on the tiny GGUF."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kvchat.documents import load_document
+from kvchat.engine import AskSettings, Engine
+from kvchat.engine.cache import KvCache
+from kvchat.engine.pipeline import plan_cells
+from kvchat.errors import SettingsError
+from kvchat.events import Done, Notice
+from kvchat.llama import ContextSettings, LlamaContext
+from kvchat.policy import SnapKV
+
+POLICY = SnapKV(budget=96, window=16, spans=False)
+
+
+@pytest.fixture
+def prompt(tiny_model) -> list[int]:
+    rng = np.random.default_rng(5)
+    text = " ".join(rng.choice(["the", "cat", "sat", "on", "7", "42", "mat", "then"], size=300))
+    return tiny_model.tokenize(tiny_model.apply_chat_template([{"role": "user", "content": text}]))
+
+
+def _pruned(model, tokens: list[int], **context: object) -> KvCache:
+    cache = KvCache(LlamaContext(model, ContextSettings(n_ctx=2048, threads=2, **context)))
+    cache.decode(tokens[:-16])
+    votes = cache.observe(tokens[-16:])
+    cache.keep_cells(plan_cells(model, POLICY, votes, cache).kept)  # compacts and verifies positions
+    return cache
+
+
+def test_a_quantized_key_cache_prunes_compacts_and_round_trips(tiny_model, prompt: list[int]) -> None:
+    _round_trip(tiny_model, prompt, {"type_k": "q8_0"})
+
+
+@pytest.mark.real_model
+def test_a_quantized_v_with_flash_attention_on_the_default_model(default_model_path: Path, tmp_path: Path) -> None:
+    """The tiny model's 16-wide heads do not fit q8_0's 32-value blocks inside flash attention."""
+    from kvchat.llama import LlamaModel
+
+    with LlamaModel(default_model_path) as model:
+        text = " ".join(f"item {i} costs {i * 7} coins." for i in range(60))
+        tokens = model.tokenize(model.apply_chat_template([{"role": "user", "content": text}]))
+        _round_trip(model, tokens, {"type_v": "q8_0", "flash_attn": True})
+        kept = [_pruned(model, tokens, type_v=type_v, flash_attn=True) for type_v in ("f16", "q8_0")]
+        positions = [cache.positions.copy() for cache in kept]
+        for cache in kept:
+            cache.ctx.close()
+        assert len(np.intersect1d(*positions)) >= 0.9 * len(positions[0])  # a q8_0 V changes little
+
+
+def _round_trip(tiny_model, prompt: list[int], context: dict) -> None:
+    """Prune, compact, save the state, load it into a new context: the same next logits."""
+    cache = _pruned(tiny_model, prompt, **context)
+    assert cache.cells == POLICY.budget
+    cache.decode([prompt[-1]], want_logits=True)
+    expected = cache.ctx.logits()
+    state, positions, tokens = cache.state(), cache.positions, cache.tokens
+    copy = KvCache(LlamaContext(tiny_model, ContextSettings(n_ctx=2048, threads=2, **context)))
+    copy.load(state, positions[:-1], tokens[:-1])
+    copy.ctx.remove(0, int(positions[-1]), -1)
+    copy.reset(positions[:-1], tokens[:-1])
+    copy.decode([prompt[-1]], want_logits=False)
+    copy.ctx.remove(0, int(positions[-1]), -1)
+    copy.ctx.decode([prompt[-1]], int(positions[-1]), want_logits=True)
+    np.testing.assert_allclose(copy.ctx.logits(), expected, atol=1e-4)
+    cache.ctx.close()
+    copy.ctx.close()
+
+
+def test_a_quantized_v_cache_needs_flash_attention() -> None:
+    with pytest.raises(SettingsError, match="needs flash attention"):
+        AskSettings(cache_type_v="q8_0")
+    with pytest.raises(SettingsError, match="unknown KV cache type"):
+        AskSettings(cache_type_k="q4_0")
+    assert AskSettings(cache_type_v="q8_0", flash_attn=True).cache_type_v == "q8_0"
+    with pytest.raises(SettingsError, match="needs an f16 K cache"):
+        AskSettings(cache_type_k="q8_0", flash_attn=True)
+
+
+def test_readings_of_each_cache_type_are_saved_apart_and_reloaded(tiny_model_path: Path, tmp_path: Path) -> None:
+    document = tmp_path / "notes.txt"
+    document.write_text("The boat was named the Grey Heron. " * 80, encoding="utf-8")
+    with Engine(str(tiny_model_path)) as engine:
+        notices = []
+        for cache_type_k in ("f16", "q8_0", "q8_0"):
+            settings = AskSettings(policy=SnapKV(budget=64, window=16), max_tokens=4, cache_type_k=cache_type_k)
+            events = list(engine.ask(load_document(document), "Boat?", settings))
+            assert isinstance(events[-1], Done)
+            notices.append([e.text for e in events if isinstance(e, Notice)])
+            kv_bytes = events[-1].stats.kv_bytes_full
+        assert len(engine.states.store.entries()) == 2
+        assert notices[1] == [] and any("loaded the saved reading" in text for text in notices[2])
+        f16_bytes = engine.model.shape.kv_bytes_per_token() * events[-1].stats.prompt_tokens
+        assert kv_bytes < f16_bytes  # q8_0 keys are counted at their size
