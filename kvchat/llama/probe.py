@@ -14,26 +14,22 @@ import ctypes
 import numpy as np
 
 from kvchat.errors import KvchatError
-from kvchat.llama._lib import GGML_TYPE_F32, GgmlTensorHead, ggml_base, raw
+from kvchat.llama._lib import GGML_TYPE_F32, GgmlTensorHead
+from kvchat.llama.graph_nodes import NodeWatcher
 
-NODE_PREFIX = b"kq_soft_max-"
-
-
-class AttentionProbe:
+class AttentionProbe(NodeWatcher):
     """Collects votes (n_layer, n_head, n_cells) for one observation window at a time."""
 
+    node_prefix = b"kq_soft_max-"
+
     def __init__(self, n_layer: int) -> None:
+        super().__init__()
         self.n_layer = n_layer
         self.keep_row_mass = False  # diagnostics for tests: attention mass per query row
-        self._lib = ggml_base()
-        self._active = False
         self._n_cells = 0
         self._votes: np.ndarray | None = None  # (n_layer, n_head, n_cells), filled layer by layer
         self._seen: set[int] = set()
         self._row_mass: dict[int, np.ndarray] = {}
-        self._error: Exception | None = None
-        # Referenced for the probe's lifetime: llama.cpp calls it on every graph node.
-        self.callback = raw.ggml_backend_sched_eval_callback(self._on_node)
 
     def start(self, n_cells: int) -> None:
         """Observe the next decode; cells [0, n_cells) are the valid ones (a hole-free cache)."""
@@ -46,10 +42,7 @@ class AttentionProbe:
 
     def stop(self) -> np.ndarray:
         """Stop observing; the votes of every layer, shape (n_layer, n_head, n_cells)."""
-        self._active = False
-        if self._error is not None:
-            error, self._error = self._error, None
-            raise error
+        self._raise_kept()
         missing = [il for il in range(self.n_layer) if il not in self._seen]
         if missing or self._votes is None:
             raise KvchatError(
@@ -67,21 +60,6 @@ class AttentionProbe:
     def row_mass(self) -> np.ndarray:
         """Per layer, head and query row: the attention mass on valid cells (should be ~1)."""
         return np.stack([self._row_mass[il] for il in range(self.n_layer)])
-
-    def _on_node(self, tensor: int, ask: bool, _user_data: object) -> bool:
-        """Called by llama.cpp for every graph node; must never raise into C."""
-        if not self._active:
-            return False
-        try:
-            name = self._lib.ggml_get_name(tensor)
-            if not name or not name.startswith(NODE_PREFIX):
-                return False
-            if not ask:
-                self._collect(tensor, int(name[len(NODE_PREFIX) :]))
-        except Exception as error:  # kept and raised by stop(), outside the callback
-            self._error = error
-            self._active = False
-        return True
 
     def _collect(self, tensor: int, layer: int) -> None:
         head = GgmlTensorHead.from_address(tensor)

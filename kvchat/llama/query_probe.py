@@ -17,24 +17,21 @@ from collections.abc import Callable
 import numpy as np
 
 from kvchat.errors import KvchatError
-from kvchat.llama._lib import GGML_TYPE_F32, GgmlTensorHead, ggml_base, raw
+from kvchat.llama._lib import GGML_TYPE_F32, GgmlTensorHead
+from kvchat.llama.graph_nodes import NodeWatcher
 from kvchat.llama.state import cell_keys, cell_positions
 
-NODE_PREFIX = b"Qcur-"
-
-
-class QueryProbe:
+class QueryProbe(NodeWatcher):
     """Collects the window's queries; stop() turns them into votes (n_layer, n_head, n_cells)."""
 
+    node_prefix = b"Qcur-"
+
     def __init__(self, n_layer: int, n_head: int, n_head_kv: int, head_dim: int) -> None:
+        super().__init__()
         self.n_layer, self.n_head, self.n_head_kv, self.head_dim = n_layer, n_head, n_head_kv, head_dim
         self.state_source: Callable[[], bytes] | None = None  # the sequence's state, set by the context
-        self._lib = ggml_base()
-        self._active = False
         self._n_cells = 0
         self._queries: dict[int, np.ndarray] = {}
-        self._error: Exception | None = None
-        self.callback = raw.ggml_backend_sched_eval_callback(self._on_node)
 
     def start(self, n_cells: int) -> None:
         self._active, self._n_cells, self._queries, self._error = True, n_cells, {}, None
@@ -43,10 +40,7 @@ class QueryProbe:
         self._active, self._queries = False, {}
 
     def stop(self) -> np.ndarray:
-        self._active = False
-        if self._error is not None:
-            error, self._error = self._error, None
-            raise error
+        self._raise_kept()
         missing = [il for il in range(self.n_layer) if il not in self._queries]
         if missing or self.state_source is None:
             raise KvchatError(f"the query probe saw no queries for layers {missing[:4]}", "use --flash-attn off")
@@ -74,21 +68,6 @@ class QueryProbe:
             weights /= weights.sum(axis=1, keepdims=True)
             votes[head] = weights.sum(axis=0)
         return votes
-
-    def _on_node(self, tensor: int, ask: bool, _user_data: object) -> bool:
-        """Called by llama.cpp for every graph node; must never raise into C."""
-        if not self._active:
-            return False
-        try:
-            name = self._lib.ggml_get_name(tensor)
-            if not name or not name.startswith(NODE_PREFIX) or not name[len(NODE_PREFIX) :].isdigit():
-                return False  # "Qcur-<il>" itself, not its views ("Qcur-3 (view)")
-            if not ask:
-                self._collect(tensor, int(name[len(NODE_PREFIX) :]))
-        except Exception as error:  # kept and raised by stop(), outside the callback
-            self._error = error
-            self._active = False
-        return True
 
     def _collect(self, tensor: int, layer: int) -> None:
         head = GgmlTensorHead.from_address(tensor)
