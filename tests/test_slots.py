@@ -41,7 +41,7 @@ def _prepared(engine: Engine, text: str, settings: AskSettings = SETTINGS, messa
     messages = messages or ({"role": "user", "content": text},)
     sampler = Sampler(settings.sampler)
     try:
-        return _finish(prepare(engine.model, "tiny", engine.states, ChatRequest(settings, messages=messages), threading.Event(), sampler))
+        return _finish(prepare(engine, ChatRequest(settings, messages=messages), threading.Event(), sampler))
     finally:
         sampler.close()
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from kvchat.documents import Document
-from kvchat.engine.conversation import Conversation
+from kvchat.engine.core import Engine
 from kvchat.engine.prompt import Turn
 from kvchat.engine.run import PromptRun
 from kvchat.engine.settings import AskSettings
@@ -20,7 +20,7 @@ from kvchat.engine.sizing import context_size
 from kvchat.engine.states import DocumentStates
 from kvchat.errors import SettingsError
 from kvchat.events import Event
-from kvchat.llama import LlamaModel, Sampler, StateBytes
+from kvchat.llama import Sampler, StateBytes
 
 
 MIN_SAVED_READING = 256  # shorter new readings are not worth a state file
@@ -48,32 +48,18 @@ class PreparedPrompt:
     loaded_tokens: int = 0  # taken from a saved reading instead of being read
 
 
-def prepare(
-    model: LlamaModel,
-    model_name: str,
-    states: DocumentStates | None,
-    request: ChatRequest,
-    cancel: threading.Event,
-    sampler: Sampler,
-) -> Iterator[Event]:
+def prepare(engine: Engine, request: ChatRequest, cancel: threading.Event, sampler: Sampler) -> Iterator[Event]:
     """Events while reading and pruning; returns a PreparedPrompt whose first answer token
     `sampler` drew from the logits the observation window left (as in a single ask, the first
     token sees the whole prompt; the rest see what was kept)."""
     if request.document is not None:
-        return (yield from _prepare_document(model, model_name, states, request, cancel, sampler))
-    return (yield from _prepare_messages(model, model_name, states, request, cancel, sampler))
+        return (yield from _prepare_document(engine, request, cancel, sampler))
+    return (yield from _prepare_messages(engine, request, cancel, sampler))
 
 
-def _prepare_document(
-    model: LlamaModel,
-    model_name: str,
-    states: DocumentStates | None,
-    request: ChatRequest,
-    cancel: threading.Event,
-    sampler: Sampler,
-) -> Iterator[Event]:
+def _prepare_document(engine: Engine, request: ChatRequest, cancel: threading.Event, sampler: Sampler) -> Iterator[Event]:
     assert request.document is not None
-    conversation = Conversation(model, model_name, request.document, request.settings, "question", states)
+    conversation = engine.conversation(request.document, request.settings, "question")
     try:
         conversation.turns = list(request.turns)
         yield from conversation.open(cancel)
@@ -83,24 +69,17 @@ def _prepare_document(
         conversation.close()
 
 
-def _prepare_messages(
-    model: LlamaModel,
-    model_name: str,
-    states: DocumentStates | None,
-    request: ChatRequest,
-    cancel: threading.Event,
-    sampler: Sampler,
-) -> Iterator[Event]:
+def _prepare_messages(engine: Engine, request: ChatRequest, cancel: threading.Event, sampler: Sampler) -> Iterator[Event]:
     """A chat as the client sent it (a document pasted into a message, say). Everything before the
     observation window is saved once read, so the next request of the conversation (these
     messages, the answer, a new question) loads it and reads only what is new."""
     if not request.messages:
         raise SettingsError("the request has no messages", "send at least one user message")
+    model, settings = engine.model, request.settings
     tokens = model.tokenize(model.apply_chat_template(list(request.messages)))
-    settings = request.settings
     prefix = max(len(tokens) - settings.policy.window, 0)
-    states = states.for_settings(settings) if states is not None else None
-    with PromptRun(model, context_size(model, len(tokens), settings, 64), settings, model_name) as run:
+    states = engine.states.for_settings(settings) if engine.states is not None else None
+    with PromptRun(model, context_size(model, len(tokens), settings, 64), settings, engine.model_name) as run:
         loaded = yield from _load_saved_prefix(run, states, tokens, prefix)
         yield from run.read(tokens, prefix, cancel)
         if states is not None and prefix - loaded >= MIN_SAVED_READING:

@@ -127,8 +127,7 @@ class Scheduler:
     def _prepare(self, job: ChatJob, sampler: Sampler) -> PreparedPrompt:
         """Read and prune `job`'s prompt, passing its events on; the answers in progress get a
         decode step after each chunk read, so a long reading does not stall them."""
-        engine = self.engine
-        events = prepare(engine.model, engine.model_name, engine.states, job.request, job.cancel, sampler)
+        events = prepare(self.engine, job.request, job.cancel, sampler)
         while True:
             try:
                 event = next(events)
