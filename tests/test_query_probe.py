@@ -18,9 +18,12 @@ from kvchat.policy import SnapKV
 WINDOW = 32
 
 
-def _votes(model: LlamaModel, tokens: list[int], flash_attn: bool, policy: SnapKV) -> tuple[np.ndarray, np.ndarray]:
+def _votes(
+    model: LlamaModel, tokens: list[int], flash_attn: bool, policy: SnapKV, type_k: str = "f16"
+) -> tuple[np.ndarray, np.ndarray]:
     """Votes of the last WINDOW tokens over the prompt, and the cells SnapKV keeps from them."""
-    cache = KvCache(LlamaContext(model, ContextSettings(n_ctx=4096, flash_attn=flash_attn, threads=2)))
+    settings = ContextSettings(n_ctx=4096, flash_attn=flash_attn, threads=2, type_k=type_k)
+    cache = KvCache(LlamaContext(model, settings))
     try:
         body = tokens[:-WINDOW]
         for start in range(0, len(body), 512):
@@ -72,3 +75,19 @@ def test_both_probes_agree_on_the_default_model(default_model_path: Path) -> Non
     assert np.corrcoef(softmax_votes.ravel(), query_votes.ravel())[0, 1] > 0.99
     overlap = len(np.intersect1d(softmax_kept, query_kept)) / len(softmax_kept)
     assert overlap >= 0.99, overlap
+
+
+@pytest.mark.real_model
+def test_flash_attention_scoring_reads_a_quantized_key_cache(default_model_path: Path) -> None:
+    """A q8_0 K is stored rotated (64-wide heads); the probe must rotate it back to score."""
+    from kvchat.bench.tasks import needle_case
+
+    with LlamaModel(default_model_path) as model:
+        case = needle_case(lambda text: len(model.tokenize(text)), 1500, 0.5, seed=7)
+        tokens = _prompt(model, case.document + "\n\n" + case.question, 2000)
+        policy = SnapKV(budget=256, window=WINDOW)
+        softmax_votes, softmax_kept = _votes(model, tokens, False, policy)
+        query_votes, query_kept = _votes(model, tokens, True, policy, type_k="q8_0")
+    assert np.corrcoef(softmax_votes.ravel(), query_votes.ravel())[0, 1] > 0.99
+    overlap = len(np.intersect1d(softmax_kept, query_kept)) / len(softmax_kept)
+    assert overlap >= 0.95, overlap

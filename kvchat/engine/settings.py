@@ -35,11 +35,6 @@ class AskSettings:
         for name, cache_type in (("k", self.cache_type_k), ("v", self.cache_type_v)):
             if cache_type not in CACHE_TYPES:
                 raise SettingsError(f"unknown KV cache type {cache_type!r}", f"use --cache-type-{name} f16 or q8_0")
-        if self.flash_attn and self.cache_type_k == "q8_0" and self.prunes:
-            raise SettingsError(
-                "with flash attention on, scoring reads the keys from the cache, which needs an f16 K cache",
-                "use --cache-type-k f16 (--cache-type-v q8_0 is fine), or --flash-attn off",
-            )
         if self.cache_type_v != "f16" and not self.flash_attn:
             raise SettingsError(
                 f"a {self.cache_type_v} V cache needs flash attention (llama.cpp quantizes V only inside it)",

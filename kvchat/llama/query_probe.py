@@ -45,7 +45,7 @@ class QueryProbe(NodeWatcher):
         if missing or self.state_source is None:
             raise KvchatError(f"the query probe saw no queries for layers {missing[:4]}", "use --flash-attn off")
         state = self.state_source()
-        keys = cell_keys(state, self.n_layer)[:, : self._n_cells]
+        keys = cell_keys(state, self.n_layer, self.head_dim)[:, : self._n_cells]
         positions = cell_positions(state)[: self._n_cells]
         votes = [self._layer_votes(self._queries[il], keys[il], positions) for il in range(self.n_layer)]
         self._queries = {}

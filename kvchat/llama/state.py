@@ -7,9 +7,12 @@ seq_id), then the K/V data.
 
 from __future__ import annotations
 
+import os
 import struct
 
 import numpy as np
+from gguf import GGMLQuantizationType
+from gguf.quants import dequantize
 
 STATE_MAGIC = 0xAF143CD8
 HEADER = struct.Struct("<IiII")
@@ -47,10 +50,11 @@ def for_streams(state: bytes | bytearray | memoryview, n_stream: int) -> bytes |
     return converted
 
 
-def cell_keys(state: bytes | bytearray | memoryview, n_layer: int) -> np.ndarray:
-    """The K rows of a one-sequence state, (n_layer, n_cells, n_embd_k) float32 (f16/f32 caches).
+def cell_keys(state: bytes | bytearray | memoryview, n_layer: int, head_dim: int) -> np.ndarray:
+    """The K rows of a one-sequence state, (n_layer, n_cells, n_embd_k) float32, in the model's
+    own basis: a quantized K (q8_0) is dequantized and llama.cpp's rotation undone.
 
-    After the cell table: u32 v_trans, u32 n_layer, then per layer i32 type, u64 row size and
+    After the cell table: u32 v_trans, u32 n_layer, then per layer i32 ggml type, u64 row size and
     one row per cell, in cell order."""
     magic, _seq, n_stream, cell_count = HEADER.unpack_from(state, 0)
     if magic != STATE_MAGIC or n_stream < 1:
@@ -67,10 +71,36 @@ def cell_keys(state: bytes | bytearray | memoryview, n_layer: int) -> np.ndarray
     for _ in range(n_layer):
         type_id, row_bytes = struct.unpack_from("<iQ", state, offset)
         offset += 12
-        dtype = {0: np.float32, 1: np.float16}.get(type_id)
-        if dtype is None:
-            raise ValueError(f"K cache type {type_id} is not f16 or f32")
-        rows = np.frombuffer(state, dtype=dtype, count=cell_count * row_bytes // np.dtype(dtype).itemsize, offset=offset)
-        keys.append(rows.reshape(cell_count, -1).astype(np.float32))
+        rows = np.frombuffer(state, dtype=np.uint8, count=cell_count * row_bytes, offset=offset)
+        keys.append(_float_keys(rows.reshape(cell_count, row_bytes), type_id, head_dim))
         offset += cell_count * row_bytes
     return np.stack(keys)
+
+
+def _float_keys(rows: np.ndarray, type_id: int, head_dim: int) -> np.ndarray:
+    """One layer's stored K rows as float32. llama.cpp (since the attention-rotation change it
+    ships in 0.3.36) stores a quantized K multiplied per head by an orthonormal Walsh-Hadamard
+    matrix, so that outliers quantize better, and rotates the queries alike: q·k is unchanged. The
+    keys are rotated back here because the probe pairs them with the unrotated `Qcur` queries."""
+    try:
+        quant_type = GGMLQuantizationType(type_id)
+        keys = dequantize(rows, quant_type).reshape(len(rows), -1).astype(np.float32, copy=False)
+    except (ValueError, NotImplementedError) as error:
+        raise ValueError(f"K cache type {type_id} cannot be read back") from error
+    if quant_type in (GGMLQuantizationType.F32, GGMLQuantizationType.F16) or not _keys_rotated(head_dim):
+        return keys
+    size = head_dim & -head_dim  # the largest power of two dividing head_dim (≥ 64 here)
+    return (keys.reshape(len(rows), -1, size) @ _walsh_hadamard(size)).reshape(len(rows), -1)
+
+
+def _keys_rotated(head_dim: int) -> bool:
+    """llama.cpp's rule for a quantized K: heads of a multiple of 64, unless the variable below is set."""
+    return head_dim % 64 == 0 and not int(os.environ.get("LLAMA_ATTN_ROT_DISABLE", "0") or 0)
+
+
+def _walsh_hadamard(size: int) -> np.ndarray:
+    """Sylvester's construction, scaled to be orthonormal; it is symmetric and its own inverse."""
+    matrix = np.ones((1, 1), dtype=np.float32)
+    while len(matrix) < size:
+        matrix = np.block([[matrix, matrix], [matrix, -matrix]])
+    return matrix / np.float32(np.sqrt(size))
