@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
+from kvchat.cli.options import CACHE_TYPE_K, CACHE_TYPE_V, FLASH_ATTN, GPU_LAYERS, flash_attention
 from kvchat.cli.render import render
 from kvchat.documents import load_document
 from kvchat.engine import AskSettings, Engine, StreamSettings
@@ -14,14 +15,6 @@ from kvchat.cli.interrupt import interrupt_as_cancel
 from kvchat.errors import CancelledError, SettingsError
 from kvchat.llama import SamplerSettings
 from kvchat.policy import HeadReduction, SnapKV
-
-
-def flash_attention(choice: str, gpu_layers: int) -> bool:
-    """--flash-attn on|off|auto; auto is on when layers run on a GPU (where the fused kernel
-    saves memory and time) and off on the CPU (where reading the softmax is exact and cheaper)."""
-    if choice not in ("on", "off", "auto"):
-        raise SettingsError(f"unknown --flash-attn {choice!r}", "use on, off or auto")
-    return choice == "on" or (choice == "auto" and gpu_layers > 0)
 
 
 def _question(text: str) -> str:
@@ -51,10 +44,10 @@ def ask_command(
     temperature: float = typer.Option(0.0, help="0 = greedy (deterministic)."),
     seed: int | None = typer.Option(None, help="Sampling seed (with --temperature > 0)."),
     threads: int | None = typer.Option(None, help="CPU threads (default: all cores)."),
-    gpu_layers: int = typer.Option(0, help="Layers to offload to the GPU."),
-    flash_attn: str = typer.Option("auto", help="on, off, or auto (on with --gpu-layers); on: scores from queries and keys."),
-    cache_type_k: str = typer.Option("f16", help="KV cache type of K: f16 or q8_0."),
-    cache_type_v: str = typer.Option("f16", help="KV cache type of V: f16 or q8_0 (q8_0 needs --flash-attn on)."),
+    gpu_layers: int = GPU_LAYERS,
+    flash_attn: str = FLASH_ATTN,
+    cache_type_k: str = CACHE_TYPE_K,
+    cache_type_v: str = CACHE_TYPE_V,
     n_ctx: int | None = typer.Option(None, help="Context size (default: fits the prompt + max tokens)."),
     select: str = typer.Option(
         "question", help="question: select for this question; document: one query-agnostic selection."

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from kvchat.cli.ask import flash_attention
+from kvchat.cli.options import CACHE_TYPE_K, CACHE_TYPE_V, FLASH_ATTN, GPU_LAYERS, flash_attention
 from kvchat.engine import AskSettings
 from kvchat.llama import SamplerSettings
 from kvchat.policy import SnapKV
@@ -21,8 +21,10 @@ def chat_command(
     max_tokens: int = typer.Option(512, help="Most tokens per answer."),
     temperature: float = typer.Option(0.0, help="0 = greedy (deterministic)."),
     threads: int | None = typer.Option(None, help="CPU threads (default: all cores)."),
-    gpu_layers: int = typer.Option(0, help="Layers to offload to the GPU."),
-    flash_attn: str = typer.Option("auto", help="on, off, or auto (on with --gpu-layers)."),
+    gpu_layers: int = GPU_LAYERS,
+    flash_attn: str = FLASH_ATTN,
+    cache_type_k: str = CACHE_TYPE_K,
+    cache_type_v: str = CACHE_TYPE_V,
     cache: bool = typer.Option(True, help="Save each document's reading and reuse it next time."),
 ) -> None:
     """Chat with a document in a terminal UI (F1 inside lists the keys)."""
@@ -33,6 +35,8 @@ def chat_command(
         sampler=SamplerSettings(temperature=temperature),
         threads=threads,
         flash_attn=flash_attention(flash_attn, gpu_layers),
+        cache_type_k=cache_type_k,
+        cache_type_v=cache_type_v,
     )
     from kvchat.tui.app import KvchatApp  # Textual is imported only for this command
     from kvchat.tui.sessions import EngineSessions

@@ -7,6 +7,7 @@ import socket
 import typer
 from rich.console import Console
 
+from kvchat.cli.options import CACHE_TYPE_K, CACHE_TYPE_V, FLASH_ATTN, GPU_LAYERS, kv_layout
 from kvchat.engine import Engine
 from kvchat.errors import SettingsError
 
@@ -41,7 +42,10 @@ def serve_command(
     max_waiting: int = typer.Option(16, help="Requests that may wait for a sequence; more get 429."),
     room: int = typer.Option(1024, help="Cells per conversation for its question and earlier turns, besides the budget."),
     threads: int | None = typer.Option(None, help="CPU threads (default: all cores)."),
-    gpu_layers: int = typer.Option(0, help="Layers to offload to the GPU."),
+    gpu_layers: int = GPU_LAYERS,
+    flash_attn: str = FLASH_ATTN,
+    cache_type_k: str = CACHE_TYPE_K,
+    cache_type_v: str = CACHE_TYPE_V,
     cache: bool = typer.Option(True, help="Save each document's reading and reuse it."),
 ) -> None:
     """Serve an OpenAI-compatible API: chat completions, models, and documents to chat about."""
@@ -52,14 +56,16 @@ def serve_command(
 
     if max_sessions < 1 or max_waiting < 1 or budget < 40 or max_tokens < 1 or room < 16:
         raise SettingsError("--max-sessions, --max-waiting, --max-tokens must be >= 1, --budget >= 40, --room >= 16", "see kvchat serve --help")
+    layout = kv_layout(flash_attn, gpu_layers, cache_type_k, cache_type_v)
     _check_port(host, port)
     console = Console(stderr=True)
     limits = ServerLimits(model_id=model, budget=budget, max_tokens=max_tokens, sequences=max_sessions,
-                          max_waiting=max_waiting, room=room)
+                          max_waiting=max_waiting, room=room, layout=layout)
     service = ChatService(Engine(model, gpu_layers=gpu_layers, use_cache=cache), limits, threads)
     try:
         url = f"http://{'127.0.0.1' if host == '0.0.0.0' else host}:{port}"
         shape = f"model {model}, {max_sessions} sequences of {limits.sequence_cells:,} cells, budget {budget}"
+        shape += f", flash attention {'on' if layout.flash_attn else 'off'}, KV {layout.type_k}/{layout.type_v}"
         console.print(f"kvchat serve: {url}/v1  ({shape})", markup=False, highlight=False, soft_wrap=True)
         if host not in ("127.0.0.1", "localhost", "::1") and api_key is None:
             console.print(f"[bold red]WARNING: listening on {host} without --api-key: anyone on your network can use this server[/]", soft_wrap=True)

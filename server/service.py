@@ -16,7 +16,7 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from kvchat.engine import AskSettings, Engine
+from kvchat.engine import AskSettings, Engine, KvLayout
 from kvchat.engine.prepared import ChatRequest
 from kvchat.engine.prompt import Turn
 from kvchat.engine.scheduler import ChatJob, QueueFull, Scheduler
@@ -41,6 +41,7 @@ class ServerLimits:
     max_body_bytes: int = 64 * 2**20
     max_documents: int = 64
     room: int = 1024  # cells per sequence for the question and earlier turns, besides the budget
+    layout: KvLayout = KvLayout()  # flash attention and KV cache types of every context
 
     @property
     def sequence_cells(self) -> int:
@@ -58,7 +59,10 @@ class ChatService:
     def __init__(self, engine: Engine, limits: ServerLimits, threads: int | None = None) -> None:
         self.engine = engine
         self.limits = limits
-        self.scheduler = Scheduler(engine, limits.sequences, limits.sequence_cells, limits.max_waiting, threads)
+        self.threads = threads
+        self.scheduler = Scheduler(
+            engine, limits.sequences, limits.sequence_cells, limits.max_waiting, threads, limits.layout
+        )
         self.documents = DocumentLibrary(limits.max_documents)
         self._conversations: OrderedDict[str, str] = OrderedDict()  # messages key -> conversation id
         self._lock = threading.Lock()
@@ -83,7 +87,11 @@ class ChatService:
         sampler = SamplerSettings(temperature=body.temperature or 0.0, top_p=body.top_p or 0.95, seed=body.seed)
         try:
             policy = SnapKV(budget=budget, window=min(32, budget - 8))
-            return AskSettings(method=body.kv_method or "snapkv", policy=policy, max_tokens=max_tokens, sampler=sampler)
+            layout = limits.layout
+            return AskSettings(
+                method=body.kv_method or "snapkv", policy=policy, max_tokens=max_tokens, sampler=sampler,
+                threads=self.threads, flash_attn=layout.flash_attn, cache_type_k=layout.type_k, cache_type_v=layout.type_v,
+            )
         except KvchatError as error:
             raise ApiError(400, error.one_line(), "invalid_settings") from None
 

@@ -24,10 +24,10 @@ def free_port() -> int:
 
 @contextmanager
 def running_server(
-    model_path: Path, api_key: str | None = None, use_cache: bool = False, **limits: int
+    model_path: Path, api_key: str | None = None, use_cache: bool = False, **limits: object
 ) -> Iterator[tuple[str, ChatService]]:
     """Yields (base URL, service) of a live server; stops it and frees the model afterwards."""
-    service = ChatService(Engine(str(model_path), use_cache=use_cache), ServerLimits(model_id="kvchat-test", **limits))
+    service = ChatService(Engine(str(model_path), use_cache=use_cache), ServerLimits(model_id="kvchat-test", **limits))  # type: ignore[arg-type]
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(create_app(service, api_key), host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)

@@ -13,6 +13,7 @@ import httpx
 import openai
 import pytest
 
+from kvchat.engine import KvLayout
 from kvchat.server.schemas import ChatCompletionRequest
 from server_harness import running_server
 
@@ -113,6 +114,21 @@ def test_a_follow_up_continues_its_conversation(client: openai.OpenAI, server) -
     assert continued in service._conversations.values() and unrelated not in service._conversations.values()
     follow_up = client.chat.completions.create(model=MODEL, messages=history, max_tokens=8)
     assert follow_up.usage.prompt_tokens > first.usage.prompt_tokens
+
+
+def test_a_server_with_flash_attention_on_answers_about_documents(tiny_model_path: Path, tmp_path: Path) -> None:
+    """Readings are made, saved and moved into the shared context with flash attention on (V not
+    transposed): a shared context laid out otherwise refuses those states."""
+    layout = KvLayout(flash_attn=True)
+    with running_server(tiny_model_path, use_cache=True, budget=64, max_tokens=8, sequences=2, layout=layout) as (url, service):
+        assert service.scheduler.decoder.ctx.settings.flash_attn
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=60)
+        document = httpx.post(f"{url}/v1/documents", files={"file": ("notes.txt", NOTES)}).json()["id"]
+        history = [{"role": "user", "content": "What was the boat called?"}]
+        for question in ("And the budget?", "And the radio?"):  # the later ones load the saved reading
+            answer = client.chat.completions.create(model=MODEL, messages=history, max_tokens=8, extra_body={"document_id": document})
+            assert answer.choices[0].finish_reason in ("stop", "length") and answer.usage.completion_tokens > 0
+            history += [{"role": "assistant", "content": answer.choices[0].message.content}, {"role": "user", "content": question}]
 
 
 @pytest.mark.parametrize(

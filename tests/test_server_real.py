@@ -12,6 +12,7 @@ import httpx
 import openai
 import pytest
 
+from kvchat.engine import KvLayout
 from server_harness import running_server
 
 pytestmark = pytest.mark.real_model
@@ -56,6 +57,17 @@ def test_two_interleaved_conversations_stay_apart(server) -> None:
         eggs, temperature = cake_answers.result()
     assert "Grey Heron" in boat and ("4,350" in budget or "4350" in budget)
     assert ("3" in eggs or "three" in eggs.lower()) and "180" in temperature
+
+
+def test_flash_attention_with_a_quantized_kv_cache(default_model_path: Path) -> None:
+    """--flash-attn on --cache-type-k q8_0 --cache-type-v q8_0: scored by the query probe from
+    the rotated q8_0 keys, moved into a q8_0 shared context, and still right."""
+    layout = KvLayout(flash_attn=True, type_k="q8_0", type_v="q8_0")
+    with running_server(default_model_path, budget=256, max_tokens=40, sequences=2, layout=layout) as (url, _):
+        trip = httpx.post(f"{url}/v1/documents", files={"file": ("trip.txt", TRIP)}).json()["id"]
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=300)
+        boat, budget = _conversation(client, trip, ["What was the boat called?", "How much was the budget?"])
+    assert "Grey Heron" in boat and ("4,350" in budget or "4350" in budget)
 
 
 def _open_stream(http: httpx.Client, url: str, question: str) -> httpx.Response:

@@ -15,6 +15,7 @@ from kvchat.engine.prepared import ChatRequest, prepare
 from kvchat.engine.scheduler import ChatJob, Scheduler
 from kvchat.engine.run import PromptRun
 from kvchat.engine.slots import SlotDecoder
+from kvchat.errors import KvchatError
 from kvchat.events import Done, Token
 from kvchat.llama import Sampler
 from kvchat.policy import SnapKV
@@ -141,6 +142,57 @@ def test_the_scheduler_answers_every_job_and_frees_stopped_sequences(engine: Eng
         assert stop.stats.stop_reason == "cancelled" and stop.stats.generated_tokens < 400
         assert all(not slot.busy for slot in scheduler.decoder.slots)
         assert "stopped" not in [slot.owner for slot in scheduler.decoder.slots]  # its cells were dropped
+    finally:
+        scheduler.close()
+
+
+def _failing(error: Exception):
+    def fail(*_args: object) -> None:
+        raise error
+    return fail
+
+
+def _events_of(scheduler: Scheduler, job_text: str) -> list:
+    events: list = []
+    scheduler.submit(ChatJob(job_text, _request(job_text), events.append))
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not (events and isinstance(events[-1], (Done, KvchatError))):
+        time.sleep(0.02)
+    return events
+
+
+def test_a_state_llama_cpp_refuses_fails_that_request_and_the_server_goes_on(engine: Engine, monkeypatch) -> None:
+    scheduler = Scheduler(engine, n_slots=1, slot_cells=512, max_waiting=4)
+    load = scheduler.decoder.load
+    try:
+        with monkeypatch.context() as patch:
+            patch.setattr(scheduler.decoder, "load", _failing(KvchatError("failed to restore kv cache", "")))
+            refused = _events_of(scheduler, "first")
+        assert isinstance(refused[-1], KvchatError) and "restore" in str(refused[-1])
+        assert scheduler.decoder.load == load and not scheduler.decoder.slots[0].busy
+        assert isinstance(_events_of(scheduler, "second")[-1], Done)
+    finally:
+        scheduler.close()
+
+
+def test_a_failed_decode_step_fails_the_answers_in_progress_and_the_server_goes_on(engine: Engine, monkeypatch) -> None:
+    scheduler = Scheduler(engine, n_slots=1, slot_cells=512, max_waiting=4)
+    try:
+        with monkeypatch.context() as patch:
+            patch.setattr(scheduler.decoder, "step", _failing(RuntimeError("llama_decode returned -3")))
+            failed = _events_of(scheduler, "first")
+        assert isinstance(failed[-1], KvchatError) and "decoding failed" in str(failed[-1])
+        assert isinstance(_events_of(scheduler, "second")[-1], Done)
+    finally:
+        scheduler.close()
+
+
+def test_a_job_read_with_another_cache_layout_is_refused(engine: Engine) -> None:
+    scheduler = Scheduler(engine, n_slots=1, slot_cells=512, max_waiting=4)
+    try:
+        settings = AskSettings(policy=SETTINGS.policy, flash_attn=True)
+        with pytest.raises(ValueError, match="cannot move into"):
+            scheduler.submit(ChatJob("x", ChatRequest(settings, messages=({"role": "user", "content": "hi"},)), lambda _event: None))
     finally:
         scheduler.close()
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from kvchat.engine.core import Engine
 from kvchat.engine.prepared import ChatRequest, PreparedPrompt, prepare
+from kvchat.engine.settings import KvLayout
 from kvchat.engine.slots import Slot, SlotDecoder
 from kvchat.errors import KvchatError, PromptTooLongError
 from kvchat.events import Done, Event, Progress, Stats, Token
@@ -56,9 +57,12 @@ class _Answer:
 
 
 class Scheduler:
-    def __init__(self, engine: Engine, n_slots: int, slot_cells: int, max_waiting: int = 16, threads: int | None = None) -> None:
+    def __init__(
+        self, engine: Engine, n_slots: int, slot_cells: int, max_waiting: int = 16, threads: int | None = None,
+        layout: KvLayout = KvLayout(),
+    ) -> None:
         self.engine = engine
-        self.decoder = SlotDecoder(engine.model, n_slots, slot_cells, threads)
+        self.decoder = SlotDecoder(engine.model, n_slots, slot_cells, threads, layout)
         self._waiting: queue.Queue[ChatJob] = queue.Queue(max_waiting)
         self._answers: list[_Answer] = []
         self._wake = threading.Event()
@@ -68,6 +72,8 @@ class Scheduler:
 
     def submit(self, job: ChatJob) -> None:
         """Queue a job; raises QueueFull when the waiting line is full."""
+        if job.request.settings.layout != self.decoder.layout:
+            raise ValueError(f"a job read with {job.request.settings.layout} cannot move into sequences of {self.decoder.layout}")
         try:
             self._waiting.put_nowait(job)
         except queue.Full:
@@ -95,7 +101,7 @@ class Scheduler:
             else:
                 self._wake.wait(0.2)
                 self._wake.clear()
-        for answer in self._answers:
+        for answer in list(self._answers):
             answer.job.cancel.set()
             self._finish(answer, "cancelled")
         while not self._waiting.empty():
@@ -115,6 +121,7 @@ class Scheduler:
                         f"the kept prompt is {len(prepared.positions):,} tokens; a sequence holds {self.decoder.slot_cells:,}",
                         "use kv_method snapkv with a smaller kv_budget, or a shorter conversation",
                     )
+                slot = self._load(job, prepared)
             except Exception as error:
                 sampler.close()
                 if not isinstance(error, KvchatError):  # a bug: the job fails, the server goes on
@@ -122,7 +129,7 @@ class Scheduler:
                     error = KvchatError(f"internal error: {error}", "see the server's log file")
                 job.emit(error)
                 continue
-            self._start(job, prepared, sampler)
+            self._start(job, slot, prepared, sampler)
 
     def _prepare(self, job: ChatJob, sampler: Sampler) -> PreparedPrompt:
         """Read and prune `job`'s prompt, passing its events on; the answers in progress get a
@@ -138,10 +145,18 @@ class Scheduler:
             if self._answers:
                 self._step()
 
-    def _start(self, job: ChatJob, prepared: PreparedPrompt, sampler: Sampler) -> None:
+    def _load(self, job: ChatJob, prepared: PreparedPrompt) -> Slot:
+        """Move the prepared cells into a free sequence (emptied again if llama.cpp refuses them)."""
         slot = self.decoder.free_slot(job.conversation)
         assert slot is not None  # only this thread takes slots, and one was free before preparing
-        self.decoder.load(slot, job.conversation, prepared.state, prepared.positions)
+        try:
+            self.decoder.load(slot, job.conversation, prepared.state, prepared.positions)
+        except Exception:
+            self.decoder.release(slot)
+            raise
+        return slot
+
+    def _start(self, job: ChatJob, slot: Slot, prepared: PreparedPrompt, sampler: Sampler) -> None:
         answer = _Answer(job, slot, prepared, sampler, Detokenizer(self.engine.model), prepared.first_token)
         answer.first_token_at = time.perf_counter()
         self._answers.append(answer)
@@ -151,7 +166,11 @@ class Scheduler:
         """One decode step for every answer in progress, then sample each one's next token."""
         answers = list(self._answers)
         started = time.perf_counter()
-        self.decoder.step([a.slot for a in answers], [a.next_token for a in answers])
+        try:
+            self.decoder.step([a.slot for a in answers], [a.next_token for a in answers])
+        except Exception as error:  # the answers in progress fail; the server goes on
+            LOGGER.exception("a decode step failed")
+            return self._fail_answers(KvchatError(f"decoding failed: {error}", "see the server's log file"))
         elapsed = time.perf_counter() - started
         for row, answer in enumerate(answers):
             answer.decode_s += elapsed
@@ -182,9 +201,17 @@ class Scheduler:
         self._answers.remove(answer)
         answer.job.emit(Done(answer.text, self._stats(answer, stop_reason)))
 
+    def _fail_answers(self, error: KvchatError) -> None:
+        for answer in list(self._answers):
+            answer.sampler.close()
+            answer.slot.busy = False
+            self.decoder.release(answer.slot)
+            self._answers.remove(answer)
+            answer.job.emit(error)
+
     def _stats(self, answer: _Answer, stop_reason: str) -> Stats:
         settings, prompt = answer.job.request.settings, answer.prompt
-        per_token = self.engine.model.shape.kv_bytes_per_token()
+        per_token = self.engine.model.shape.kv_bytes_per_token(settings.cache_type_k, settings.cache_type_v)
         kept = len(prompt.positions)
         now = time.perf_counter()
         return Stats(

@@ -14,6 +14,27 @@ METHODS: tuple[str, ...] = ("snapkv", "full", "snapstream", "streamingllm")
 
 
 @dataclass(frozen=True)
+class KvLayout:
+    """How the KV cache holds its entries. Saved readings and the server's shared context must
+    agree with the context that read a prompt: llama.cpp lays V out differently with flash
+    attention on, and a quantized cache holds other bytes."""
+
+    flash_attn: bool = False
+    type_k: str = "f16"
+    type_v: str = "f16"
+
+    def __post_init__(self) -> None:
+        for name, cache_type in (("k", self.type_k), ("v", self.type_v)):
+            if cache_type not in CACHE_TYPES:
+                raise SettingsError(f"unknown KV cache type {cache_type!r}", f"use --cache-type-{name} f16 or q8_0")
+        if self.type_v != "f16" and not self.flash_attn:
+            raise SettingsError(
+                f"a {self.type_v} V cache needs flash attention (llama.cpp quantizes V only inside it)",
+                "add --flash-attn on, or keep --cache-type-v f16",
+            )
+
+
+@dataclass(frozen=True)
 class AskSettings:
     method: Method = "snapkv"
     policy: SnapKV = field(default_factory=SnapKV)
@@ -32,19 +53,16 @@ class AskSettings:
             raise SettingsError(f"unknown method {self.method!r}", f"use one of: {', '.join(METHODS)}")
         if self.max_tokens < 1:
             raise SettingsError(f"max tokens must be at least 1, got {self.max_tokens}", "try --max-tokens 512")
-        for name, cache_type in (("k", self.cache_type_k), ("v", self.cache_type_v)):
-            if cache_type not in CACHE_TYPES:
-                raise SettingsError(f"unknown KV cache type {cache_type!r}", f"use --cache-type-{name} f16 or q8_0")
-        if self.cache_type_v != "f16" and not self.flash_attn:
-            raise SettingsError(
-                f"a {self.cache_type_v} V cache needs flash attention (llama.cpp quantizes V only inside it)",
-                "add --flash-attn on, or keep --cache-type-v f16",
-            )
+        self.layout  # refuses unknown cache types and a quantized V without flash attention
         if self.policy.window > self.n_batch:
             raise SettingsError(
                 f"window {self.policy.window} is larger than the batch size {self.n_batch}",
                 f"use --window {self.n_batch} or less",
             )
+
+    @property
+    def layout(self) -> KvLayout:
+        return KvLayout(self.flash_attn, self.cache_type_k, self.cache_type_v)
 
     @property
     def prunes(self) -> bool:

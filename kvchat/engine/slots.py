@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from kvchat.engine.settings import KvLayout
 from kvchat.llama import ContextSettings, LlamaContext, LlamaModel, StateBytes, state_for_streams
 
 
@@ -29,11 +30,15 @@ class Slot:
 
 
 class SlotDecoder:
-    def __init__(self, model: LlamaModel, n_slots: int, slot_cells: int, threads: int | None = None) -> None:
+    def __init__(
+        self, model: LlamaModel, n_slots: int, slot_cells: int, threads: int | None = None, layout: KvLayout = KvLayout()
+    ) -> None:
         self.model = model
         self.slot_cells = slot_cells
+        self.layout = layout  # the states loaded into the slots must have been read with it
         settings = ContextSettings(
-            n_ctx=n_slots * slot_cells, n_batch=max(512, n_slots), threads=threads, n_seq_max=n_slots
+            n_ctx=n_slots * slot_cells, n_batch=max(512, n_slots), threads=threads, n_seq_max=n_slots,
+            flash_attn=layout.flash_attn, type_k=layout.type_k, type_v=layout.type_v,
         )
         self.ctx = LlamaContext(model, settings)
         self.slots = [Slot(seq) for seq in range(n_slots)]

@@ -6,7 +6,7 @@ import hashlib
 import logging
 from collections.abc import Iterator
 
-from kvchat.engine.settings import AskSettings
+from kvchat.engine.settings import AskSettings, KvLayout
 from kvchat.engine.store import DamagedState, StateStore, new_header
 from kvchat.events import Event, Notice
 from kvchat.llama import STATE_FORMAT
@@ -20,23 +20,21 @@ class DocumentStates:
     the KV cache type and llama.cpp's state format."""
 
     def __init__(
-        self, store: StateStore, model_sha256: str, model_name: str, layout: tuple[str, str, bool] = ("f16", "f16", False)
+        self, store: StateStore, model_sha256: str, model_name: str, layout: KvLayout = KvLayout()
     ) -> None:
         self.store = store
         self.model_sha256 = model_sha256
         self.model_name = model_name
-        self.layout = layout  # K type, V type, flash attention: states differ in all three
+        self.layout = layout
 
     def for_settings(self, settings: AskSettings) -> "DocumentStates":
-        """The same store for the cache layout of `settings` (llama.cpp lays V out differently
-        with flash attention on, and quantized caches hold other bytes)."""
-        layout = (settings.cache_type_k, settings.cache_type_v, settings.flash_attn)
-        return DocumentStates(self.store, self.model_sha256, self.model_name, layout)
+        """The same store for the cache layout of `settings`: states of other layouts differ."""
+        return DocumentStates(self.store, self.model_sha256, self.model_name, settings.layout)
 
     def key(self, prompt_sha256: str) -> str:
-        type_k, type_v, flash_attn = self.layout
-        material = f"{STATE_FORMAT}|{self.model_sha256}|{prompt_sha256}|{type_k}"
-        material += (f"|v={type_v}" if type_v != "f16" else "") + ("|flash-attn" if flash_attn else "")
+        layout = self.layout
+        material = f"{STATE_FORMAT}|{self.model_sha256}|{prompt_sha256}|{layout.type_k}"
+        material += (f"|v={layout.type_v}" if layout.type_v != "f16" else "") + ("|flash-attn" if layout.flash_attn else "")
         return hashlib.sha256(material.encode()).hexdigest()[:40]
 
     def saved_lengths(self, at_most: int) -> list[int]:
