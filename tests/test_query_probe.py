@@ -19,10 +19,10 @@ WINDOW = 32
 
 
 def _votes(
-    model: LlamaModel, tokens: list[int], flash_attn: bool, policy: SnapKV, type_k: str = "f16"
+    model: LlamaModel, tokens: list[int], flash_attn: bool, policy: SnapKV, type_k: str = "f16", query_scores: bool = False
 ) -> tuple[np.ndarray, np.ndarray]:
     """Votes of the last WINDOW tokens over the prompt, and the cells SnapKV keeps from them."""
-    settings = ContextSettings(n_ctx=4096, flash_attn=flash_attn, threads=2, type_k=type_k)
+    settings = ContextSettings(n_ctx=4096, flash_attn=flash_attn, threads=2, type_k=type_k, query_scores=query_scores)
     cache = KvCache(LlamaContext(model, settings))
     try:
         body = tokens[:-WINDOW]
@@ -36,6 +36,19 @@ def _votes(
 
 def _prompt(model: LlamaModel, text: str, limit: int) -> list[int]:
     return model.tokenize(model.apply_chat_template([{"role": "user", "content": text}]))[-limit:]
+
+
+def test_on_one_context_the_query_probe_gives_the_softmax_probes_votes(tiny_model) -> None:
+    """Flash attention off for both: the same queries and keys, so the recomputed softmax must
+    match the one llama.cpp computed (flash attention itself changes the numbers a little)."""
+    rng = np.random.default_rng(4)
+    text = " ".join(rng.choice(["the", "cat", "sat", "on", "7", "42", "mat", "then"], size=400))
+    tokens = _prompt(tiny_model, text, 600)
+    policy = SnapKV(budget=128, window=WINDOW, spans=False)
+    softmax_votes, softmax_kept = _votes(tiny_model, tokens, False, policy)
+    query_votes, query_kept = _votes(tiny_model, tokens, False, policy, query_scores=True)
+    np.testing.assert_allclose(query_votes, softmax_votes, rtol=1e-2, atol=1e-5)  # llama.cpp rounds q to f16
+    np.testing.assert_array_equal(query_kept, softmax_kept)
 
 
 def test_both_probes_give_the_same_kept_set_on_the_tiny_model(tiny_model) -> None:
@@ -71,7 +84,10 @@ def test_both_probes_agree_on_the_default_model(default_model_path: Path) -> Non
         tokens = _prompt(model, case.document + "\n\n" + case.question, 2000)
         policy = SnapKV(budget=256, window=WINDOW)
         softmax_votes, softmax_kept = _votes(model, tokens, False, policy)
+        same_context_votes, same_context_kept = _votes(model, tokens, False, policy, query_scores=True)
         query_votes, query_kept = _votes(model, tokens, True, policy)
+    np.testing.assert_allclose(same_context_votes, softmax_votes, rtol=1e-2, atol=1e-4)
+    np.testing.assert_array_equal(same_context_kept, softmax_kept)
     assert np.corrcoef(softmax_votes.ravel(), query_votes.ravel())[0, 1] > 0.99
     overlap = len(np.intersect1d(softmax_kept, query_kept)) / len(softmax_kept)
     assert overlap >= 0.99, overlap

@@ -29,6 +29,9 @@ class ContextSettings:
     n_seq_max: int = 1
     type_k: str = "f16"  # KV cache types: f16, q8_0 or f32 (a quantized V needs flash attention)
     type_v: str = "f16"
+    # Scores from queries and keys even with flash attention off, where the softmax could be read:
+    # compares the two probes on one context (flash attention changes the numbers themselves).
+    query_scores: bool = False
 
     def thread_count(self) -> int:
         return self.threads or max(1, os.cpu_count() or 1)
@@ -55,7 +58,7 @@ class LlamaContext:
         """Softmax outputs exist only with flash attention off; with it on, the scores are
         recomputed from the window's queries and the cached keys (sequence 0's state)."""
         shape = model.shape
-        if not settings.flash_attn:
+        if not (settings.flash_attn or settings.query_scores):
             return AttentionProbe(shape.n_layer)
         probe = QueryProbe(shape.n_layer, shape.n_head, shape.n_head_kv, shape.head_dim)
         probe.state_source = lambda: self.state_bytes(0)
