@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from kvchat.cli.options import CACHE_TYPE_K, CACHE_TYPE_V, FLASH_ATTN, GPU_LAYERS, flash_attention
+from kvchat.cli.options import CACHE_TYPE_K, CACHE_TYPE_V, FLASH_ATTN, GPU_LAYERS, flash_attention, warn_about_gpu_layers
 from kvchat.cli.render import render
 from kvchat.documents import load_document
 from kvchat.engine import AskSettings, Engine, StreamSettings
@@ -57,6 +57,7 @@ def ask_command(
 ) -> None:
     """Ask a question about a document; the answer streams to stdout, stats to stderr."""
     console = Console(stderr=True)
+    warn_about_gpu_layers(gpu_layers, console)
     settings = AskSettings(
         method=method,  # type: ignore[arg-type]
         policy=SnapKV(budget=budget, window=window, kernel=kernel, pool=pool, heads=heads, spans=spans),  # type: ignore[arg-type]

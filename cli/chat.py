@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from kvchat.cli.options import CACHE_TYPE_K, CACHE_TYPE_V, FLASH_ATTN, GPU_LAYERS, flash_attention
+from kvchat.cli.options import CACHE_TYPE_K, CACHE_TYPE_V, FLASH_ATTN, GPU_LAYERS, flash_attention, gpu_layers_warning
 from kvchat.engine import AskSettings
 from kvchat.llama import SamplerSettings
 from kvchat.policy import SnapKV
@@ -41,7 +41,7 @@ def chat_command(
     from kvchat.tui.app import KvchatApp  # Textual is imported only for this command
     from kvchat.tui.sessions import EngineSessions
 
-    app = KvchatApp(EngineSessions(model, gpu_layers, cache), path, settings)
+    app = KvchatApp(EngineSessions(model, gpu_layers, cache), path, settings, startup_warning=gpu_layers_warning(gpu_layers))
     try:
         app.run()
     finally:

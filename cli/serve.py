@@ -7,7 +7,7 @@ import socket
 import typer
 from rich.console import Console
 
-from kvchat.cli.options import CACHE_TYPE_K, CACHE_TYPE_V, FLASH_ATTN, GPU_LAYERS, kv_layout
+from kvchat.cli.options import CACHE_TYPE_K, CACHE_TYPE_V, FLASH_ATTN, GPU_LAYERS, kv_layout, warn_about_gpu_layers
 from kvchat.engine import Engine
 from kvchat.errors import SettingsError
 
@@ -59,6 +59,7 @@ def serve_command(
     layout = kv_layout(flash_attn, gpu_layers, cache_type_k, cache_type_v)
     _check_port(host, port)
     console = Console(stderr=True)
+    warn_about_gpu_layers(gpu_layers, console)
     limits = ServerLimits(model_id=model, budget=budget, max_tokens=max_tokens, sequences=max_sessions,
                           max_waiting=max_waiting, room=room, layout=layout)
     service = ChatService(Engine(model, gpu_layers=gpu_layers, use_cache=cache), limits, threads)

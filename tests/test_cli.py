@@ -84,6 +84,9 @@ def test_bad_documents_exit_2_with_one_line(kind, tmp_path, tiny_model_path, iso
         (["--kernel", "4"], "kernel"),
         (["--method", "magic"], "method"),
         (["--n-ctx", "256"], "--n-ctx"),
+        (["--flash-attn", "maybe"], "--flash-attn"),
+        (["--cache-type-k", "q4_0"], "cache type"),
+        (["--cache-type-v", "q8_0"], "needs flash attention"),
     ],
 )
 def test_bad_settings_exit_2_with_one_line(extra, expected, document, tiny_model_path, isolated_home) -> None:
@@ -91,6 +94,15 @@ def test_bad_settings_exit_2_with_one_line(extra, expected, document, tiny_model
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and expected in lines[0] and "Traceback" not in result.stderr
+
+
+def test_gpu_layers_that_cannot_take_effect_are_reported(document, tiny_model_path, isolated_home) -> None:
+    """llama.cpp ignores n_gpu_layers silently on a CPU-only build; kvchat says so, and goes on."""
+    from kvchat.llama import gpu_offload_supported
+
+    result = run_kvchat(*ask_args(document, tiny_model_path, "--gpu-layers", "99"), home=isolated_home)
+    assert result.returncode == 0, result.stderr
+    assert ("--gpu-layers 99 has no effect" in result.stderr) == (not gpu_offload_supported())
 
 
 def test_missing_model_names_the_pip_command(document, isolated_home) -> None:

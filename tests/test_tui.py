@@ -58,6 +58,13 @@ async def test_a_question_gets_a_streamed_answer_and_the_panel_its_figures() -> 
         assert app.query_one("#question", Input).value == ""
 
 
+async def test_a_startup_warning_is_shown_once_the_app_is_up() -> None:
+    app = KvchatApp(FakeSessions(), DOCUMENT, startup_warning="--gpu-layers 99 has no effect [cpu]")
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.session is not None)
+        assert notifications(app) == ["--gpu-layers 99 has no effect [cpu]"]
+
+
 async def test_brackets_in_questions_and_errors_are_shown_as_typed() -> None:
     sessions = FakeSessions()
     app = KvchatApp(sessions, DOCUMENT)

@@ -50,8 +50,10 @@ class KvchatApp(App[None]):
         path: Path | None = None,
         settings: AskSettings | None = None,
         start_dir: Path | None = None,
+        startup_warning: str | None = None,
     ) -> None:
         super().__init__()
+        self.startup_warning = startup_warning
         self.sessions = sessions
         self.settings = settings or AskSettings()
         self.initial_path = path
@@ -79,6 +81,8 @@ class KvchatApp(App[None]):
 
     def on_mount(self) -> None:
         self.query_one("#transcript").anchor()
+        if self.startup_warning:
+            self.notify(self.startup_warning, severity="warning", timeout=12, markup=False)
         if self.initial_path is not None:
             self.open_path(self.initial_path)
         else:

@@ -2,7 +2,7 @@
 
 from kvchat.llama._lib import STATE_FORMAT
 from kvchat.llama.context import ContextSettings, LlamaContext, StateBytes
-from kvchat.llama.model import CACHE_TYPES, Detokenizer, LlamaModel, ModelShape
+from kvchat.llama.model import CACHE_TYPES, Detokenizer, LlamaModel, ModelShape, gpu_offload_supported
 from kvchat.llama.probe import AttentionProbe
 from kvchat.llama.sampler import Sampler, SamplerSettings
 from kvchat.llama.state import for_streams as state_for_streams
@@ -19,5 +19,6 @@ __all__ = [
     "Sampler",
     "SamplerSettings",
     "StateBytes",
+    "gpu_offload_supported",
     "state_for_streams",
 ]

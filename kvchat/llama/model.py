@@ -33,6 +33,13 @@ class ModelShape:
         return int(self.n_layer * self.n_head_kv * self.head_dim * element_bytes)
 
 
+def gpu_offload_supported() -> bool:
+    """Whether this llama.cpp build can put layers on a GPU (CUDA, Metal, Vulkan…); a CPU-only
+    build ignores n_gpu_layers without a word."""
+    backend_ready()
+    return bool(raw.llama_supports_gpu_offload())
+
+
 class LlamaModel:
     """Owns a `llama_model`; free it with close() (or use as a context manager)."""
 
