@@ -75,35 +75,39 @@ def test_flash_attention_readings_are_saved_apart(tiny_model_path: Path, tmp_pat
         assert len(engine.states.store.entries()) == 2
 
 
-@pytest.mark.real_model
-def test_both_probes_agree_on_the_default_model(default_model_path: Path) -> None:
+NEEDLE_POLICY = SnapKV(budget=256, window=WINDOW)
+
+
+@pytest.fixture(scope="module")
+def needle(default_model_path: Path):
+    """The default model, a 1.5K-token needle prompt and the softmax probe's reading of it."""
     from kvchat.bench.tasks import needle_case
 
     with LlamaModel(default_model_path) as model:
         case = needle_case(lambda text: len(model.tokenize(text)), 1500, 0.5, seed=7)
         tokens = _prompt(model, case.document + "\n\n" + case.question, 2000)
-        policy = SnapKV(budget=256, window=WINDOW)
-        softmax_votes, softmax_kept = _votes(model, tokens, False, policy)
-        same_context_votes, same_context_kept = _votes(model, tokens, False, policy, query_scores=True)
-        query_votes, query_kept = _votes(model, tokens, True, policy)
+        yield model, tokens, _votes(model, tokens, False, NEEDLE_POLICY)
+
+
+def _overlap(reference: np.ndarray, other: np.ndarray) -> float:
+    return len(np.intersect1d(reference, other)) / len(reference)
+
+
+@pytest.mark.real_model
+def test_both_probes_agree_on_the_default_model(needle) -> None:
+    model, tokens, (softmax_votes, softmax_kept) = needle
+    same_context_votes, same_context_kept = _votes(model, tokens, False, NEEDLE_POLICY, query_scores=True)
     np.testing.assert_allclose(same_context_votes, softmax_votes, rtol=1e-2, atol=1e-4)
     np.testing.assert_array_equal(same_context_kept, softmax_kept)
+    query_votes, query_kept = _votes(model, tokens, True, NEEDLE_POLICY)
     assert np.corrcoef(softmax_votes.ravel(), query_votes.ravel())[0, 1] > 0.99
-    overlap = len(np.intersect1d(softmax_kept, query_kept)) / len(softmax_kept)
-    assert overlap >= 0.99, overlap
+    assert _overlap(softmax_kept, query_kept) >= 0.99
 
 
 @pytest.mark.real_model
-def test_flash_attention_scoring_reads_a_quantized_key_cache(default_model_path: Path) -> None:
+def test_flash_attention_scoring_reads_a_quantized_key_cache(needle) -> None:
     """A q8_0 K is stored rotated (64-wide heads); the probe must rotate it back to score."""
-    from kvchat.bench.tasks import needle_case
-
-    with LlamaModel(default_model_path) as model:
-        case = needle_case(lambda text: len(model.tokenize(text)), 1500, 0.5, seed=7)
-        tokens = _prompt(model, case.document + "\n\n" + case.question, 2000)
-        policy = SnapKV(budget=256, window=WINDOW)
-        softmax_votes, softmax_kept = _votes(model, tokens, False, policy)
-        query_votes, query_kept = _votes(model, tokens, True, policy, type_k="q8_0")
+    model, tokens, (softmax_votes, softmax_kept) = needle
+    query_votes, query_kept = _votes(model, tokens, True, NEEDLE_POLICY, type_k="q8_0")
     assert np.corrcoef(softmax_votes.ravel(), query_votes.ravel())[0, 1] > 0.99
-    overlap = len(np.intersect1d(softmax_kept, query_kept)) / len(softmax_kept)
-    assert overlap >= 0.95, overlap
+    assert _overlap(softmax_kept, query_kept) >= 0.95
