@@ -22,6 +22,11 @@ def cell_positions(state: bytes) -> np.ndarray:
     """Positions of the cells in the first stream of a one-sequence state, in cell order."""
     if len(state) < HEADER.size:
         return np.zeros(0, dtype=np.int64)
+    return _cell_table(state)[0]
+
+
+def _cell_table(state: bytes | bytearray | memoryview) -> tuple[np.ndarray, int]:
+    """The first stream's cell positions and the offset where the K/V data begins."""
     magic, _seq, n_stream, cell_count = HEADER.unpack_from(state, 0)
     if magic != STATE_MAGIC or n_stream < 1:
         raise ValueError("not a llama.cpp sequence state")
@@ -31,7 +36,7 @@ def cell_positions(state: bytes) -> np.ndarray:
         pos, n_seq = struct.unpack_from("<iI", state, offset)
         positions[index] = pos
         offset += 8 + 4 * n_seq
-    return positions
+    return positions, offset
 
 
 def for_streams(state: bytes | bytearray | memoryview, n_stream: int) -> bytes | bytearray | memoryview:
@@ -56,13 +61,8 @@ def cell_keys(state: bytes | bytearray | memoryview, n_layer: int, head_dim: int
 
     After the cell table: u32 v_trans, u32 n_layer, then per layer i32 ggml type, u64 row size and
     one row per cell, in cell order."""
-    magic, _seq, n_stream, cell_count = HEADER.unpack_from(state, 0)
-    if magic != STATE_MAGIC or n_stream < 1:
-        raise ValueError("not a llama.cpp sequence state")
-    offset = HEADER.size
-    for _ in range(cell_count):
-        _pos, n_seq = struct.unpack_from("<iI", state, offset)
-        offset += 8 + 4 * n_seq
+    positions, offset = _cell_table(state)
+    cell_count = len(positions)
     _v_trans, layers = struct.unpack_from("<II", state, offset)
     offset += 8
     if layers != n_layer:
