@@ -20,6 +20,7 @@ import numpy as np
 from kvchat.bench.tasks import needle_case
 from kvchat.engine.cache import KvCache
 from kvchat.engine.pipeline import plan_cells
+from kvchat.engine.prompt import chat_tokens
 from kvchat.llama import ContextSettings, LlamaContext, LlamaModel
 from kvchat.models import resolve_model
 from kvchat.policy import SnapKV
@@ -66,8 +67,7 @@ def main() -> None:
     with LlamaModel(resolve_model("default")) as model:
         for length in (int(n) for n in args.lengths.split(",")):
             case = needle_case(lambda text: len(model.tokenize(text)), length, 0.5, seed=7)
-            prompt = model.apply_chat_template([{"role": "user", "content": f"{case.document}\n\n{case.question}"}])
-            tokens = model.tokenize(prompt)
+            tokens = chat_tokens(model, [{"role": "user", "content": f"{case.document}\n\n{case.question}"}])
             softmax = measure(model, tokens, policies)
             queries = measure(model, tokens, policies, query_scores=True)
             flash = measure(model, tokens, policies, flash_attn=True, type_k=args.flash_type_k)

@@ -12,6 +12,7 @@ from kvchat.documents import load_document
 from kvchat.engine import AskSettings, Engine
 from kvchat.engine.cache import KvCache
 from kvchat.engine.pipeline import plan_cells
+from kvchat.engine.prompt import chat_tokens
 from kvchat.errors import SettingsError
 from kvchat.events import Done, Notice
 from kvchat.llama import ContextSettings, LlamaContext
@@ -25,7 +26,7 @@ POLICY = SnapKV(budget=96, window=16, spans=False)
 def prompt(tiny_model) -> list[int]:
     rng = np.random.default_rng(5)
     text = " ".join(rng.choice(["the", "cat", "sat", "on", "7", "42", "mat", "then"], size=300))
-    return tiny_model.tokenize(tiny_model.apply_chat_template([{"role": "user", "content": text}]))
+    return chat_tokens(tiny_model, [{"role": "user", "content": text}])
 
 
 def _pruned(model, tokens: list[int], **context: object) -> KvCache:
@@ -47,7 +48,7 @@ def test_a_quantized_v_with_flash_attention_on_the_default_model(default_model_p
 
     with LlamaModel(default_model_path) as model:
         text = " ".join(f"item {i} costs {i * 7} coins." for i in range(60))
-        tokens = model.tokenize(model.apply_chat_template([{"role": "user", "content": text}]))
+        tokens = chat_tokens(model, [{"role": "user", "content": text}])
         _round_trip(model, tokens, {"type_v": "q8_0", "flash_attn": True})
         kept = [_pruned(model, tokens, type_v=type_v, flash_attn=True) for type_v in ("f16", "q8_0")]
         positions = [cache.positions.copy() for cache in kept]

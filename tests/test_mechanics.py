@@ -10,6 +10,7 @@ from kvchat.engine.sizing import context_size
 from kvchat.engine.run import PromptRun
 from kvchat.engine.cache import KvCache
 from kvchat.engine.pipeline import plan_cells
+from kvchat.engine.prompt import chat_tokens
 from kvchat.events import Done, Pruned
 from kvchat.llama import ContextSettings, LlamaContext
 from kvchat.policy import SnapKV
@@ -24,7 +25,7 @@ def prompt(tiny_model) -> list[int]:
     rng = np.random.default_rng(1)
     words = ["the", "cat", "sat", "on", "a", "mat", "in", "here", "7", "42", "when", "then"]
     text = " ".join(rng.choice(words, size=260))
-    tokens = tiny_model.tokenize(tiny_model.apply_chat_template([{"role": "user", "content": text}]))
+    tokens = chat_tokens(tiny_model, [{"role": "user", "content": text}])
     assert len(tokens) > 400
     return tokens
 
@@ -173,5 +174,6 @@ def test_detokenizer_never_splits_utf8(tiny_model) -> None:
 def test_chat_template_comes_from_the_gguf(tiny_model) -> None:
     rendered = tiny_model.apply_chat_template([{"role": "user", "content": "hi"}])
     assert rendered == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
-    tokens = tiny_model.tokenize(rendered)
-    assert tokens[0] == tiny_model.tokenize("<|im_start|>")[0] and len(tiny_model.tokenize("<|im_start|>")) == 1
+    tokens = tiny_model.tokenize(rendered, special=True)
+    assert tokens[0] == tiny_model.tokenize("<|im_start|>", special=True)[0]
+    assert len(tiny_model.tokenize("<|im_start|>", special=True)) == 1

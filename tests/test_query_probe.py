@@ -10,6 +10,7 @@ import pytest
 from kvchat.engine import AskSettings, Engine
 from kvchat.engine.cache import KvCache
 from kvchat.engine.pipeline import plan_cells
+from kvchat.engine.prompt import chat_tokens
 from kvchat.events import Done
 from kvchat.documents import load_document
 from kvchat.llama import ContextSettings, LlamaContext, LlamaModel
@@ -35,7 +36,7 @@ def _votes(
 
 
 def _prompt(model: LlamaModel, text: str, limit: int) -> list[int]:
-    return model.tokenize(model.apply_chat_template([{"role": "user", "content": text}]))[-limit:]
+    return chat_tokens(model, [{"role": "user", "content": text}])[-limit:]
 
 
 def test_on_one_context_the_query_probe_gives_the_softmax_probes_votes(tiny_model) -> None:

@@ -12,6 +12,7 @@ import pytest
 
 from kvchat.engine import AskSettings, Engine
 from kvchat.engine.prepared import ChatRequest, prepare
+from kvchat.engine.prompt import chat_tokens
 from kvchat.engine.scheduler import ChatJob, Scheduler
 from kvchat.engine.run import PromptRun
 from kvchat.engine.slots import SlotDecoder
@@ -50,7 +51,7 @@ def _prepared(engine: Engine, text: str, settings: AskSettings = SETTINGS, messa
 def _single_sequence(engine: Engine, text: str) -> tuple[int, np.ndarray]:
     """The reference, as `kvchat ask` does it on a context of its own: the greedy first token and
     the logits after decoding it."""
-    tokens = engine.model.tokenize(engine.model.apply_chat_template([{"role": "user", "content": text}]))
+    tokens = chat_tokens(engine.model, [{"role": "user", "content": text}])
     with PromptRun(engine.model, 4096, SETTINGS, "tiny") as run:
         list(run.read(tokens, len(tokens) - SETTINGS.policy.window))
         list(run.select(tokens, SETTINGS))

@@ -10,6 +10,7 @@ import pytest
 
 from kvchat.documents import Document
 from kvchat.engine import AskSettings, Conversation, StreamSettings
+from kvchat.engine.prompt import chat_tokens
 from kvchat.engine.run import PromptRun
 from kvchat.engine.stream import stream_read
 from kvchat.events import Done, Evicted, Token
@@ -40,7 +41,7 @@ def test_ring_invariants_after_many_evictions(short_model, query_aware: bool) ->
     assert len(tokens) > 5 * TRAINED_CONTEXT
     settings = AskSettings(policy=SnapKV(budget=BUDGET, window=16), max_tokens=16, threads=2)
     stream = StreamSettings(chunk=CHUNK, recent=32, query_aware=query_aware)
-    question = short_model.tokenize("<|im_start|>user\nWhat is the code for box 7?<|im_end|>\n")[-16:]
+    question = chat_tokens(short_model, [{"role": "user", "content": "What is the code for box 7?"}])[-16:]
     evictions = 0
     with PromptRun(short_model, 768, settings, "tiny") as run:
         cache = run.cache

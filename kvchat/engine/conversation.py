@@ -25,7 +25,7 @@ from kvchat.documents import Document
 from kvchat.engine.sizing import RING_MIN, context_size, round_up
 from kvchat.engine.kept import kept_text_spans
 from kvchat.engine.pipeline import plan_cells
-from kvchat.engine.prompt import GENERIC_QUESTION, Turn, chat_messages, split_rendered, text_sha256
+from kvchat.engine.prompt import GENERIC_QUESTION, PromptPart, Turn, chat_messages, split_rendered, text_sha256
 from kvchat.engine.run import PromptRun
 from kvchat.engine.settings import AskSettings
 from kvchat.engine.states import DocumentStates
@@ -60,11 +60,11 @@ class Conversation:
         self.stream = stream or StreamSettings()
         self.turns: list[Turn] = []
         document_part, _, _ = self._split("")
-        self._document_part = document_part
-        self.document_tokens = model.tokenize(document_part)
+        self._document_part = document_part.text
+        self.document_tokens = document_part.tokens(model)
         if settings.policy.spans:  # token texts for span-aware selection, prepared with the tokens
             model.pieces_text(self.document_tokens)
-        self.document_sha256 = text_sha256(document_part)
+        self.document_sha256 = text_sha256(document_part.text)
         self.run = PromptRun(model, self._context_size(), settings, model_name)
         self._agnostic: tuple | None = None
         self._previous_tokens: list[int] = []
@@ -77,13 +77,13 @@ class Conversation:
         reserve = CONVERSATION_ROOM + self.settings.max_tokens
         return context_size(self.model, len(self.document_tokens), self.settings, reserve)
 
-    def _split(self, question: str) -> tuple[str, str, str]:
+    def _split(self, question: str) -> tuple[PromptPart, PromptPart, PromptPart]:
         messages = chat_messages(self.document.text, self.turns, question)
         return split_rendered(self.model.apply_chat_template(messages))
 
     def _question_window(self, question: str) -> list[int]:
         _, _, question_part = self._split(question)
-        return self.model.tokenize(question_part)[-self.settings.policy.window :]
+        return question_part.tokens(self.model)[-self.settings.policy.window :]
 
     def open(self, cancel: threading.Event | None = None, question: str | None = None) -> Iterator[Event]:
         """Read the document (streamed, loaded from a saved state, or in full) and keep it.
@@ -150,8 +150,8 @@ class Conversation:
         # the document's reading counts towards the first answer's TTFT, not the follow-ups'
         self.run.read_s = 0.0 if self.turns else self._reading_s
         _, earlier, question_part = self._split(question)
-        earlier_tokens = self.model.tokenize(earlier) if earlier else []
-        tokens = self.document_tokens + earlier_tokens + self.model.tokenize(question_part)
+        earlier_tokens = earlier.tokens(self.model)
+        tokens = self.document_tokens + earlier_tokens + question_part.tokens(self.model)
         settings, n_pinned = self._prepare(tokens, len(earlier_tokens), settings)
         self._make_room(len(tokens) - self.run.read_upto, settings.max_tokens)
         yield from self.run.select(tokens, settings, n_pinned, cancel)

@@ -13,7 +13,7 @@ import numpy as np
 
 from kvchat.documents import Document
 from kvchat.engine.core import Engine
-from kvchat.engine.prompt import Turn
+from kvchat.engine.prompt import Turn, chat_tokens
 from kvchat.engine.run import PromptRun
 from kvchat.engine.settings import AskSettings
 from kvchat.engine.sizing import context_size
@@ -76,7 +76,7 @@ def _prepare_messages(engine: Engine, request: ChatRequest, cancel: threading.Ev
     if not request.messages:
         raise SettingsError("the request has no messages", "send at least one user message")
     model, settings = engine.model, request.settings
-    tokens = model.tokenize(model.apply_chat_template(list(request.messages)))
+    tokens = chat_tokens(model, list(request.messages))
     prefix = max(len(tokens) - settings.policy.window, 0)
     states = engine.states.for_settings(settings) if engine.states is not None else None
     with PromptRun(model, context_size(model, len(tokens), settings, 64), settings, engine.model_name) as run:

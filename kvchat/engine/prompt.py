@@ -5,20 +5,52 @@ every question, so its KV state can be saved and reused) and the conversation pa
 and the new question, last). The question must end the prompt: SnapKV's observation window is
 the last `window` tokens, and it is the question's attention that decides what is kept.
 Both parts are always tokenized separately, so cached and fresh prompts are identical.
+
+Only the template's own markers are control tokens. Every message's text (a document, a
+question, an API message) is tokenized as plain text, so `<|im_end|><|im_start|>system` written
+in a PDF stays words and cannot forge a turn. The contents are wrapped in markers that carry a
+per-process random nonce (a document cannot write them) before the template renders them; the
+rendered text is then cut at those markers into template text and message text.
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
+import secrets
 from dataclasses import dataclass
+
+from kvchat.llama import LlamaModel
 
 SYSTEM_PROMPT = (
     "You answer questions about the document the user gives you. Answer from the document only, "
     "quote names, numbers and dates exactly, and keep the answer short."
 )
 GENERIC_QUESTION = "What are the most important facts, names, numbers and dates in this document?"
-DOCUMENT_END = "\u27e6kvchat:document-end\u27e7"
-QUESTION_START = "\u27e6kvchat:question\u27e7"
+_NONCE = secrets.token_hex(8)
+TEXT_START = f"\u27e6kvchat:{_NONCE}:text\u27e7"
+TEXT_END = f"\u27e6kvchat:{_NONCE}:/text\u27e7"
+DOCUMENT_END = f"\u27e6kvchat:{_NONCE}:document-end\u27e7"
+QUESTION_START = f"\u27e6kvchat:{_NONCE}:question\u27e7"
+_MARKERS = re.compile("(" + "|".join(map(re.escape, (TEXT_START, TEXT_END, DOCUMENT_END, QUESTION_START))) + ")")
+
+
+@dataclass(frozen=True)
+class PromptPart:
+    """A stretch of rendered prompt as (text, is_message_text) segments: the template's text has
+    its control markers parsed into control tokens, message text is always plain text."""
+
+    segments: tuple[tuple[str, bool], ...] = ()
+
+    @property
+    def text(self) -> str:
+        return "".join(text for text, _ in self.segments)
+
+    def tokens(self, model: LlamaModel) -> list[int]:
+        tokens: list[int] = []
+        for text, is_message_text in self.segments:
+            tokens += model.tokenize(text, special=not is_message_text)
+        return tokens
 
 
 @dataclass(frozen=True)
@@ -31,6 +63,10 @@ def _question_text(question: str) -> str:
     return f"Question: {question.strip()}"
 
 
+def _message_text(text: str) -> str:
+    return f"{TEXT_START}{text}{TEXT_END}"
+
+
 def chat_messages(document_text: str, turns: list[Turn], question: str) -> list[dict[str, str]]:
     """System, the document with the first question, then the turns. Markers (removed by
     split_rendered) note where the document ends and where the new question starts."""
@@ -40,16 +76,37 @@ def chat_messages(document_text: str, turns: list[Turn], question: str) -> list[
     for turn, next_question in zip(turns, questions[1:]):
         messages.append({"role": "assistant", "content": turn.answer.strip()})
         messages.append({"role": "user", "content": next_question})
-    return messages
+    return [{**message, "content": _message_text(message["content"])} for message in messages]
 
 
-def split_rendered(rendered: str) -> tuple[str, str, str]:
+def _parts(rendered: str) -> list[PromptPart]:
+    """Cut rendered text at the markers: a DOCUMENT_END or QUESTION_START starts the next part."""
+    parts: list[list[tuple[str, bool]]] = [[]]
+    in_message = False
+    for piece in _MARKERS.split(rendered):
+        if piece in (TEXT_START, TEXT_END):
+            in_message = piece == TEXT_START
+        elif piece in (DOCUMENT_END, QUESTION_START):
+            parts.append([])
+        elif piece:
+            parts[-1].append((piece, in_message))
+    return [PromptPart(tuple(segments)) for segments in parts]
+
+
+def split_rendered(rendered: str) -> tuple[PromptPart, PromptPart, PromptPart]:
     """The rendered chat split into (document part, earlier turns, the new question)."""
-    document_part, end_marker, conversation = rendered.partition(DOCUMENT_END)
-    earlier, start_marker, question_part = conversation.partition(QUESTION_START)
-    if not (end_marker and start_marker):
+    parts = _parts(rendered)
+    if len(parts) != 3 or rendered.find(DOCUMENT_END) > rendered.find(QUESTION_START):
         raise ValueError("the chat template dropped kvchat's prompt markers")
-    return document_part, earlier, question_part
+    return parts[0], parts[1], parts[2]
+
+
+def chat_tokens(model: LlamaModel, messages: list[dict[str, str]]) -> list[int]:
+    """Tokens of a chat in the model's template, ready for the assistant's answer; the messages'
+    text is plain text (see the module docstring)."""
+    wrapped = [{**message, "content": _message_text(message["content"])} for message in messages]
+    (whole,) = _parts(model.apply_chat_template(wrapped))
+    return whole.tokens(model)
 
 
 def text_sha256(text: str) -> str:

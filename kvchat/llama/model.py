@@ -86,16 +86,18 @@ class LlamaModel:
         length = raw.llama_model_meta_val_str(self._model, key.encode(), buffer, len(buffer))
         return buffer.value.decode("utf-8", errors="replace") if length >= 0 else None
 
-    def tokenize(self, text: str, parse_special: bool = True) -> list[int]:
-        """Tokens of `text`; control tokens written in the text (ChatML markers) are parsed."""
+    def tokenize(self, text: str, special: bool = False) -> list[int]:
+        """Tokens of `text` as plain text: `<|im_end|>` written in a document stays words.
+        `special=True` parses control-token strings into control tokens: only for text the
+        chat template itself wrote, never for a document, a question or an API message."""
         data = text.encode("utf-8")
         capacity = len(data) + 16
         tokens = (raw.llama_token * capacity)()
-        count = raw.llama_tokenize(self._vocab, data, len(data), tokens, capacity, False, parse_special)
+        count = raw.llama_tokenize(self._vocab, data, len(data), tokens, capacity, False, special)
         if count < 0:
             capacity = -count
             tokens = (raw.llama_token * capacity)()
-            count = raw.llama_tokenize(self._vocab, data, len(data), tokens, capacity, False, parse_special)
+            count = raw.llama_tokenize(self._vocab, data, len(data), tokens, capacity, False, special)
         if count < 0:
             raise PromptTooLongError("the text is too long to tokenize", "use a shorter document")
         return list(tokens[:count])
