@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import os
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
+
+TEMP_SUFFIX = ".tmp"
 
 
 @contextmanager
@@ -17,7 +20,7 @@ def atomic_file(path: Path, mode: str = "wb") -> Iterator[IO]:
     If the body raises, the temp file is removed and `path` is left as it was.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temp_name = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+    handle, temp_name = tempfile.mkstemp(prefix=path.name + ".", suffix=TEMP_SUFFIX, dir=path.parent)
     try:
         with os.fdopen(handle, mode) as out:
             yield out
@@ -27,3 +30,18 @@ def atomic_file(path: Path, mode: str = "wb") -> Iterator[IO]:
     finally:
         if os.path.exists(temp_name):
             os.unlink(temp_name)
+
+
+def remove_stale_temp_files(folder: Path, name_pattern: str, older_than_s: float) -> None:
+    """Delete the temp files that atomic_file left beside files named `name_pattern` (a glob) in
+    `folder` when its writer was killed before the rename, once they are `older_than_s` old.
+
+    A younger temp file may be another process's write in progress: it is kept.
+    """
+    cutoff = time.time() - older_than_s
+    for temp in folder.glob(f"{name_pattern}.*{TEMP_SUFFIX}") if folder.is_dir() else []:
+        try:
+            if temp.stat().st_mtime < cutoff:
+                temp.unlink()
+        except OSError:  # removed meanwhile by another process, or not ours to remove
+            continue

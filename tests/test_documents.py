@@ -2,6 +2,16 @@
 
 from __future__ import annotations
 
+import codecs
+import io
+import os
+import random
+import struct
+import subprocess
+import sys
+import tomllib
+import zipfile
+import zlib
 from pathlib import Path
 
 import pytest
@@ -13,9 +23,10 @@ from kvchat.errors import DocumentError
 SAMPLE_PDF = Path(__file__).parents[1] / "kvchat" / "samples" / "marketing_reseller_agreement.pdf"
 
 
-def make_encrypted_pdf(path: Path) -> Path:
+def make_encrypted_pdf(path: Path, user_password: str = "secret", algorithm: str = "RC4-128") -> Path:
+    """The sample, encrypted; with user password "" it opens without one (owner-restricted)."""
     writer = PdfWriter(clone_from=SAMPLE_PDF)
-    writer.encrypt(user_password="secret", owner_password="owner")
+    writer.encrypt(user_password=user_password, owner_password="owner", algorithm=algorithm)
     writer.write(path)
     return path
 
@@ -37,7 +48,8 @@ BAD_DOCUMENTS = {
     "directory": (lambda p: p, "directory"),
     "empty": (lambda p: (p / "empty.txt").write_text("   \n") and p / "empty.txt", "empty"),
     "binary": (lambda p: (p / "x.bin").write_bytes(bytes(range(256)) * 40) and p / "x.bin", "binary"),
-    "encrypted": (lambda p: make_encrypted_pdf(p / "locked.pdf"), "encrypted"),
+    "password-protected": (lambda p: make_encrypted_pdf(p / "locked.pdf"), "password-protected"),
+    "password-protected-aes": (lambda p: make_encrypted_pdf(p / "locked.pdf", algorithm="AES-256"), "password-protected"),
     "scanned": (lambda p: make_scanned_pdf(p / "scan.pdf"), "no extractable text"),
     "corrupt": (lambda p: make_corrupt_pdf(p / "broken.pdf"), "pdf"),
 }
@@ -63,6 +75,38 @@ def test_pdf_keeps_page_boundaries() -> None:
     assert document.text[first.start : first.end].strip()
 
 
+@pytest.mark.parametrize("algorithm", ["RC4-128", "AES-128", "AES-256"])
+def test_pdf_that_opens_without_a_password_is_read(algorithm: str, tmp_path: Path) -> None:
+    path = make_encrypted_pdf(tmp_path / "restricted.pdf", user_password="", algorithm=algorithm)
+    assert load_document(path).text == load_document(SAMPLE_PDF).text
+
+
+def test_aes_support_is_a_dependency() -> None:
+    """pypdf reads AES-encrypted PDFs only with its crypto extra (the cryptography package)."""
+    project = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"]
+    assert any(spec.replace(" ", "").startswith("pypdf[crypto]") for spec in project["dependencies"])
+
+
+@pytest.mark.parametrize("user_password", ["", "secret"])
+def test_pdf_without_aes_support_is_one_document_error(user_password: str, tmp_path: Path) -> None:
+    """Defence in depth: with no AES provider pypdf raises DependencyError, which must not escape."""
+    path = make_encrypted_pdf(tmp_path / "aes.pdf", user_password=user_password, algorithm="AES-256")
+    script = (
+        "import sys\n"
+        "sys.modules['cryptography'] = sys.modules['Crypto'] = None  # no AES provider for pypdf\n"
+        "from kvchat.documents import load_document\n"
+        "from kvchat.errors import DocumentError\n"
+        "try:\n"
+        "    load_document(sys.argv[1])\n"
+        "except DocumentError as error:\n"
+        "    print(error.one_line())\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script, str(path)], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0 and result.stderr == "", result.stderr
+    (line,) = result.stdout.splitlines()
+    assert "needs a package that is missing" in line and "pypdf[crypto]" in line
+
+
 def test_text_encoding_is_detected(tmp_path: Path) -> None:
     path = tmp_path / "latin.txt"
     path.write_bytes("Le café coûte 3 € à Genève, déjà payé.\n".encode("cp1252") * 20)
@@ -80,3 +124,58 @@ def test_markdown_and_html(tmp_path: Path) -> None:
     document = load_document(html)
     assert document.kind == "html"
     assert "Revenue was 42 million." in document.text and "var x" not in document.text
+
+
+WIDE_TEXT = "Chapter 1\nThe quick brown fox jumps over the lazy dog: 3 € a café, naïve.\n" * 40 + "The end."
+
+
+@pytest.mark.parametrize(
+    "encoded",
+    [
+        codecs.BOM_UTF16_LE + WIDE_TEXT.encode("utf-16-le"),
+        codecs.BOM_UTF16_BE + WIDE_TEXT.encode("utf-16-be"),
+        WIDE_TEXT.encode("utf-16-le"),  # no BOM: told by the zero high byte of each Latin character
+        WIDE_TEXT.encode("utf-16-be"),
+        WIDE_TEXT.encode("utf-32"),  # with its BOM
+    ],
+    ids=["utf-16-le-bom", "utf-16-be-bom", "utf-16-le", "utf-16-be", "utf-32-bom"],
+)
+def test_utf16_and_utf32_text_is_read_exactly(encoded: bytes, tmp_path: Path) -> None:
+    path = tmp_path / "notes.txt"
+    path.write_bytes(encoded)
+    assert load_document(path).text == WIDE_TEXT
+
+
+def _png() -> bytes:
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
+    rows = b"".join(b"\x00" + bytes((x * y) % 256 for x in range(64)) for y in range(64))
+    header = struct.pack(">IIBBBBB", 64, 64, 8, 0, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b"")
+
+
+def _zip() -> bytes:
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as archive:
+        archive.writestr("notes.txt", WIDE_TEXT.encode("utf-16-le"))  # stored: wide text inside
+    return out.getvalue()
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        _png,
+        _zip,
+        lambda: Path(os.path.realpath(sys.executable)).read_bytes()[:65536],  # an ELF (or Mach-O, PE)
+        lambda: random.Random(7).randbytes(20000),
+        lambda: codecs.BOM_UTF16_LE + random.Random(7).randbytes(20000),
+        lambda: codecs.BOM_UTF32_LE + random.Random(7).randbytes(20000),
+    ],
+    ids=["png", "zip", "executable", "random", "random-after-utf16-bom", "random-after-utf32-bom"],
+)
+def test_binary_files_stay_refused(make, tmp_path: Path) -> None:
+    path = tmp_path / "data.txt"
+    path.write_bytes(make())
+    with pytest.raises(DocumentError, match="binary"):
+        load_document(path)

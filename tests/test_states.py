@@ -88,6 +88,26 @@ def test_damaged_state_is_rejected_once_and_recomputed(tiny_model, document, tmp
     third.close()
 
 
+@pytest.mark.parametrize("how", ["truncated", "foreign bytes"])
+def test_state_llama_cpp_refuses_is_deleted_and_read_again(tiny_model, document, tmp_path, how) -> None:
+    """A saved reading with a sound checksum that llama.cpp will not restore is handled as a
+    damaged one: deleted with one notice, the document read again, the new reading saved."""
+    states = states_for(tmp_path / "states")
+    first, _ = open_conversation(tiny_model, document, states)
+    first.close()
+    key = states.key(first.document_sha256)
+    sound = bytes(states.store.load(key, states.model_sha256, first.document_sha256)[1])
+    refused = sound[: len(sound) // 2] if how == "truncated" else bytes(range(256)) * (len(sound) // 256)
+    list(states.save(first.document_sha256, len(first.document_tokens), refused, "boxes.txt"))  # re-checksummed
+    for expected in ("damaged (llama.cpp refused it)", "loaded the saved reading"):
+        conversation, events = open_conversation(tiny_model, document, states)
+        assert [expected in e.text for e in events if isinstance(e, Notice)] == [True]
+        assert isinstance(list(conversation.ask("What is the code for box 7?"))[-1], Done)
+        conversation.close()
+        replaced = states.store.load(key, states.model_sha256, first.document_sha256)[1]
+        assert bytes(replaced) == sound  # read again from scratch: nothing of the refused state left
+
+
 def _write_many(root: str, worker: int) -> None:
     store = StateStore(Path(root))
     for round_ in range(15):
@@ -138,3 +158,21 @@ def test_store_rejects_wrong_prompt(tmp_path) -> None:
     with pytest.raises(DamagedState, match="another document"):
         store.load("k", "m", "other")
     assert not store.path_for("k").exists()
+
+
+def test_opening_the_store_removes_stale_temp_files_only(tmp_path) -> None:
+    import os
+    import time
+
+    store = StateStore(tmp_path)
+    store.save("k", new_header("m", "p", 1, b"xyz", "doc", "tiny"), b"xyz")
+    saved = store.path_for("k").read_bytes()
+    stale = tmp_path / "k.kvstate.killed9.tmp"  # a writer killed mid-save two hours ago
+    fresh = tmp_path / "k.kvstate.writing.tmp"  # another process saving right now
+    for temp in (stale, fresh):
+        temp.write_bytes(b"half a state")
+    os.utime(stale, (time.time() - 7200,) * 2)
+    StateStore(tmp_path)
+    assert not stale.exists() and fresh.exists()
+    assert store.path_for("k").read_bytes() == saved
+    assert [e.header.document for e in store.entries()] == ["doc"]

@@ -17,27 +17,48 @@ if TYPE_CHECKING:
 PAGE_SEPARATOR = "\n\n"
 
 
+def _password_protected(path: Path) -> DocumentError:
+    return DocumentError(
+        f"{path}: the PDF is password-protected",
+        "open it with its password in a PDF viewer and save or print an unlocked copy, then give that",
+    )
+
+
+def _missing_dependency(path: Path, error: Exception) -> DocumentError:
+    """pypdf needs an optional package for some PDFs (cryptography for AES); kvchat installs it,
+    so this is a broken installation, not a broken file."""
+    return DocumentError(
+        f"{path}: reading this PDF needs a package that is missing ({error})",
+        "reinstall kvchat, or: pip install 'pypdf[crypto]'",
+    )
+
+
 def _open(path: Path, data: bytes) -> PdfReader:
+    """The PDF, decrypted when it opens without a password (owner-restricted PDFs do)."""
     # pypdf is imported when a PDF is read: with its crypto providers it costs ~0.5 s of start-up.
     from pypdf import PdfReader
-    from pypdf.errors import PdfReadError, PyPdfError
+    from pypdf.errors import DependencyError, PdfReadError, PyPdfError
 
     try:
         reader = PdfReader(io.BytesIO(data))
         if reader.is_encrypted and not reader.decrypt(""):
-            raise DocumentError(f"{path}: the PDF is encrypted", "save an unencrypted copy first")
+            raise _password_protected(path)
         return reader
+    except DependencyError as error:
+        raise _missing_dependency(path, error) from None
     except (PdfReadError, PyPdfError, ValueError, KeyError, TypeError) as error:
         raise DocumentError(f"{path}: not a readable PDF ({error})", "is the file complete?") from None
 
 
 def _page_texts(path: Path, reader: PdfReader) -> list[str]:
-    from pypdf.errors import FileNotDecryptedError
+    from pypdf.errors import DependencyError, FileNotDecryptedError
 
     try:
         return [(page.extract_text() or "").strip() for page in reader.pages]
     except FileNotDecryptedError:
-        raise DocumentError(f"{path}: the PDF is encrypted", "save an unencrypted copy first") from None
+        raise _password_protected(path) from None
+    except DependencyError as error:
+        raise _missing_dependency(path, error) from None
     except Exception as error:  # pypdf raises many types on damaged page streams
         raise DocumentError(f"{path}: damaged PDF ({error})", "is the file complete?") from None
 

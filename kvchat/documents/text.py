@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import codecs
+from collections.abc import Iterable
 from pathlib import Path
 
 from charset_normalizer import from_bytes
@@ -13,19 +15,64 @@ from kvchat.errors import DocumentError
 CHAOS_TIE = 0.2
 MARKDOWN_SUFFIXES = {".md", ".markdown", ".mdown"}
 CONTROL_BYTES = set(range(0, 9)) | {11, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 28, 29, 30, 31, 127}
+SAMPLE_BYTES = 8192
+# Byte order marks of UTF-32 and UTF-16; UTF-32-LE's begins with UTF-16-LE's, so it is tried first.
+WIDE_BOMS = (
+    (codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"),
+    (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16"),
+)
+# UTF-16 without a BOM is told by its zero bytes: the high byte of every Latin character is 0,
+# so one half of the bytes (odd ones for little-endian) is mostly zeros and the other has almost none.
+UTF16_ZERO_HALF = 0.6
+UTF16_OTHER_HALF = 0.01
+
+
+def _controls(codes: Iterable[int]) -> int:
+    return sum(1 for code in codes if code in CONTROL_BYTES)
 
 
 def _looks_binary(data: bytes) -> bool:
-    sample = data[:8192]
-    if b"\x00" in sample and not (sample[:2] in (b"\xff\xfe", b"\xfe\xff")):
-        return True
-    controls = sum(1 for byte in sample if byte in CONTROL_BYTES)
-    return controls > len(sample) * 0.05
+    sample = data[:SAMPLE_BYTES]
+    return b"\x00" in sample or _controls(sample) > len(sample) * 0.05
+
+
+def _zero_share(half: bytes) -> float:
+    return half.count(0) / max(len(half), 1)
+
+
+def _wide_encoding(data: bytes) -> str | None:
+    """UTF-32 or UTF-16 by its BOM, or UTF-16 without one by the zero-byte pattern of Latin text."""
+    for bom, encoding in WIDE_BOMS:
+        if data.startswith(bom):
+            return encoding
+    sample = data[:SAMPLE_BYTES]
+    if len(data) % 2 or len(sample) < 4:
+        return None
+    even, odd = _zero_share(sample[0::2]), _zero_share(sample[1::2])
+    if odd >= UTF16_ZERO_HALF and even <= UTF16_OTHER_HALF:
+        return "utf-16-le"
+    if even >= UTF16_ZERO_HALF and odd <= UTF16_OTHER_HALF:
+        return "utf-16-be"
+    return None
+
+
+def _decode_wide(data: bytes, encoding: str) -> str | None:
+    """The text, or None when the bytes only looked like UTF-16/32: invalid, or holding a control
+    character (binary data decoded as UTF-16 gives some: a zip's header, a NUL)."""
+    try:
+        text = data.decode(encoding)
+    except UnicodeDecodeError:
+        return None
+    return None if _controls(map(ord, text[:SAMPLE_BYTES])) else text
 
 
 def decode_text(path: Path, data: bytes) -> str:
     """Decode bytes as text, detecting the encoding; refuse binary data."""
-    if _looks_binary(data):
+    encoding = _wide_encoding(data)
+    text = _decode_wide(data, encoding) if encoding else None
+    if text is not None:
+        return text
+    if encoding or _looks_binary(data):
         raise DocumentError(
             f"{path}: looks like a binary file, not text",
             "give a PDF, TXT, Markdown or HTML document",

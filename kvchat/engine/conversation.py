@@ -110,10 +110,8 @@ class Conversation:
         if self.states is None:
             return False
         started = time.perf_counter()
-        found = yield from self.states.load(self.document_sha256, len(self.document_tokens))
-        if found is None:
+        if not (yield from self.run.load_saved(self.states, self.document_sha256, self.document_tokens, started)):
             return False
-        self.run.load(found, self.document_tokens, started)
         yield Notice(f"loaded the saved reading of {self.document.path.name} ({len(self.document_tokens):,} tokens)")
         return True
 

@@ -94,9 +94,7 @@ def _load_saved_prefix(run: PromptRun, states: DocumentStates | None, tokens: li
         return 0
     started = time.perf_counter()
     for length in states.saved_lengths(upto):
-        found = yield from states.load(_tokens_sha256(tokens[:length]), length)
-        if found is not None:
-            run.load(found, tokens[:length], started)
+        if (yield from run.load_saved(states, _tokens_sha256(tokens[:length]), tokens[:length], started)):
             return length
     return 0
 

@@ -19,6 +19,8 @@ from kvchat.engine.cache import KvCache
 from kvchat.engine.generate import Generation, generate
 from kvchat.engine.pipeline import plan_cells, prefill
 from kvchat.engine.settings import AskSettings
+from kvchat.engine.states import DocumentStates
+from kvchat.errors import DecodeError
 from kvchat.events import Done, Event, Progress, Pruned, Stats
 from kvchat.llama import ContextSettings, LlamaContext, LlamaModel, Sampler, StateBytes
 
@@ -79,6 +81,26 @@ class PromptRun:
         self._saved = (state, self.cache.positions, self.cache.tokens, self.read_upto)
         self._at_saved = True
         self.read_s = time.perf_counter() - started
+
+    def load_saved(
+        self, states: DocumentStates, prompt_sha256: str, tokens: list[int], started: float
+    ) -> Iterator[Event]:
+        """load() the saved reading of `tokens` from `states`; returns whether there was a usable one.
+
+        A reading llama.cpp refuses (its checksum is sound, its shape is not) is deleted like a
+        damaged one, and the cache emptied, so the caller reads the tokens again and saves anew.
+        """
+        found = yield from states.load(prompt_sha256, len(tokens))
+        if found is None:
+            return False
+        try:
+            self.load(found, tokens, started)
+        except DecodeError:
+            self.cache.ctx.clear()  # a refusal midway can leave part of the state in the cells
+            self.cache.reset()
+            yield from states.discard(prompt_sha256, "llama.cpp refused it")
+            return False
+        return True
 
     def restore(self, saved: tuple[StateBytes, np.ndarray, np.ndarray, int] | None = None) -> None:
         """Back to the saved state (or to `saved`, a snapshot)."""

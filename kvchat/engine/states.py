@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import Iterator
+from pathlib import Path
 
 from kvchat.engine.settings import AskSettings, KvLayout
 from kvchat.engine.store import DamagedState, StateStore, new_header
@@ -46,8 +47,7 @@ class DocumentStates:
         try:
             found = self.store.load(self.key(prompt_sha256), self.model_sha256, prompt_sha256)
         except DamagedState as damaged:
-            LOGGER.warning("discarded saved state %s: %s", damaged.path, damaged.reason)
-            yield Notice(f"a saved reading was damaged ({damaged.reason}); reading the document again")
+            yield _discarded(damaged.path, damaged.reason)
             return None
         except OSError as error:
             yield Notice(f"could not read the saved reading ({error.strerror}); reading the document again")
@@ -60,6 +60,13 @@ class DocumentStates:
             return None
         return payload
 
+    def discard(self, prompt_sha256: str, reason: str) -> Iterator[Event]:
+        """Delete a saved reading that passed its checks but proved unusable (llama.cpp refused
+        it), as a damaged one is: kept, it would fail every reading of the document."""
+        path = self.store.path_for(self.key(prompt_sha256))
+        path.unlink(missing_ok=True)
+        yield _discarded(path, reason)
+
     def save(self, prompt_sha256: str, n_tokens: int, state: bytes, label: str) -> Iterator[Event]:
         """Save a reading; `label` (the document's path) is what `kvchat cache list` shows."""
         header = new_header(self.model_sha256, prompt_sha256, n_tokens, state, label, self.model_name)
@@ -68,3 +75,8 @@ class DocumentStates:
         except OSError as error:
             LOGGER.warning("could not save state: %s", error)
             yield Notice(f"could not save the reading for next time ({error.strerror})")
+
+
+def _discarded(path: Path, reason: str) -> Notice:
+    LOGGER.warning("discarded saved state %s: %s", path, reason)
+    return Notice(f"a saved reading was damaged ({reason}); reading the document again")

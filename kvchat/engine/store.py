@@ -4,7 +4,8 @@ One file per key: b"KVCHATST", u32 format version, u32 header length, a JSON hea
 prompt hashes, token count, payload length, CRC-32), then llama.cpp's sequence state. Files are
 written to a temp file and renamed, so concurrent writers of one key never leave a torn file; a
 size cap evicts the least recently used. A damaged, truncated or foreign file is deleted and
-reported, never loaded.
+reported, never loaded. A writer killed mid-save leaves its temp file; opening the store removes
+those older than an hour.
 """
 
 from __future__ import annotations
@@ -18,13 +19,14 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from kvchat.atomic import atomic_file
+from kvchat.atomic import TEMP_SUFFIX, atomic_file, remove_stale_temp_files
 
 MAGIC = b"KVCHATST"
 FORMAT_VERSION = 1
 PREAMBLE = struct.Struct("<8sII")
 STATE_SUFFIX = ".kvstate"
 DEFAULT_MAX_BYTES = 4 * 2**30
+STALE_TEMP_S = 3600  # a save takes seconds; a temp file this old lost its writer
 
 
 class DamagedState(Exception):
@@ -80,6 +82,7 @@ class StateStore:
     def __init__(self, root: Path, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
         self.root = root
         self.max_bytes = max_bytes
+        remove_stale_temp_files(root, f"*{STATE_SUFFIX}", STALE_TEMP_S)
 
     def path_for(self, key: str) -> Path:
         return self.root / f"{key}{STATE_SUFFIX}"
@@ -149,7 +152,7 @@ class StateStore:
         """Delete every saved state (and stray temp files); returns the bytes freed."""
         freed = 0
         for path in self.root.glob("*") if self.root.is_dir() else []:
-            if path.name.endswith((STATE_SUFFIX, ".tmp")):
+            if path.name.endswith((STATE_SUFFIX, TEMP_SUFFIX)):
                 freed += path.stat().st_size
                 path.unlink(missing_ok=True)
         return freed
