@@ -202,6 +202,35 @@ async def test_help_opens_with_f1_and_question_mark_types_into_the_box() -> None
         await wait_for(pilot, lambda: not isinstance(app.screen, HelpScreen))
 
 
+async def test_one_dialog_at_a_time_and_its_key_closes_it() -> None:
+    app = KvchatApp(FakeSessions(), DOCUMENT)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.session is not None)
+        await pilot.press("f1", "f1", "f1")  # open, close, open: never two help screens
+        await pilot.pause()
+        assert [type(screen) for screen in app.screen_stack[1:]] == [HelpScreen]
+        await pilot.press("ctrl+s", "ctrl+t", "ctrl+o")  # other dialogs' keys do nothing meanwhile
+        await pilot.pause()
+        assert [type(screen) for screen in app.screen_stack[1:]] == [HelpScreen]
+        await pilot.press("f1")
+        await wait_for(pilot, lambda: len(app.screen_stack) == 1)
+        await pilot.press("ctrl+s", "ctrl+s", "ctrl+s")
+        await pilot.pause()
+        assert [type(screen) for screen in app.screen_stack[1:]] == [SettingsScreen]
+
+
+@pytest.mark.parametrize("size", [(40, 10), (79, 24), (80, 24)])
+async def test_the_question_box_stays_usable_on_small_terminals(size: tuple[int, int]) -> None:
+    app = KvchatApp(FakeSessions(), DOCUMENT)
+    async with app.run_test(size=size) as pilot:
+        await wait_for(pilot, lambda: app.session is not None)
+        await pilot.pause()
+        box, panel = app.query_one("#question", Input).region, app.query_one(KvPanel).region
+        assert box.width >= 38 and box.bottom <= size[1] - 1  # above the footer, at least 36 columns to type in
+        assert not box.overlaps(panel)
+        assert panel.width == (34 if size[0] >= 80 else 0)  # the KV panel only where it fits beside the chat
+
+
 async def test_picker_lists_documents_only_and_opens_the_chosen_one(tmp_path: Path) -> None:
     for name in ("report.pdf", "notes.txt", "image.png", ".hidden.txt"):
         (tmp_path / name).write_bytes(b"x")

@@ -16,6 +16,7 @@ from textual import on, work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.screen import ModalScreen
 from textual.widgets import Footer, Header, Input, Markdown
 from textual.widgets.markdown import MarkdownStream
 
@@ -33,6 +34,9 @@ LOGGER = logging.getLogger(__name__)
 class KvchatApp(App[None]):
     CSS_PATH = "app.tcss"
     TITLE = "kvchat"
+    # below 80 columns the side panel (34) would squeeze the question box: it is hidden there
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (80, "-wide")]
+    VERTICAL_BREAKPOINTS = [(0, "-short"), (16, "-tall")]
     BINDINGS = [
         Binding("escape", "stop", "Stop"),
         Binding("ctrl+n", "new_conversation", "New chat", priority=True),
@@ -226,7 +230,19 @@ class KvchatApp(App[None]):
         if self.busy is not None:
             self._cancel.set()
 
+    def _dialog_open(self, kind: type[ModalScreen] | None = None) -> bool:
+        """One dialog at a time: while one is open the keys that open dialogs do nothing,
+        except that the key of the open dialog closes it (F1 toggles the keys, ctrl+s settings)."""
+        top = self.screen
+        if not isinstance(top, ModalScreen):
+            return False
+        if kind is not None and isinstance(top, kind):
+            top.dismiss(None)
+        return True
+
     async def action_new_conversation(self) -> None:
+        if self._dialog_open():
+            return
         if self.busy is not None or self.session is None:
             self.notify("nothing to reset yet" if self.busy is None else "busy: esc stops it", severity="warning")
             return
@@ -235,6 +251,8 @@ class KvchatApp(App[None]):
         await self._transcript_line(f"New conversation about {self.sub_title}.")
 
     def action_open_document(self) -> None:
+        if self._dialog_open(PickerScreen):
+            return
         if self.busy is not None:
             self.notify("busy: esc stops it first", severity="warning")
             return
@@ -248,6 +266,8 @@ class KvchatApp(App[None]):
             self.notify("no document open: ctrl+o opens one, ctrl+q quits")
 
     def action_settings(self) -> None:
+        if self._dialog_open(SettingsScreen):
+            return
         self.push_screen(SettingsScreen(self.settings), self._new_settings)
 
     def _new_settings(self, settings: AskSettings | None) -> None:
@@ -263,6 +283,8 @@ class KvchatApp(App[None]):
         self.notify("settings saved" + ("; reading the document again" if reread else ""))
 
     def action_kept(self) -> None:
+        if self._dialog_open(KeptScreen):
+            return
         if self.session is None or self._kept is None:
             self.notify("nothing pruned yet: the kept view shows what the last answer's selection kept")
             return
@@ -272,6 +294,8 @@ class KvchatApp(App[None]):
         self.push_screen(KeptScreen(self.session.document.text.strip(), spans, summary))
 
     def action_help(self) -> None:
+        if self._dialog_open(HelpScreen):
+            return
         self.push_screen(HelpScreen())
 
     async def action_quit(self) -> None:
