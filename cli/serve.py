@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import textwrap
 
 import typer
 from rich.console import Console
@@ -11,15 +12,25 @@ from kvchat.cli.options import CACHE_TYPE_K, CACHE_TYPE_V, FLASH_ATTN, GPU_LAYER
 from kvchat.engine import Engine
 from kvchat.errors import SettingsError
 
-EXAMPLE = """\
-  curl {url}/v1/chat/completions -H 'Content-Type: application/json'{auth_curl} \\
-    -d '{{"model": "{model}", "messages": [{{"role": "user", "content": "Hello"}}]}}'
+CURL_EXAMPLE = """\
+curl {url}/v1/chat/completions -H 'Content-Type: application/json'{auth} \\
+  -d '{{"model": "{model}", "messages": [{{"role": "user", "content": "Hello"}}]}}'
+"""
+# The README's example, word for word (tests/test_server.py runs the README's copy).
+PYTHON_EXAMPLE = """\
+import os
 
-  from openai import OpenAI
-  client = OpenAI(base_url="{url}/v1", api_key="{key}")
-  doc = client.post("/documents", cast_to=dict, files={{"file": open("contract.pdf", "rb")}})
-  client.chat.completions.create(model="{model}", extra_body={{"document_id": doc["id"]}},
-      messages=[{{"role": "user", "content": "What is the termination clause?"}}])
+from openai import OpenAI
+
+client = OpenAI(base_url="{url}/v1", api_key=os.environ.get("KVCHAT_API_KEY", "unused"))
+doc = client.post("/documents", cast_to=dict, files={{"file": open("contract.pdf", "rb")}},
+                  options={{"headers": {{"Content-Type": "multipart/form-data"}}}})  # a file goes as a form
+answer = client.chat.completions.create(
+    model="{model}",
+    messages=[{{"role": "user", "content": "What is the termination clause?"}}],
+    extra_body={{"document_id": doc["id"]}},  # kvchat's extension; kv_budget and kv_method too
+)
+print(answer.choices[0].message.content)
 """
 
 
@@ -49,9 +60,7 @@ def serve_command(
     cache: bool = typer.Option(True, help="Save each document's reading and reuse it."),
 ) -> None:
     """Serve an OpenAI-compatible API: chat completions, models, and documents to chat about."""
-    import uvicorn
-
-    from kvchat.server.app import create_app
+    from kvchat.server.runner import server_for
     from kvchat.server.service import ChatService, ServerLimits
 
     if max_sessions < 1 or max_waiting < 1 or budget < 40 or max_tokens < 1 or room < 16:
@@ -67,11 +76,20 @@ def serve_command(
         url = f"http://{'127.0.0.1' if host == '0.0.0.0' else host}:{port}"
         shape = f"model {model}, {max_sessions} sequences of {limits.sequence_cells:,} cells, budget {budget}"
         shape += f", flash attention {'on' if layout.flash_attn else 'off'}, KV {layout.type_k}/{layout.type_v}"
-        console.print(f"kvchat serve: {url}/v1  ({shape})", markup=False, highlight=False, soft_wrap=True)
-        if host not in ("127.0.0.1", "localhost", "::1") and api_key is None:
-            console.print(f"[bold red]WARNING: listening on {host} without --api-key: anyone on your network can use this server[/]", soft_wrap=True)
-        auth = f" -H 'Authorization: Bearer {api_key}'" if api_key else ""
-        console.print(EXAMPLE.format(url=url, model=model, auth_curl=auth, key=api_key or "unused"), highlight=False, markup=False, soft_wrap=True)
-        uvicorn.run(create_app(service, api_key), host=host, port=port, log_level="warning")
+
+        def banner() -> None:  # once the server listens
+            console.print(f"kvchat serve: {url}/v1  ({shape})", markup=False, highlight=False, soft_wrap=True)
+            if host not in ("127.0.0.1", "localhost", "::1") and api_key is None:
+                console.print(f"[bold red]WARNING: listening on {host} without --api-key: anyone on your network can use this server[/]", soft_wrap=True)
+            console.print(_examples(url, model, api_key is not None), highlight=False, markup=False, soft_wrap=True)
+
+        server_for(service, host, port, api_key, on_started=banner).run()
     finally:
         service.close()
+
+
+def _examples(url: str, model: str, keyed: bool) -> str:
+    """The banner's examples; with a key they read it from $KVCHAT_API_KEY (the banner never shows it)."""
+    auth = ' -H "Authorization: Bearer $KVCHAT_API_KEY"' if keyed else ""
+    curl = CURL_EXAMPLE.format(url=url, model=model, auth=auth)
+    return textwrap.indent(curl + "\n" + PYTHON_EXAMPLE.format(url=url, model=model), "  ")

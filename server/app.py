@@ -6,30 +6,33 @@ globals, so tests run several servers side by side.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
+from typing import Any, TypeVar
 
-from fastapi import Depends, FastAPI, File, Request, UploadFile
+from fastapi import FastAPI, File, Request, UploadFile
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from kvchat.events import Done, Event, Token
-from kvchat.server.errors import ApiError, BodyLimit, check_api_key, install_error_handlers
+from kvchat.server.errors import ApiError, ApiKeyCheck, BodyLimit, UnexpectedErrors, install_error_handlers
 from kvchat.server.schemas import ChatCompletionRequest
 from kvchat.server.service import ChatService
 
+# An answer stopped by its client or by the server's shutdown ("cancelled") ends as OpenAI's "stop".
 FINISH_REASONS = {"stop": "stop", "max_tokens": "length", "cancelled": "stop"}
+T = TypeVar("T")
 
 
 def create_app(service: ChatService, api_key: str | None = None) -> FastAPI:
     app = FastAPI(title="kvchat", version="1", description="Chat with documents; a KV cache that stays small.")
     app.add_middleware(BodyLimit, max_bytes=service.limits.max_body_bytes)
+    app.add_middleware(ApiKeyCheck, api_key=api_key)  # outside BodyLimit: no key, no body read
+    app.add_middleware(UnexpectedErrors)
     install_error_handlers(app)
-
-    def authorized(request: Request) -> None:
-        check_api_key(request, api_key)
 
     model_id = service.limits.model_id
 
@@ -37,50 +40,72 @@ def create_app(service: ChatService, api_key: str | None = None) -> FastAPI:
     async def health() -> dict[str, object]:
         return {"status": "ok", "model": model_id, **service.scheduler.load}
 
-    @app.get("/v1/models", dependencies=[Depends(authorized)])
+    @app.get("/v1/models")
     async def models() -> dict[str, object]:
         return {"object": "list", "data": [_model_card(model_id)]}
 
-    @app.get("/v1/models/{model}", dependencies=[Depends(authorized)])
+    @app.get("/v1/models/{model}")
     async def model(model: str) -> dict[str, object]:
         if model != model_id:
             raise ApiError(404, f"The model {model!r} does not exist", "model_not_found", "model")
         return _model_card(model_id)
 
-    @app.post("/v1/documents", dependencies=[Depends(authorized)])
+    @app.post("/v1/documents")
     async def upload(file: UploadFile = File(...)) -> dict[str, object]:
         data = await file.read()
-        stored = await run_in_threadpool(service.documents.add, file.filename or "document", data, service.count_tokens)
+        stored = await run_in_threadpool(service.documents.add, file.filename, data, service.document_tokens)
         return stored.describe()
 
-    @app.get("/v1/documents", dependencies=[Depends(authorized)])
+    @app.get("/v1/documents")
     async def documents() -> dict[str, object]:
         return {"object": "list", "data": [stored.describe() for stored in service.documents.all()]}
 
-    @app.delete("/v1/documents/{document_id}", dependencies=[Depends(authorized)])
+    @app.delete("/v1/documents/{document_id}")
     async def delete(document_id: str) -> dict[str, object]:
         if not service.documents.delete(document_id):
             raise ApiError(404, f"no document {document_id!r}", "document_not_found", "document_id")
         return {"id": document_id, "object": "document", "deleted": True}
 
-    @app.post("/v1/chat/completions", dependencies=[Depends(authorized)])
-    async def chat(body: ChatCompletionRequest) -> object:
+    @app.post("/v1/chat/completions")
+    async def chat(body: ChatCompletionRequest, request: Request) -> object:
         if body.model != model_id:
             raise ApiError(404, f"The model {body.model!r} does not exist; this server has {model_id!r}", "model_not_found", "model")
         events = service.run(body)
-        first = await _first_answer_event(events)  # refusals become HTTP errors before any byte is sent
         completion_id, created = f"chatcmpl-{uuid.uuid4().hex[:24]}", int(time.time())
         if body.stream:
+            # refusals become HTTP errors before any byte is sent
+            first = await _unless_client_leaves(request, _first_answer_event(events))
             include_usage = bool(body.stream_options and body.stream_options.include_usage)
             chunks = _sse(events, first, completion_id, created, model_id, include_usage)
             return StreamingResponse(chunks, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
-        done = first
-        async for event in events:
-            done = event
-        assert isinstance(done, Done)
+        done = await _unless_client_leaves(request, _last_event(events))
         return JSONResponse(_completion(done, completion_id, created, model_id))
 
     return app
+
+
+async def _unless_client_leaves(request: Request, work: Coroutine[Any, Any, T]) -> T:
+    """`work` (which reads an answer's events), cancelled when the client closes the connection
+    first: cancelling it closes the events, which cancels the job, which stops its reading or its
+    answer. Starlette notices a disconnect only while it streams a response, and nothing is sent
+    before the answer's first token (a reading can take minutes)."""
+    answer, gone = asyncio.ensure_future(work), asyncio.ensure_future(_disconnected(request))
+    try:
+        await asyncio.wait((answer, gone), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+        if not answer.done():
+            answer.cancel()
+            await asyncio.wait((answer,))  # its job is cancelled once this returns
+    if answer.cancelled():
+        raise ApiError(499, "the client closed the connection", "client_closed")  # sent to nobody
+    return answer.result()
+
+
+async def _disconnected(request: Request) -> None:
+    """Returns once the client has gone (the body was read already: nothing else arrives)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
 
 
 async def _first_answer_event(events: AsyncIterator[Event]) -> Event:
@@ -89,6 +114,16 @@ async def _first_answer_event(events: AsyncIterator[Event]) -> Event:
         if isinstance(event, (Token, Done)):
             return event
     raise ApiError(500, "the answer ended without a result", None, None, "server_error")
+
+
+async def _last_event(events: AsyncIterator[Event]) -> Done:
+    """The answer's Done, the last of its events."""
+    last: Event | None = None
+    async for last in events:
+        pass
+    if not isinstance(last, Done):
+        raise ApiError(500, "the answer ended without a result", None, None, "server_error")
+    return last
 
 
 def _model_card(model_id: str) -> dict[str, object]:

@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import hashlib
+import re
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from kvchat.documents import Document, load_document
+from kvchat.errors import DocumentError
+
+MAX_FILENAME = 255  # characters of the name shown; the file on disk has a name of its own
+SUFFIX = re.compile(r"\.[A-Za-z0-9]{1,10}")  # what the loaders look at to tell HTML from text
 
 
 @dataclass(frozen=True)
@@ -36,13 +42,11 @@ class DocumentLibrary:
         self._documents: dict[str, StoredDocument] = {}
         self._lock = threading.Lock()
 
-    def add(self, filename: str, data: bytes, count_tokens) -> StoredDocument:
-        """Read an upload (raises DocumentError with a hint); `count_tokens(text)` sizes it."""
-        name = Path(filename or "document").name or "document"
-        with tempfile.TemporaryDirectory(prefix="kvchat-upload-") as folder:
-            path = Path(folder) / name
-            path.write_bytes(data)
-            loaded = load_document(path)
+    def add(self, filename: str | None, data: bytes, count_tokens: Callable[[str], int]) -> StoredDocument:
+        """Read an upload (raises DocumentError with a hint); `count_tokens(text)` sizes it (and
+        may refuse it)."""
+        name = upload_name(filename)
+        loaded = _load(name, data)
         document = Document(path=Path(name), kind=loaded.kind, text=loaded.text, pages=loaded.pages)
         stored = StoredDocument(
             id="doc-" + hashlib.sha256(data).hexdigest()[:24], filename=name, document=document,
@@ -66,3 +70,24 @@ class DocumentLibrary:
     def delete(self, document_id: str) -> bool:
         with self._lock:
             return self._documents.pop(document_id, None) is not None
+
+
+def upload_name(filename: str | None) -> str:
+    """The client's file name without folders or control characters, at most MAX_FILENAME
+    characters ('', '.' and '..' become 'document')."""
+    name = PurePosixPath((filename or "").replace("\\", "/")).name
+    name = "".join(char if char.isprintable() else "?" for char in name)[:MAX_FILENAME]
+    return "document" if name in ("", ".", "..") else name
+
+
+def _load(name: str, data: bytes) -> Document:
+    """Read the upload from a temporary file of a safe name (a client's name may be '..' or too
+    long for the file system); errors name the client's file, not the server's temporary path."""
+    suffix = PurePosixPath(name).suffix
+    with tempfile.TemporaryDirectory(prefix="kvchat-upload-") as folder:
+        path = Path(folder) / ("upload" + (suffix if SUFFIX.fullmatch(suffix) else ""))
+        path.write_bytes(data)
+        try:
+            return load_document(path)
+        except DocumentError as error:
+            raise DocumentError(error.message.replace(str(path), name), error.hint.replace(str(path), name)) from None

@@ -3,8 +3,8 @@ the request size limit."""
 
 from __future__ import annotations
 
-import json
 import logging
+import re
 import secrets
 
 from fastapi import FastAPI, Request
@@ -13,15 +13,21 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from kvchat.errors import KvchatError
+from kvchat.engine.scheduler import ShuttingDown
+from kvchat.errors import KvchatError, PromptTooLongError
 
 LOGGER = logging.getLogger(__name__)
+CLI_OPTION = re.compile(r"(?<![\w-])--[a-z]")
+PROMPT_TOO_LONG_HINT = "send a shorter conversation, or kv_method snapkv with a smaller kv_budget"
 
 
-class ApiError(Exception):
+class ApiError(HTTPException):
+    """An OpenAI-shaped error response. An HTTPException, so that FastAPI passes it on unchanged
+    when it is raised while the body is read (BodyLimit's 413) instead of answering 400."""
+
     def __init__(self, status: int, message: str, code: str | None = None, param: str | None = None,
                  error_type: str = "invalid_request_error", headers: dict[str, str] | None = None) -> None:
-        super().__init__(message)
+        super().__init__(status, message, headers)
         self.status, self.message, self.code, self.param = status, message, code, param
         self.error_type, self.headers = error_type, headers or {}
 
@@ -35,8 +41,20 @@ def error_response(status: int, message: str, code: str | None = None, param: st
     return JSONResponse(body, status_code=status, headers=headers)
 
 
+def api_error(error: KvchatError) -> ApiError:
+    """The engine's error for an API client: its hints may name command-line options (`--budget`),
+    which an API client cannot pass; those are replaced by a hint in terms of request fields, or
+    left out."""
+    if isinstance(error, ShuttingDown):
+        return ApiError(503, error.message, "server_shutting_down", error_type="server_error")
+    hint = error.hint
+    if CLI_OPTION.search(hint):
+        hint = PROMPT_TOO_LONG_HINT if isinstance(error, PromptTooLongError) else ""
+    return ApiError(400, f"{error.message} (hint: {hint})" if hint else error.message, "invalid_request")
+
+
 def install_error_handlers(app: FastAPI) -> None:
-    """Every failure becomes OpenAI-shaped JSON; nothing leaks a stack trace."""
+    """Every refusal becomes OpenAI-shaped JSON (bugs too: see UnexpectedErrors)."""
 
     @app.exception_handler(ApiError)
     async def _api_error(_request: Request, error: ApiError) -> JSONResponse:
@@ -57,21 +75,57 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(KvchatError)
     async def _kvchat(_request: Request, error: KvchatError) -> JSONResponse:
-        return error_response(400, error.one_line(), "invalid_request")
-
-    @app.exception_handler(Exception)
-    async def _unexpected(_request: Request, error: Exception) -> JSONResponse:
-        LOGGER.exception("unexpected error")
-        return error_response(500, "internal server error (details in the server's log file)", None, None, "server_error")
+        return api_error(error).response()
 
 
-def check_api_key(request: Request, api_key: str | None) -> None:
-    if api_key is None:
-        return
-    header = request.headers.get("authorization", "")
+class UnexpectedErrors:
+    """A bug becomes a 500 with OpenAI's shape and one traceback in kvchat's log file. Starlette's
+    own handler for Exception answers too, but then raises the error on to uvicorn, which prints
+    it on the terminal."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        started = False
+
+        async def tracked(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracked)
+        except Exception:
+            LOGGER.exception("unexpected error")
+            if scope["type"] == "http" and not started:  # else the response is cut short: nothing better to send
+                response = error_response(500, "internal server error (details in the server's log file)", None, None, "server_error")
+                await response(scope, receive, send)
+
+
+class ApiKeyCheck:
+    """With a key, every /v1 request must send `Authorization: Bearer KEY`. Checked before anything
+    reads the body: a request without the key gets 401 whatever its body (bad JSON, 60 MB)."""
+
+    def __init__(self, app: ASGIApp, api_key: str | None) -> None:
+        self.app = app
+        self.api_key = api_key
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and self.api_key is not None and _is_api(scope["path"]) and not _authorized(scope, self.api_key):
+            response = ApiError(401, "Incorrect or missing API key: send Authorization: Bearer <key>", "invalid_api_key").response()
+            return await response(scope, receive, send)
+        await self.app(scope, receive, send)
+
+
+def _is_api(path: str) -> bool:
+    return path == "/v1" or path.startswith("/v1/")
+
+
+def _authorized(scope: Scope, api_key: str) -> bool:
+    header = dict(scope["headers"]).get(b"authorization", b"").decode("latin-1")
     scheme, _, token = header.partition(" ")
-    if scheme.lower() != "bearer" or not secrets.compare_digest(token.strip().encode(), api_key.encode()):
-        raise ApiError(401, "Incorrect or missing API key: send Authorization: Bearer <key>", "invalid_api_key")
+    return scheme.lower() == "bearer" and secrets.compare_digest(token.strip().encode("latin-1"), api_key.encode())
 
 
 class BodyLimit:
@@ -81,26 +135,23 @@ class BodyLimit:
         self.app = app
         self.max_bytes = max_bytes
 
+    def _too_large(self) -> ApiError:
+        return ApiError(413, f"request body over {self.max_bytes:,} bytes", "request_too_large")
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         declared = dict(scope.get("headers", [])).get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
-            return await self._refuse(send)
+            return await self._too_large().response()(scope, receive, send)
         seen = 0
 
         async def limited() -> Message:
             nonlocal seen
             message = await receive()
             seen += len(message.get("body", b""))
-            if seen > self.max_bytes:
-                raise ApiError(413, f"request body over {self.max_bytes:,} bytes", "request_too_large")
+            if seen > self.max_bytes:  # a chunked body: whoever reads it gets the 413
+                raise self._too_large()
             return message
 
         await self.app(scope, limited, send)
-
-    async def _refuse(self, send: Send) -> None:
-        body = json.dumps({"error": {"message": f"request body over {self.max_bytes:,} bytes", "type": "invalid_request_error",
-                                     "param": None, "code": "request_too_large"}}).encode()
-        await send({"type": "http.response.start", "status": 413, "headers": [(b"content-type", b"application/json")]})
-        await send({"type": "http.response.body", "body": body})

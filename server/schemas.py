@@ -6,6 +6,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+MIN_KV_BUDGET = 16  # the server observes with min(32, kv_budget - 8) tokens besides 4 sinks: at least 8
+
 
 class TextPart(BaseModel):
     type: Literal["text"]
@@ -43,5 +45,7 @@ class ChatCompletionRequest(BaseModel):
     n: int | None = Field(default=None, ge=1, le=1)
     # kvchat's extensions
     document_id: str | None = Field(default=None, description="answer about an uploaded document (POST /v1/documents)")
-    kv_budget: int | None = Field(default=None, ge=8, description="KV entries kept for the prompt, at most the server's --budget")
+    kv_budget: int | None = Field(  # its range is checked with the server's limit (service.py), in one message
+        default=None, description=f"KV entries kept for the prompt: from {MIN_KV_BUDGET} to the server's budget"
+    )
     kv_method: Literal["snapkv", "full"] | None = Field(default=None, description="snapkv prunes to kv_budget; full keeps the prompt whole")

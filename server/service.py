@@ -19,16 +19,17 @@ from dataclasses import dataclass
 from kvchat.engine import AskSettings, Engine, KvLayout
 from kvchat.engine.prepared import ChatRequest
 from kvchat.engine.prompt import Turn
-from kvchat.engine.scheduler import ChatJob, QueueFull, Scheduler
+from kvchat.engine.scheduler import ChatJob, QueueFull, Scheduler, ShuttingDown
 from kvchat.errors import KvchatError
 from kvchat.events import Done, Event
 from kvchat.llama import SamplerSettings
 from kvchat.policy import SnapKV
 from kvchat.server.documents import DocumentLibrary
-from kvchat.server.errors import ApiError
-from kvchat.server.schemas import ChatCompletionRequest, ChatMessage
+from kvchat.server.errors import ApiError, api_error
+from kvchat.server.schemas import MIN_KV_BUDGET, ChatCompletionRequest, ChatMessage
 
 MAX_CONVERSATIONS = 4096
+CHARS_PER_TOKEN_CAP = 16  # more than any tokenizer packs into one token of real text
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,9 @@ class ChatService:
             engine, limits.sequences, limits.sequence_cells, limits.max_waiting, threads, limits.layout
         )
         self.documents = DocumentLibrary(limits.max_documents)
+        # A document's reading must fit the model's trained context with room for the conversation:
+        # the server has no streamed reading (CLI --method snapstream) for longer ones.
+        self.max_document_tokens = max(engine.model.shape.n_ctx_train - limits.room, 0)
         self._conversations: OrderedDict[str, str] = OrderedDict()  # messages key -> conversation id
         self._lock = threading.Lock()
 
@@ -71,16 +75,30 @@ class ChatService:
         self.scheduler.close()
         self.engine.close()
 
-    def count_tokens(self, text: str) -> int:
-        return len(self.engine.model.tokenize(text))
+    def document_tokens(self, text: str) -> int:
+        """Tokens of an upload's text; over `max_document_tokens` it is refused with 413 (and when a
+        prefix is over already, the rest is not tokenized: 60 MB of text take 14 s)."""
+        limit = self.max_document_tokens
+        head = text[: (limit + 1) * CHARS_PER_TOKEN_CAP]
+        tokens = len(self.engine.model.tokenize(head))
+        if tokens <= limit and len(head) < len(text):
+            tokens = len(self.engine.model.tokenize(text))
+        if tokens > limit:
+            raise ApiError(
+                413, f"the document is over {limit:,} tokens, the most this server answers about (the model's context of "
+                f"{self.engine.model.shape.n_ctx_train:,} tokens less {self.limits.room:,} for the conversation)",
+                "document_too_long", "file",
+            )
+        return tokens
 
     # ---- building a job -------------------------------------------------------------------
 
     def settings_for(self, body: ChatCompletionRequest) -> AskSettings:
         limits = self.limits
-        budget = body.kv_budget or limits.budget
-        if budget > limits.budget:
-            raise ApiError(400, f"kv_budget {budget} is over this server's limit of {limits.budget}", "kv_budget_too_large", "kv_budget")
+        budget = limits.budget if body.kv_budget is None else body.kv_budget
+        if not MIN_KV_BUDGET <= budget <= limits.budget:
+            raise ApiError(400, f"kv_budget must be from {MIN_KV_BUDGET} to this server's limit of {limits.budget}, not {budget}",
+                           "invalid_kv_budget", "kv_budget")
         max_tokens = body.max_completion_tokens or body.max_tokens or limits.max_tokens
         if max_tokens > limits.max_tokens:
             raise ApiError(400, f"max_tokens {max_tokens} is over this server's limit of {limits.max_tokens}", "max_tokens_too_large", "max_tokens")
@@ -93,7 +111,7 @@ class ChatService:
                 threads=self.threads, flash_attn=layout.flash_attn, cache_type_k=layout.type_k, cache_type_v=layout.type_v,
             )
         except KvchatError as error:
-            raise ApiError(400, error.one_line(), "invalid_settings") from None
+            raise api_error(error) from None
 
     def request_for(self, body: ChatCompletionRequest, settings: AskSettings) -> ChatRequest:
         messages = [{"role": "system" if m.role == "developer" else m.role, "content": m.text()} for m in body.messages]
@@ -135,15 +153,18 @@ class ChatService:
         except QueueFull:
             raise ApiError(429, "the server is busy; try again shortly", "rate_limit_exceeded",
                            error_type="rate_limit_error", headers={"Retry-After": "2"}) from None
+        except ShuttingDown as error:
+            raise api_error(error) from None
         try:
             while True:
                 item = await events.get()
                 if isinstance(item, KvchatError):
-                    raise ApiError(400, item.one_line(), "invalid_request")
-                yield item
-                if isinstance(item, Done):
+                    raise api_error(item)
+                if isinstance(item, Done):  # remembered before the caller may stop reading
                     self.remember(body, conversation, item.answer)
+                    yield item
                     return
+                yield item
         finally:
             job.cancel.set()
 

@@ -4,15 +4,12 @@ from __future__ import annotations
 
 import socket
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import uvicorn
-
 from kvchat.engine import Engine
-from kvchat.server.app import create_app
+from kvchat.server.runner import server_for
 from kvchat.server.service import ChatService, ServerLimits
 
 
@@ -29,13 +26,12 @@ def running_server(
     """Yields (base URL, service) of a live server; stops it and frees the model afterwards."""
     service = ChatService(Engine(str(model_path), use_cache=use_cache), ServerLimits(model_id="kvchat-test", **limits))  # type: ignore[arg-type]
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(service, api_key), host="127.0.0.1", port=port, log_level="warning"))
+    listening = threading.Event()
+    server = server_for(service, "127.0.0.1", port, api_key, on_started=listening.set)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.05)
     try:
+        assert listening.wait(30), "the test server did not start"
         yield f"http://127.0.0.1:{port}", service
     finally:
         server.should_exit = True

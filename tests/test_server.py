@@ -7,13 +7,25 @@ concurrency. What the answers say is checked on the real model (test_server_real
 from __future__ import annotations
 
 import concurrent.futures
+import json
+import logging
+import socket
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
 import openai
+import pypdf
 import pytest
 
+from conftest import REPO_DIR
+from kvchat.cli.serve import PYTHON_EXAMPLE
 from kvchat.engine import KvLayout
+from kvchat.engine import scheduler as scheduler_module
 from kvchat.server.schemas import ChatCompletionRequest
 from server_harness import running_server
 
@@ -168,3 +180,183 @@ def test_an_api_key_is_required_when_set(tiny_model_path: Path) -> None:
         right = openai.OpenAI(base_url=f"{url}/v1", api_key="sesame", max_retries=0)
         assert ask(right).choices[0].message.role == "assistant"
         assert httpx.get(f"{url}/health").status_code == 200
+
+
+# ---- readings: counted in /health, stopped by a client that leaves or by the shutdown ---------------
+
+
+@dataclass
+class HeldReadings:
+    """Readings of requests that say HOLD wait for their job's cancel (30 s at most) before they
+    begin: a reading as long as the test needs, without timing."""
+
+    started: threading.Event = field(default_factory=threading.Event)
+    cancelled: threading.Event = field(default_factory=threading.Event)
+
+
+@pytest.fixture
+def held(monkeypatch: pytest.MonkeyPatch) -> HeldReadings:
+    readings = HeldReadings()
+    prepare = scheduler_module.prepare
+
+    def held_prepare(engine, request, cancel, sampler):
+        if any("HOLD" in message["content"] for message in request.messages):
+            readings.started.set()
+            if cancel.wait(30):
+                readings.cancelled.set()
+        return (yield from prepare(engine, request, cancel, sampler))
+
+    monkeypatch.setattr(scheduler_module, "prepare", held_prepare)
+    return readings
+
+
+HOLD = "HOLD " * 200  # longer than the observation window: the reading reads it in chunks, checking its cancel
+
+
+def _raw_chat(url: str, content: str, stream: bool) -> socket.socket:
+    """A chat request sent on a socket of its own, whose answer nobody reads."""
+    body = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": content}], "max_tokens": 8, "stream": stream}).encode()
+    host, port = url.removeprefix("http://").split(":")
+    connection = socket.create_connection((host, int(port)))
+    connection.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n"
+                       + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+    return connection
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["stream", "whole"])
+def test_a_reading_is_counted_and_a_client_that_leaves_during_it_stops_it(tiny_model_path: Path, held: HeldReadings, stream: bool) -> None:
+    with running_server(tiny_model_path, budget=64, max_tokens=8, sequences=1) as (url, _):
+        connection = _raw_chat(url, HOLD, stream)
+        assert held.started.wait(10)
+        health = httpx.get(f"{url}/health").json()
+        assert (health["reading"], health["answering"], health["waiting"]) == (1, 0, 0)
+        connection.close()
+        assert held.cancelled.wait(10), "the reading went on after its client left"
+        started = time.monotonic()
+        answer = httpx.post(f"{url}/v1/chat/completions", json={"model": MODEL, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4})
+        assert answer.status_code == 200 and time.monotonic() - started < 10
+        assert httpx.get(f"{url}/health").json()["reading"] == 0
+
+
+def test_the_shutdown_stops_a_reading_and_its_request_gets_503(tiny_model_path: Path, held: HeldReadings) -> None:
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        with running_server(tiny_model_path, budget=64, max_tokens=8, sequences=1) as (url, _):
+            body = {"model": MODEL, "messages": [{"role": "user", "content": HOLD}], "max_tokens": 8}
+            pending = pool.submit(httpx.post, f"{url}/v1/chat/completions", json=body, timeout=30)
+            assert held.started.wait(10)
+            stopping = time.monotonic()
+        assert time.monotonic() - stopping < 5 and held.cancelled.is_set()
+        response = pending.result(timeout=5)
+    assert response.status_code == 503 and response.json()["error"]["code"] == "server_shutting_down"
+
+
+# ---- uploads ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("filename", "shown"), [("..", "document"), ("/etc/../notes.txt", "notes.txt"),
+                                                  ("n" * 300 + ".txt", "n" * 255), ("a\x1bb.txt", "a?b.txt")])
+def test_any_upload_name_is_taken_and_shown_safely(server, filename: str, shown: str) -> None:
+    url, _ = server
+    response = httpx.post(f"{url}/v1/documents", files={"file": (filename, NOTES, "text/plain")})
+    assert response.status_code == 200 and response.json()["filename"] == shown
+
+
+def test_upload_errors_name_the_clients_file_not_the_servers(server) -> None:
+    url, _ = server
+    for name, data in (("secret-plans.pdf", b""), ("secret-plans.bin", bytes(range(256)) * 40), ("secret-plans.pdf", b"%PDF-1.4 broken")):
+        message = httpx.post(f"{url}/v1/documents", files={"file": (name, data)}).json()["error"]["message"]
+        assert message.startswith("secret-plans.") and tempfile.gettempdir() not in message and "kvchat-upload" not in message
+
+
+def test_a_document_longer_than_the_server_can_answer_is_refused_at_upload(server) -> None:
+    url, service = server
+    limit = service.max_document_tokens
+    assert limit == 4096 - 1024  # the tiny model's trained context less the room for the conversation
+    for size in (limit * 8, 8 * 2**20):  # over the limit, and far over it (not tokenized in full)
+        response = httpx.post(f"{url}/v1/documents", files={"file": ("long.txt", b"word " * (size // 5))})
+        error = response.json()["error"]
+        assert response.status_code == 413 and error["code"] == "document_too_long" and f"{limit:,} tokens" in error["message"]
+    assert "long.txt" not in [document["filename"] for document in httpx.get(f"{url}/v1/documents").json()["data"]]
+
+
+def test_a_bug_is_a_500_logged_once_by_kvchat_and_not_by_uvicorn(server, monkeypatch, caplog) -> None:
+    """kvchat's log goes to its log file; uvicorn's error log is what the terminal shows."""
+    url, service = server
+    monkeypatch.setattr(service.documents, "add", lambda *_args: 1 / 0)
+    uvicorn_log = logging.getLogger("uvicorn.error")  # it does not propagate to caplog's root handler
+    uvicorn_log.addHandler(caplog.handler)
+    try:
+        response = httpx.post(f"{url}/v1/documents", files={"file": ("notes.txt", NOTES)})
+    finally:
+        uvicorn_log.removeHandler(caplog.handler)
+    assert response.status_code == 500 and response.json()["error"]["type"] == "server_error"
+    assert [(record.name, record.exc_info[0]) for record in caplog.records if record.exc_info] == [("kvchat.server.errors", ZeroDivisionError)]
+
+
+# ---- limits, keys and hints ---------------------------------------------------------------------
+
+
+def _chunked(data: bytes) -> Iterator[bytes]:
+    """A body sent without Content-Length (chunked)."""
+    for start in range(0, len(data), 1000):
+        yield data[start : start + 1000]
+
+
+def test_a_chunked_body_over_the_limit_gets_413(tiny_model_path: Path) -> None:
+    with running_server(tiny_model_path, budget=64, max_tokens=8, sequences=1, max_body_bytes=1000) as (url, _):
+        big = b'{"model": "kvchat-test", "messages": [{"role": "user", "content": "' + b"x" * 5000 + b'"}]}'
+        chat = httpx.post(f"{url}/v1/chat/completions", content=_chunked(big), headers={"Content-Type": "application/json"})
+        boundary = "kvchat-test-boundary"
+        form = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"big.txt\"\r\n\r\n".encode()
+                + b"x" * 5000 + f"\r\n--{boundary}--\r\n".encode())
+        upload = httpx.post(f"{url}/v1/documents", content=_chunked(form), headers={"Content-Type": f"multipart/form-data; boundary={boundary}"})
+        for response in (chat, upload):
+            assert response.status_code == 413 and response.json()["error"]["code"] == "request_too_large"
+
+
+def test_without_the_key_nothing_of_the_body_matters(tiny_model_path: Path) -> None:
+    """The key is checked before the body is read: bad JSON and bodies over the limit get 401."""
+    with running_server(tiny_model_path, api_key="sesame", budget=64, max_tokens=8, sequences=1, max_body_bytes=1000) as (url, _):
+        bad_json = httpx.post(f"{url}/v1/chat/completions", content=b"{not json", headers={"Content-Type": "application/json"})
+        too_large = httpx.post(f"{url}/v1/documents", files={"file": ("big.txt", b"x" * 5000)})
+        chunked = httpx.post(f"{url}/v1/documents", content=_chunked(b"x" * 5000), headers={"Content-Type": "multipart/form-data; boundary=x"})
+        for response in (bad_json, too_large, chunked):
+            assert response.status_code == 401 and response.json()["error"]["code"] == "invalid_api_key"
+
+
+@pytest.mark.parametrize(("extra", "field_name"), [({"kv_budget": 8}, "kv_budget"), ({"kv_budget": 0}, "kv_budget"),
+                                                   ({"kv_budget": 65}, "kv_budget"), ({}, None)])
+def test_api_errors_speak_of_request_fields_never_of_cli_options(server, extra: dict, field_name: str | None) -> None:
+    url, _ = server
+    content = "Hi" if extra else "word " * 5000  # the last: a prompt over the model's trained context
+    body = {"model": MODEL, "messages": [{"role": "user", "content": content}], "max_tokens": 4, **extra}
+    response = httpx.post(f"{url}/v1/chat/completions", json=body)
+    error = response.json()["error"]
+    assert response.status_code == 400 and "--" not in error["message"] and error["param"] == field_name
+    if field_name:
+        assert "kv_budget" in error["message"] and "16" in error["message"] and "64" in error["message"]
+    else:
+        assert "kv_budget" in error["message"]  # the API's hint: a smaller kv_budget or a shorter conversation
+
+
+def _readme_python_example() -> str:
+    serve_section = (REPO_DIR / "README.md").read_text(encoding="utf-8").split("## A local OpenAI-compatible server")[1]
+    return serve_section.split("```python\n")[1].split("```")[0]
+
+
+def test_the_readme_example_is_the_banners_and_runs_as_printed(tiny_model_path: Path, tmp_path: Path, monkeypatch) -> None:
+    example = _readme_python_example()
+    assert example == PYTHON_EXAMPLE.format(url="http://127.0.0.1:8080", model="default")
+    reader = pypdf.PdfReader(REPO_DIR / "kvchat" / "samples" / "marketing_reseller_agreement.pdf")
+    writer = pypdf.PdfWriter()
+    writer.add_page(reader.pages[11])  # a page short enough for the tiny model
+    writer.write(tmp_path / "contract.pdf")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("KVCHAT_API_KEY", "sesame")
+    with running_server(tiny_model_path, api_key="sesame", budget=64, max_tokens=8, sequences=1) as (url, _):
+        code = example.replace("http://127.0.0.1:8080", url).replace('model="default"', f'model="{MODEL}"')
+        assert code.count(url) == 1 and code.count(MODEL) == 1
+        namespace: dict[str, object] = {}
+        exec(compile(code, "README.md", "exec"), namespace)
+    assert namespace["doc"]["filename"] == "contract.pdf" and namespace["doc"]["pages"] == 1
+    assert namespace["answer"].choices[0].finish_reason in ("stop", "length")

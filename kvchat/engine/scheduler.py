@@ -20,7 +20,7 @@ from kvchat.engine.core import Engine
 from kvchat.engine.prepared import ChatRequest, PreparedPrompt, prepare
 from kvchat.engine.settings import KvLayout
 from kvchat.engine.slots import Slot, SlotDecoder
-from kvchat.errors import KvchatError, PromptTooLongError
+from kvchat.errors import CancelledError, KvchatError, PromptTooLongError
 from kvchat.events import Done, Event, Progress, Stats, Token
 from kvchat.llama import Detokenizer, Sampler
 
@@ -29,6 +29,13 @@ LOGGER = logging.getLogger(__name__)
 
 class QueueFull(Exception):
     """Every sequence is answering and the waiting line is full; try again shortly."""
+
+
+class ShuttingDown(KvchatError):
+    """The scheduler stopped before this job was answered (it was waiting, or being read)."""
+
+    def __init__(self) -> None:
+        super().__init__("the server is shutting down", "try again once it is back")
 
 
 @dataclass
@@ -65,30 +72,50 @@ class Scheduler:
         self.decoder = SlotDecoder(engine.model, n_slots, slot_cells, threads, layout)
         self._waiting: queue.Queue[ChatJob] = queue.Queue(max_waiting)
         self._answers: list[_Answer] = []
+        self._reading: ChatJob | None = None  # the job being read and pruned
         self._wake = threading.Event()
         self._stopping = False
+        self._submitting = threading.Lock()  # no job slips into the queue after the last one was refused
         self._thread = threading.Thread(target=self._run, name="kvchat-model", daemon=True)
         self._thread.start()
 
     def submit(self, job: ChatJob) -> None:
-        """Queue a job; raises QueueFull when the waiting line is full."""
+        """Queue a job; raises QueueFull when the waiting line is full, ShuttingDown once stopped."""
         if job.request.settings.layout != self.decoder.layout:
             raise ValueError(f"a job read with {job.request.settings.layout} cannot move into sequences of {self.decoder.layout}")
-        try:
-            self._waiting.put_nowait(job)
-        except queue.Full:
-            raise QueueFull from None
+        with self._submitting:
+            if self._stopping:
+                raise ShuttingDown
+            try:
+                self._waiting.put_nowait(job)
+            except queue.Full:
+                raise QueueFull from None
         self._wake.set()
 
     @property
     def load(self) -> dict[str, int]:
-        return {"answering": len(self._answers), "waiting": self._waiting.qsize(), "sequences": len(self.decoder.slots)}
+        return {
+            "answering": len(self._answers), "reading": int(self._reading is not None),
+            "waiting": self._waiting.qsize(), "sequences": len(self.decoder.slots),
+        }
+
+    def stop(self) -> None:
+        """Stop every job without waiting: answers in progress end as "cancelled" after their
+        current step, a reading at its next chunk, waiting jobs get ShuttingDown."""
+        with self._submitting:
+            self._stopping = True
+        if (reading := self._reading) is not None:
+            reading.cancel.set()
+        self._wake.set()
+
+    def join(self, timeout: float | None = None) -> None:
+        """Wait for the model thread to end (after stop()): it emits nothing afterwards."""
+        self._thread.join(timeout)
 
     def close(self) -> None:
         """Stop every job, wait for the model thread, free the shared context."""
-        self._stopping = True
-        self._wake.set()
-        self._thread.join(timeout=60)
+        self.stop()
+        self.join(timeout=60)
         self.decoder.close()
 
     # ---- the model thread ---------------------------------------------------------------
@@ -105,31 +132,45 @@ class Scheduler:
             answer.job.cancel.set()
             self._finish(answer, "cancelled")
         while not self._waiting.empty():
-            self._waiting.get_nowait().emit(KvchatError("the server is shutting down", "try again later"))
+            self._waiting.get_nowait().emit(ShuttingDown())
 
     def _admit(self) -> None:
         """Start waiting jobs while a sequence is free (or held only by an idle conversation)."""
-        while not self._waiting.empty() and any(not slot.busy for slot in self.decoder.slots):
+        while not self._stopping and not self._waiting.empty() and any(not slot.busy for slot in self.decoder.slots):
             job = self._waiting.get_nowait()
-            if job.cancel.is_set():
-                continue
-            sampler = Sampler(job.request.settings.sampler)
+            self._reading = job
             try:
-                prepared = self._prepare(job, sampler)
-                if len(prepared.positions) + 1 > self.decoder.slot_cells:
-                    raise PromptTooLongError(
-                        f"the kept prompt is {len(prepared.positions):,} tokens; a sequence holds {self.decoder.slot_cells:,}",
-                        "use kv_method snapkv with a smaller kv_budget, or a shorter conversation",
-                    )
-                slot = self._load(job, prepared)
-            except Exception as error:
-                sampler.close()
-                if not isinstance(error, KvchatError):  # a bug: the job fails, the server goes on
-                    LOGGER.exception("preparing a chat request failed")
-                    error = KvchatError(f"internal error: {error}", "see the server's log file")
-                job.emit(error)
-                continue
-            self._start(job, slot, prepared, sampler)
+                self._admit_one(job)
+            finally:
+                self._reading = None
+
+    def _admit_one(self, job: ChatJob) -> None:
+        if self._stopping:  # stop() may have looked for a reading just before this one began
+            return job.emit(ShuttingDown())
+        if job.cancel.is_set():
+            return
+        sampler = Sampler(job.request.settings.sampler)
+        try:
+            prepared = self._prepare(job, sampler)
+            if len(prepared.positions) + 1 > self.decoder.slot_cells:
+                raise PromptTooLongError(
+                    f"the kept prompt is {len(prepared.positions):,} tokens; a sequence holds {self.decoder.slot_cells:,}",
+                    "use kv_method snapkv with a smaller kv_budget, or a shorter conversation",
+                )
+            slot = self._load(job, prepared)
+        except Exception as error:
+            sampler.close()
+            return job.emit(self._failure(error))
+        self._start(job, slot, prepared, sampler)
+
+    def _failure(self, error: Exception) -> KvchatError:
+        """What a job whose preparation raised `error` is told (called while handling it)."""
+        if self._stopping and isinstance(error, CancelledError):
+            return ShuttingDown()
+        if not isinstance(error, KvchatError):  # a bug: the job fails, the server goes on
+            LOGGER.exception("preparing a chat request failed")
+            return KvchatError(f"internal error: {error}", "see the server's log file")
+        return error
 
     def _prepare(self, job: ChatJob, sampler: Sampler) -> PreparedPrompt:
         """Read and prune `job`'s prompt, passing its events on; the answers in progress get a
