@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import importlib
 import sys
+from typing import NoReturn
 
-import click
 import typer
 
 from kvchat.cli.ask import ask_command
@@ -32,6 +33,10 @@ app.add_typer(cache_app, name="cache")
 
 EXIT_INTERRUPTED = 130
 
+# The click that typer runs on, found through typer's own export: typer 0.29 ships a copy of click
+# (typer._click) whose exceptions are not the installed click's, so `import click` would catch nothing.
+_click_errors = importlib.import_module(typer.BadParameter.__module__)
+
 
 def main() -> None:
     """Entry point: run the app; one line on stderr and a non-zero exit for every failure."""
@@ -42,14 +47,33 @@ def main() -> None:
     except CancelledError:
         code = EXIT_INTERRUPTED
     except KvchatError as error:
-        sys.stdout.flush()
-        print(f"kvchat: error: {error.one_line()}", file=sys.stderr)
-        sys.exit(error.exit_code)
-    except (KeyboardInterrupt, click.exceptions.Abort):
+        _fail(error.one_line(), error.exit_code)
+    except (KeyboardInterrupt, typer.Abort):
         code = EXIT_INTERRUPTED
-    except click.ClickException as error:
+    except _click_errors.NoArgsIsHelpError as error:  # `kvchat`, `kvchat cache`: the help, exit 2 as click does
         error.show()
         sys.exit(error.exit_code)
+    except _click_errors.ClickException as error:  # usage errors: bad value, missing argument, unknown option
+        hint = f"see {_command_path(command, sys.argv[1:])} --help"
+        _fail(KvchatError(" ".join(error.format_message().split()), hint).one_line(), error.exit_code)
     if code == EXIT_INTERRUPTED:  # Typer turns Ctrl-C into a silent Exit(130)
         print("kvchat: stopped", file=sys.stderr)
     sys.exit(code if isinstance(code, int) else 0)
+
+
+def _command_path(command: object, args: list[str]) -> str:
+    """`kvchat cache clear` for `cache clear --bad`: click leaves no context on some parse errors."""
+    path = ["kvchat"]
+    for arg in args:
+        subcommands = getattr(command, "commands", {})
+        if arg not in subcommands:
+            break
+        command = subcommands[arg]
+        path.append(arg)
+    return " ".join(path)
+
+
+def _fail(line: str, exit_code: int) -> NoReturn:
+    sys.stdout.flush()
+    print(f"kvchat: error: {line}", file=sys.stderr)
+    sys.exit(exit_code)

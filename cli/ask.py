@@ -69,11 +69,11 @@ def ask_command(
         cache_type_k=cache_type_k,
         cache_type_v=cache_type_v,
     )
+    stream = StreamSettings(chunk=chunk, recent=recent)
     document = load_document(path)
     question = _question(question)
     if select not in ("question", "document"):
         raise SettingsError(f"unknown selection {select!r}", "use --select question or --select document")
-    stream = StreamSettings(chunk=chunk, recent=recent)
     with Engine(model, gpu_layers=gpu_layers, use_cache=cache) as engine, interrupt_as_cancel() as cancel:
         events = engine.ask(document, question, settings, cancel, select, stream)  # type: ignore[arg-type]
         render(events, as_json, console)

@@ -9,7 +9,7 @@ import typer
 from rich.console import Console
 
 from kvchat.cli.options import CACHE_TYPE_K, CACHE_TYPE_V, FLASH_ATTN, GPU_LAYERS, kv_layout, warn_about_gpu_layers
-from kvchat.engine import Engine
+from kvchat.engine import AskSettings, Engine
 from kvchat.errors import SettingsError
 
 CURL_EXAMPLE = """\
@@ -44,7 +44,7 @@ def _check_port(host: str, port: int) -> None:
 
 def serve_command(
     host: str = typer.Option("127.0.0.1", help="Address to listen on; 0.0.0.0 exposes the server to your network."),
-    port: int = typer.Option(8080, help="Port to listen on."),
+    port: int = typer.Option(8080, min=1, max=65535, help="Port to listen on."),
     api_key: str | None = typer.Option(None, envvar="KVCHAT_API_KEY", help="Require Authorization: Bearer KEY."),
     model: str = typer.Option("default", "--model", "-m", help="Registry name (see `kvchat models`) or a GGUF path."),
     budget: int = typer.Option(1024, help="KV entries kept per conversation (a request may ask for fewer)."),
@@ -65,6 +65,7 @@ def serve_command(
 
     if max_sessions < 1 or max_waiting < 1 or budget < 40 or max_tokens < 1 or room < 16:
         raise SettingsError("--max-sessions, --max-waiting, --max-tokens must be >= 1, --budget >= 40, --room >= 16", "see kvchat serve --help")
+    AskSettings(threads=threads)  # refuses a bad thread count now: requests build their settings later
     layout = kv_layout(flash_attn, gpu_layers, cache_type_k, cache_type_v)
     _check_port(host, port)
     console = Console(stderr=True)

@@ -1,15 +1,20 @@
-"""The `kvchat` command as a user runs it, in a subprocess, on the tiny model."""
+"""The `kvchat` command as a user runs it, in a subprocess, on the tiny model; usage errors also
+through the same entry point in this process (they fail before any model loads)."""
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import subprocess
 import sys
+import typing
 from pathlib import Path
 
 import pytest
+import typer
 
+from kvchat.cli import app as cli_app
 from test_documents import BAD_DOCUMENTS
 
 JSON_KEYS = {
@@ -18,10 +23,10 @@ JSON_KEYS = {
 }
 
 
-def run_kvchat(*args: str, home: Path) -> subprocess.CompletedProcess[str]:
+def run_kvchat(*args: str, home: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "KVCHAT_HOME": str(home)}
     return subprocess.run(
-        [sys.executable, "-m", "kvchat.cli", *args], capture_output=True, text=True, env=env, timeout=300
+        [sys.executable, "-m", "kvchat.cli", *args], capture_output=True, text=True, env=env, timeout=timeout
     )
 
 
@@ -87,10 +92,18 @@ def test_bad_documents_exit_2_with_one_line(kind, tmp_path, tiny_model_path, iso
         (["--flash-attn", "maybe"], "--flash-attn"),
         (["--cache-type-k", "q4_0"], "cache type"),
         (["--cache-type-v", "q8_0"], "needs flash attention"),
+        (["--method", "snapstream", "--chunk", "0"], "chunk must be at least 1"),  # read forever before
+        (["--method", "snapstream", "--chunk", "-5"], "chunk must be at least 1"),
+        (["--method", "snapstream", "--recent", "-10"], "recent must be at least 1"),  # said "window" before
+        (["--temperature", "-1"], "temperature must be 0 or more"),
+        (["--threads", "0"], "threads must be at least 1"),
+        (["--threads", "-3"], "threads must be at least 1"),
+        (["--n-ctx", "-5"], "context size must be at least 1"),
     ],
 )
 def test_bad_settings_exit_2_with_one_line(extra, expected, document, tiny_model_path, isolated_home) -> None:
-    result = run_kvchat(*ask_args(document, tiny_model_path, *extra), home=isolated_home)
+    # a timeout well under run_kvchat's: a setting that makes the reading spin must fail, not hang
+    result = run_kvchat(*ask_args(document, tiny_model_path, *extra), home=isolated_home, timeout=60)
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and expected in lines[0] and "Traceback" not in result.stderr
@@ -186,3 +199,119 @@ def test_cache_list_and_clear(document, tiny_model_path, isolated_home) -> None:
     cleared = run_kvchat("cache", "clear", home=isolated_home)
     assert cleared.returncode == 0 and "freed" in cleared.stdout
     assert json.loads(run_kvchat("cache", "list", "--json", home=isolated_home).stdout) == []
+
+
+# ---- usage errors: every command, every way of getting its command line wrong ----------------
+
+
+def _commands(command: object = None, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], object]]:
+    """Every command and group of the app, found from the app itself so new commands are covered."""
+    command = command or typer.main.get_command(cli_app.app)
+    found = [(path, command)]
+    for name, subcommand in getattr(command, "commands", {}).items():
+        found += _commands(subcommand, (*path, name))
+    return found
+
+
+def _takes_any_text(hint: object) -> bool:
+    return any(arg in (str, Path) for arg in typing.get_args(hint) or (hint,))
+
+
+def _usage_errors(path: tuple[str, ...], command: object) -> list[list[str]]:
+    """Command lines that must fail before anything runs: unknown command or option, an extra or
+    missing argument, an option without its value, a value of the wrong type, a value for a flag."""
+    if hasattr(command, "commands"):
+        return [[*path, "no-such-command"], [*path, "--no-such-option"]]
+    params = command.params  # type: ignore[attr-defined]
+    arguments = [param for param in params if param.param_type_name == "argument"]
+    options = [param for param in params if param.param_type_name == "option"]
+    hints = typing.get_type_hints(inspect.unwrap(command.callback))  # type: ignore[attr-defined]
+    filled = [*path, *["x"] * len(arguments)]  # the arguments given, so an option's own error shows
+    lines = [[*path, "--no-such-option"], [*filled, "x"]]
+    lines += [[*path]] if any(argument.required for argument in arguments) else []
+    for option in options:
+        if option.is_flag:
+            lines.append([*filled, f"{option.opts[0]}=yes"])
+            continue
+        lines.append([*filled, option.opts[0]])
+        if not _takes_any_text(hints[option.name]):
+            lines.append([*filled, option.opts[0], "not-a-value"])
+    return lines
+
+
+USAGE_ERRORS = [
+    (" ".join(("kvchat", *path)), line) for path, command in _commands() for line in _usage_errors(path, command)
+]
+
+
+def run_main(args: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> tuple[object, str, str]:
+    """The console script's entry point, in this process (the logging set-up left out: it would
+    redirect this process's kvchat loggers). Returns the exit code, stdout and stderr."""
+    monkeypatch.setattr(cli_app, "configure_logging", lambda: None)
+    monkeypatch.setattr(sys, "argv", ["kvchat", *args])
+    with pytest.raises(SystemExit) as exited:
+        cli_app.main()
+    captured = capsys.readouterr()
+    return exited.value.code, captured.out, captured.err
+
+
+def assert_usage_error(code: object, stdout: str, stderr: str, command_path: str) -> None:
+    lines = stderr.strip().splitlines()
+    assert code == 2 and stdout == "" and len(lines) == 1, stderr
+    assert lines[0].startswith("kvchat: error: ") and lines[0].endswith(f"(hint: see {command_path} --help)"), stderr
+
+
+def test_usage_errors_cover_every_command() -> None:
+    covered = {command_path for command_path, _ in USAGE_ERRORS}
+    commands = {"ask", "chat", "models", "bench", "serve", "cache", "cache list", "cache clear"}
+    assert {"kvchat"} | {f"kvchat {command}" for command in commands} <= covered
+
+
+@pytest.mark.parametrize(("command_path", "args"), USAGE_ERRORS, ids=[" ".join(args) for _, args in USAGE_ERRORS])
+def test_every_usage_error_exits_2_with_one_line(command_path, args, monkeypatch, capsys) -> None:
+    assert_usage_error(*run_main(args, monkeypatch, capsys), command_path)
+
+
+@pytest.mark.parametrize("path", [path for path, _ in _commands()], ids=lambda path: " ".join(("kvchat", *path)))
+def test_usage_errors_in_a_real_process(path, isolated_home) -> None:
+    """The installed entry point, one usage error per command: no traceback as the process ends."""
+    command_path = " ".join(("kvchat", *path))
+    args = _usage_errors(path, dict(_commands())[path])[0]
+    result = run_kvchat(*args, home=isolated_home, timeout=60)
+    assert "Traceback" not in result.stderr
+    assert_usage_error(result.returncode, result.stdout, result.stderr, command_path)
+
+
+@pytest.mark.parametrize("args", [[], ["cache"]], ids=["kvchat", "kvchat cache"])
+def test_a_group_without_a_command_shows_its_help(args, monkeypatch, capsys) -> None:
+    code, stdout, stderr = run_main(args, monkeypatch, capsys)
+    shown = stdout + stderr  # typer's rich help goes to stdout, click's plain help to stderr
+    assert code == 2 and "Usage: kvchat" in shown and "Commands" in shown
+
+
+def test_an_unreadable_document_is_a_usage_error(tmp_path, monkeypatch, capsys) -> None:
+    """Root reads every file, so the permission check typer makes (os.access) is told "no" instead."""
+    document = tmp_path / "secret.txt"
+    document.write_text("text")
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda path, mode, **kw: str(path) != str(document) and real_access(path, mode, **kw))
+    code, stdout, stderr = run_main(["ask", str(document), "q"], monkeypatch, capsys)
+    assert_usage_error(code, stdout, stderr, "kvchat ask")
+    assert "is not readable" in stderr
+
+
+@pytest.mark.parametrize("port", ["99999", "-1", "0"])
+def test_serve_refuses_a_port_out_of_range(port, tmp_path, monkeypatch, capsys) -> None:
+    model = str(tmp_path / "absent.gguf")  # were the port accepted, loading this would fail, not serve
+    code, stdout, stderr = run_main(["serve", "--port", port, "--model", model], monkeypatch, capsys)
+    assert_usage_error(code, stdout, stderr, "kvchat serve")
+    assert "--port" in stderr
+
+
+@pytest.mark.parametrize("threads", ["0", "-3"])
+def test_serve_refuses_bad_threads_before_loading_a_model(threads, tmp_path, monkeypatch, capsys) -> None:
+    model = str(tmp_path / "absent.gguf")  # were the threads accepted, loading this would fail instead
+    code, stdout, stderr = run_main(["serve", "--threads", threads, "--model", model], monkeypatch, capsys)
+    assert code == 2 and stderr.strip().splitlines() == [
+        f"kvchat: error: threads must be at least 1, got {threads} (hint: use 1 or more threads, or leave it unset for all cores)"
+    ]

@@ -122,3 +122,43 @@ def test_spans_from_pieces() -> None:
 def test_invalid_settings_are_refused(kwargs: dict) -> None:
     with pytest.raises(SettingsError):
         SnapKV(**kwargs)
+
+
+def _settings_refusals() -> list:
+    from kvchat.engine import AskSettings, KvLayout, StreamSettings
+    from kvchat.llama import SamplerSettings
+
+    cases = [
+        ("window", SnapKV, {"window": 0}),
+        ("budget", SnapKV, {"budget": 8}),
+        ("kernel", SnapKV, {"kernel": 4}),
+        ("pool", SnapKV, {"pool": "median"}),
+        ("max tokens", AskSettings, {"max_tokens": 0}),
+        ("threads", AskSettings, {"threads": 0}),
+        ("threads", AskSettings, {"threads": -3}),
+        ("context size", AskSettings, {"n_ctx": -5}),
+        ("window", AskSettings, {"policy": SnapKV(budget=1024, window=600)}),
+        ("cache type", KvLayout, {"type_k": "q4_0"}),
+        ("flash attention", KvLayout, {"type_v": "q8_0"}),
+        ("temperature", SamplerSettings, {"temperature": -1}),
+        ("temperature", SamplerSettings, {"temperature": float("nan")}),
+        ("top-k", SamplerSettings, {"top_k": -1}),
+        ("top-p", SamplerSettings, {"top_p": 0}),
+        ("top-p", SamplerSettings, {"top_p": 1.5}),
+        ("min-p", SamplerSettings, {"min_p": -0.1}),
+        ("chunk", StreamSettings, {"chunk": 0}),
+        ("chunk", StreamSettings, {"chunk": -5}),
+        ("recent", StreamSettings, {"recent": -10}),
+        ("carry", StreamSettings, {"carry": 1.5}),
+    ]
+    return [pytest.param(setting, cls, kwargs, id=f"{cls.__name__}-{i}") for i, (setting, cls, kwargs) in enumerate(cases)]
+
+
+@pytest.mark.parametrize(("setting", "settings_class", "kwargs"), _settings_refusals())
+def test_settings_errors_name_the_setting_and_no_cli_flag(setting: str, settings_class: type, kwargs: dict) -> None:
+    """The CLI, the TUI and the server share these objects: a hint like "--window 32" means
+    nothing to an API client (the server once answered kv_budget 8 with it)."""
+    with pytest.raises(SettingsError) as refused:
+        settings_class(**kwargs)
+    assert setting in refused.value.message and refused.value.hint
+    assert "--" not in refused.value.one_line()

@@ -26,16 +26,18 @@ class KvLayout:
     def __post_init__(self) -> None:
         for name, cache_type in (("k", self.type_k), ("v", self.type_v)):
             if cache_type not in CACHE_TYPES:
-                raise SettingsError(f"unknown KV cache type {cache_type!r}", f"use --cache-type-{name} f16 or q8_0")
+                raise SettingsError(f"unknown KV cache type {cache_type!r}", f"use a {name.upper()} cache type of f16 or q8_0")
         if self.type_v != "f16" and not self.flash_attn:
             raise SettingsError(
                 f"a {self.type_v} V cache needs flash attention (llama.cpp quantizes V only inside it)",
-                "add --flash-attn on, or keep --cache-type-v f16",
+                "turn flash attention on, or keep the V cache type at f16",
             )
 
 
 @dataclass(frozen=True)
 class AskSettings:
+    """Built by the CLI, the TUI and the server alike: errors name settings, never one front end's flags."""
+
     method: Method = "snapkv"
     policy: SnapKV = field(default_factory=SnapKV)
     max_tokens: int = 512
@@ -52,12 +54,16 @@ class AskSettings:
         if self.method not in METHODS:
             raise SettingsError(f"unknown method {self.method!r}", f"use one of: {', '.join(METHODS)}")
         if self.max_tokens < 1:
-            raise SettingsError(f"max tokens must be at least 1, got {self.max_tokens}", "try --max-tokens 512")
+            raise SettingsError(f"max tokens must be at least 1, got {self.max_tokens}", "ask for at least 1 token (512 is the default)")
+        if self.threads is not None and self.threads < 1:
+            raise SettingsError(f"threads must be at least 1, got {self.threads}", "use 1 or more threads, or leave it unset for all cores")
+        if self.n_ctx is not None and self.n_ctx < 1:
+            raise SettingsError(f"context size must be at least 1, got {self.n_ctx}", "leave it unset to fit the prompt")
         self.layout  # refuses unknown cache types and a quantized V without flash attention
         if self.policy.window > self.n_batch:
             raise SettingsError(
                 f"window {self.policy.window} is larger than the batch size {self.n_batch}",
-                f"use --window {self.n_batch} or less",
+                f"use a window of {self.n_batch} or less",
             )
 
     @property

@@ -29,10 +29,20 @@ from kvchat.events import Event, Evicted, Progress
 
 @dataclass(frozen=True)
 class StreamSettings:
+    """How streamed reading proceeds. Errors name settings, not CLI flags: the TUI and server build these too."""
+
     chunk: int = 512
     recent: int = 64
     query_aware: bool = True
     carry: float = 0.0  # weight of a surviving cell's earlier votes in the next scoring
+
+    def __post_init__(self) -> None:
+        if self.chunk < 1:  # the reading advances by a chunk: 0 would never finish
+            raise SettingsError(f"chunk must be at least 1 token, got {self.chunk}", "use a chunk of e.g. 512 tokens")
+        if self.recent < 1:  # the recent ring is the observation window of each eviction
+            raise SettingsError(f"recent must be at least 1 token, got {self.recent}", "keep e.g. 64 recent tokens")
+        if not 0 <= self.carry <= 1:
+            raise SettingsError(f"carry must be between 0 and 1, got {self.carry}", "use 0 to score each eviction afresh")
 
 
 def stream_context_size(settings: AskSettings, stream: StreamSettings, n_question: int, n_ctx_train: int) -> int:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
+from kvchat.errors import SettingsError
 from kvchat.llama._lib import raw
 
 DEFAULT_SEED = 0xFFFFFFFF  # LLAMA_DEFAULT_SEED: a random seed
@@ -16,6 +18,17 @@ class SamplerSettings:
     top_p: float = 0.95
     min_p: float = 0.05
     seed: int | None = None
+
+    def __post_init__(self) -> None:
+        # The CLI, the TUI and the server all build these; hints name settings, not one front end's flags.
+        if not (math.isfinite(self.temperature) and self.temperature >= 0):
+            raise SettingsError(f"temperature must be 0 or more, got {self.temperature}", "use 0 for greedy answers, or a positive value to sample")
+        if self.top_k < 0:
+            raise SettingsError(f"top-k must be 0 or more, got {self.top_k}", "use 0 to consider every token, or e.g. 40")
+        if not 0 < self.top_p <= 1:
+            raise SettingsError(f"top-p must be above 0 and at most 1, got {self.top_p}", "use e.g. 0.95")
+        if not 0 <= self.min_p <= 1:
+            raise SettingsError(f"min-p must be between 0 and 1, got {self.min_p}", "use e.g. 0.05")
 
 
 class Sampler:

@@ -16,7 +16,8 @@ from kvchat.policy.scoring import HeadReduction, reduce_votes
 class SnapKV:
     """Keep `budget` prompt positions: pins (sinks + observation window) plus the top-scored rest.
 
-    `budget` counts everything kept, the window included (SnapKV's max_capacity_prompt).
+    `budget` counts everything kept, the window included (SnapKV's max_capacity_prompt). The CLI,
+    the TUI and the server all build one, so its errors name settings, not one front end's flags.
     """
 
     budget: int = 1024
@@ -29,16 +30,16 @@ class SnapKV:
 
     def __post_init__(self) -> None:
         if self.window < 1:
-            raise SettingsError(f"window must be at least 1, got {self.window}", "try --window 32")
+            raise SettingsError(f"window must be at least 1, got {self.window}", "use a window of at least 1 (32 is the default)")
         if self.budget < self.window + self.sinks:
             raise SettingsError(
                 f"budget {self.budget} is smaller than window {self.window} + {self.sinks} sinks",
-                f"use --budget {self.window + self.sinks} or more, or a smaller --window",
+                f"use a budget of at least {self.window + self.sinks}, or a smaller window",
             )
         if self.kernel < 1 or self.kernel % 2 == 0:
-            raise SettingsError(f"kernel must be an odd number, got {self.kernel}", "try --kernel 7")
+            raise SettingsError(f"kernel must be an odd number, got {self.kernel}", "use an odd kernel such as 7")
         if self.pool not in ("max", "avg"):
-            raise SettingsError(f"pool must be max or avg, got {self.pool!r}", "use --pool max")
+            raise SettingsError(f"pool must be max or avg, got {self.pool!r}", "use max (the default) or avg")
 
     def pinned_mask(self, n_tokens: int) -> np.ndarray:
         """Positions always kept within the budget: the first `sinks` and the last `window`."""
