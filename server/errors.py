@@ -13,8 +13,8 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from kvchat.engine.scheduler import ShuttingDown
 from kvchat.errors import KvchatError, PromptTooLongError
+from kvchat.serving.scheduler import ShuttingDown
 
 LOGGER = logging.getLogger(__name__)
 CLI_OPTION = re.compile(r"(?<![\w-])--[a-z]")

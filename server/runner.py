@@ -15,9 +15,9 @@ from types import FrameType
 
 import uvicorn
 
-from kvchat.engine.scheduler import Scheduler
 from kvchat.server.app import create_app
 from kvchat.server.service import ChatService
+from kvchat.serving.scheduler import Scheduler
 
 GRACE_S = 5.0  # for the responses still open once the answers stopped: a client that does not read is cut off
 

@@ -17,9 +17,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from kvchat.engine import AskSettings, Engine, KvLayout
-from kvchat.engine.prepared import ChatRequest
 from kvchat.engine.prompt import Turn
-from kvchat.engine.scheduler import ChatJob, QueueFull, Scheduler, ShuttingDown
 from kvchat.errors import KvchatError
 from kvchat.events import Done, Event
 from kvchat.llama import SamplerSettings
@@ -27,6 +25,8 @@ from kvchat.policy import SnapKV
 from kvchat.server.documents import DocumentLibrary
 from kvchat.server.errors import ApiError, api_error
 from kvchat.server.schemas import MIN_KV_BUDGET, ChatCompletionRequest, ChatMessage
+from kvchat.serving.requests import ChatRequest
+from kvchat.serving.scheduler import ChatJob, QueueFull, Scheduler, ShuttingDown
 
 MAX_CONVERSATIONS = 4096
 CHARS_PER_TOKEN_CAP = 16  # more than any tokenizer packs into one token of real text

@@ -1,4 +1,5 @@
-"""The layering of DESIGN.md: policy <- llama adapter <- engine <- front ends, one direction."""
+"""The layering of DESIGN.md: policy <- llama adapter <- engine <- serving <- server, and the other
+front ends (CLI, TUI, bench) on the engine; one direction."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ PACKAGES = {
     "policy": REPO / "kvchat" / "policy",
     "llama": REPO / "kvchat" / "llama",
     "engine": REPO / "kvchat" / "engine",
+    "serving": REPO / "kvchat" / "serving",
     "documents": REPO / "kvchat" / "documents",
     "models": REPO / "models",
     "cli": REPO / "cli",
@@ -25,8 +27,10 @@ ALLOWED = {
     "llama": {"kvchat.errors", "kvchat.llama"},
     "engine": {"kvchat.errors", "kvchat.events", "kvchat.llama", "kvchat.policy", "kvchat.documents",
                "kvchat.models", "kvchat.engine", "kvchat.paths", "kvchat.atomic"},
-    "tui": {"kvchat.engine", "kvchat.events", "kvchat.documents", "kvchat.errors"},
-    "server": {"kvchat.engine", "kvchat.events", "kvchat.documents", "kvchat.errors", "kvchat.llama", "kvchat.policy"},
+    "serving": {"kvchat.engine", "kvchat.events", "kvchat.documents", "kvchat.errors", "kvchat.llama"},
+    "tui": {"kvchat.engine", "kvchat.events", "kvchat.documents", "kvchat.errors", "kvchat.policy"},
+    "server": {"kvchat.serving", "kvchat.engine", "kvchat.events", "kvchat.documents", "kvchat.errors", "kvchat.llama",
+               "kvchat.policy"},
     "bench": {"kvchat.engine", "kvchat.events", "kvchat.documents", "kvchat.policy", "kvchat.errors",
               "kvchat.atomic"},
 }
@@ -64,6 +68,7 @@ def test_policy_is_numpy_only() -> None:
 
 def test_each_layer_imports_only_what_is_below_it() -> None:
     for package, allowed in ALLOWED.items():
+        assert PACKAGES[package].is_dir(), f"{package}: no {PACKAGES[package]}"  # else nothing would be checked
         ours = {n for n in imports_of(package) if n.startswith("kvchat.")}
         own = f"kvchat.{package}"
         bad = {n for n in ours if not n.startswith(own) and not any(n == a or n.startswith(a + ".") for a in allowed)}
@@ -71,12 +76,12 @@ def test_each_layer_imports_only_what_is_below_it() -> None:
 
 
 def test_front_ends_do_not_reach_into_the_adapter() -> None:
-    for name in imports_of("cli") | imports_of("tui") | imports_of("server"):
+    for name in imports_of("cli") | imports_of("tui") | imports_of("serving") | imports_of("server"):
         assert not name.startswith("kvchat.llama._") and name != "llama_cpp"
 
 
 def test_no_print_in_the_library() -> None:
-    for package in ("policy", "llama", "engine", "documents", "models", "bench", "tui", "server"):
+    for package in ("policy", "llama", "engine", "serving", "documents", "models", "bench", "tui", "server"):
         for file in PACKAGES[package].rglob("*.py"):
             tree = ast.parse(file.read_text(encoding="utf-8"))
             calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "print"]

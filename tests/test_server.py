@@ -25,8 +25,8 @@ import pytest
 from conftest import REPO_DIR
 from kvchat.cli.serve import PYTHON_EXAMPLE
 from kvchat.engine import KvLayout
-from kvchat.engine import scheduler as scheduler_module
 from kvchat.server.schemas import ChatCompletionRequest
+from kvchat.serving import scheduler as scheduler_module
 from server_harness import running_server
 
 MODEL = "kvchat-test"

@@ -11,15 +11,15 @@ import numpy as np
 import pytest
 
 from kvchat.engine import AskSettings, Engine
-from kvchat.engine.prepared import ChatRequest, prepare
 from kvchat.engine.prompt import chat_tokens
-from kvchat.engine.scheduler import ChatJob, Scheduler
 from kvchat.engine.run import PromptRun
-from kvchat.engine.slots import SlotDecoder
 from kvchat.errors import KvchatError
 from kvchat.events import Done, Token
 from kvchat.llama import Sampler
 from kvchat.policy import SnapKV
+from kvchat.serving.requests import ChatRequest, prepare
+from kvchat.serving.scheduler import ChatJob, Scheduler
+from kvchat.serving.slots import SlotDecoder
 
 SETTINGS = AskSettings(policy=SnapKV(budget=96, window=16), max_tokens=8)
 LONG = " ".join(f"item {i} costs {i * 7} coins." for i in range(120))

@@ -2,7 +2,7 @@
 continuous batching of the answers.
 
 A request waits in the queue until a sequence of the shared context is free, is read and pruned
-on a context of its own (prepared.py), moves into that sequence, and from then on gets one token
+on a context of its own (requests.py), moves into that sequence, and from then on gets one token
 per decode step, batched with every other answer in progress. While a new prompt is read, the
 answers in progress still get a step after each chunk, so nobody waits for a long reading.
 """
@@ -17,12 +17,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from kvchat.engine.core import Engine
-from kvchat.engine.prepared import ChatRequest, PreparedPrompt, prepare
 from kvchat.engine.settings import KvLayout
-from kvchat.engine.slots import Slot, SlotDecoder
 from kvchat.errors import CancelledError, KvchatError, PromptTooLongError
 from kvchat.events import Done, Event, Progress, Stats, Token
 from kvchat.llama import Detokenizer, Sampler
+from kvchat.serving.requests import ChatRequest, PreparedPrompt, prepare
+from kvchat.serving.slots import Slot, SlotDecoder
 
 LOGGER = logging.getLogger(__name__)
 
