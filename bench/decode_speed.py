@@ -14,14 +14,14 @@ from dataclasses import replace
 from kvchat.bench.compare import answer_of, compare
 from kvchat.bench.tasks import needle_case
 from kvchat.engine import AskSettings, Engine
-from kvchat.policy import SnapKV
+from kvchat.policy import Full, SnapKV
 
 
 def measure(engine: Engine, length: int, budget: int, tokens: int) -> dict[str, object]:
     case = needle_case(lambda text: len(engine.model.tokenize(text)), length, 0.5, seed=length)
-    snapkv = AskSettings(policy=SnapKV(budget=budget), max_tokens=tokens, stop_at_end=False)
+    snapkv = AskSettings(method=SnapKV(budget=budget), max_tokens=tokens, stop_at_end=False)
     results: dict[str, object] = {"length": length, "budget": budget}
-    variants = [replace(snapkv, method="full"), snapkv]
+    variants = [replace(snapkv, method=Full(budget=budget)), snapkv]
     for settings, events in zip(variants, compare(engine, case, variants)):
         done = answer_of(events)
         results["length"] = done.stats.prompt_tokens

@@ -50,7 +50,7 @@ def main() -> None:
     parser.add_argument("--budget", type=int, default=256)
     args = parser.parse_args()
     os.environ["KVCHAT_HOME"] = tempfile.mkdtemp(prefix="kvchat-bench-")
-    settings = AskSettings(policy=SnapKV(budget=args.budget), max_tokens=24)
+    settings = AskSettings(method=SnapKV(budget=args.budget), max_tokens=24)
     totals: dict[str, list[list[float]]] = defaultdict(list)
     with Engine() as engine:
         count_tokens = lambda text: len(engine.model.tokenize(text))  # noqa: E731

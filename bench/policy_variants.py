@@ -16,7 +16,7 @@ from dataclasses import replace
 from kvchat.bench.compare import answer_of, compare
 from kvchat.bench.tasks import multikey_case, needle_case, score
 from kvchat.engine import AskSettings, Engine
-from kvchat.policy import HeadReduction, SnapKV
+from kvchat.policy import Full, HeadReduction, SnapKV
 
 VARIANTS = {
     f"{heads.value}{'+spans' if spans else ''}": SnapKV(heads=heads, spans=spans)
@@ -49,9 +49,8 @@ def main() -> None:
     for case in cases(engine, args.cases, args.length, args.first_seed):
         base = AskSettings(max_tokens=24)
         labelled = [
-            (name, budget, replace(base, method="full" if name == "full" else "snapkv",
-                                   policy=replace(policy, budget=budget)))
-            for name, policy in [("full", SnapKV())] + list(chosen.items())
+            (name, budget, replace(base, method=replace(policy, budget=budget)))
+            for name, policy in [("full", Full())] + list(chosen.items())
             for budget in (budgets if name != "full" else budgets[:1])
         ]
         for (name, budget, _), events in zip(labelled, compare(engine, case, [s for *_, s in labelled])):

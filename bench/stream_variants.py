@@ -15,7 +15,7 @@ from kvchat.bench.compare import case_document
 from kvchat.bench.tasks import multikey_case, needle_case, score
 from kvchat.engine import AskSettings, Engine, StreamSettings
 from kvchat.events import Done
-from kvchat.policy import SnapKV
+from kvchat.policy import SnapStream
 
 VARIANTS = {
     "query-aware": StreamSettings(),
@@ -32,7 +32,7 @@ def main() -> None:
     parser.add_argument("--depths", type=lambda text: [float(d) for d in text.split(",")], default=[0.2, 0.5, 0.8])
     parser.add_argument("--multikey", type=int, default=2, help="multi-key cases (4 keys each)")
     args = parser.parse_args()
-    settings = AskSettings(method="snapstream", policy=SnapKV(budget=args.budget), max_tokens=24, n_ctx=args.n_ctx)
+    settings = AskSettings(method=SnapStream(budget=args.budget), max_tokens=24, n_ctx=args.n_ctx)
     totals: dict[str, list[float]] = defaultdict(list)
     with Engine(use_cache=False) as engine:
         count_tokens = lambda text: len(engine.model.tokenize(text))  # noqa: E731

@@ -14,7 +14,7 @@ from kvchat.engine import AskSettings, Engine, StreamSettings
 from kvchat.cli.interrupt import interrupt_as_cancel
 from kvchat.errors import CancelledError, SettingsError
 from kvchat.llama import SamplerSettings
-from kvchat.policy import HeadReduction, SnapKV
+from kvchat.policy import DEFAULT_BUDGET, DEFAULT_WINDOW, HeadReduction, SnapKV, method_named, methods_help
 
 
 def _question(text: str) -> str:
@@ -27,17 +27,13 @@ def ask_command(
     path: Path = typer.Argument(..., help="The document: PDF, TXT, Markdown or HTML."),
     question: str = typer.Argument(..., help="What to ask about it."),
     model: str = typer.Option("default", "--model", "-m", help="Registry name (see `kvchat models`) or a GGUF path."),
-    budget: int = typer.Option(1024, help="KV entries kept for the prompt, observation window included."),
-    window: int = typer.Option(32, help="Observation window: the last prompt tokens whose attention votes."),
+    budget: int = typer.Option(DEFAULT_BUDGET, help="KV entries kept for the prompt, observation window included."),
+    window: int = typer.Option(DEFAULT_WINDOW, help="Observation window: the last prompt tokens whose attention votes."),
     kernel: int = typer.Option(7, help="Pooling kernel (odd) that keeps neighbours of chosen tokens."),
     pool: str = typer.Option("max", help="Pooling: max or avg."),
     heads: HeadReduction = typer.Option(HeadReduction.SUM, help="How votes of all heads become one score."),
     spans: bool = typer.Option(True, help="Keep whole numbers and words once one of their tokens is chosen."),
-    method: str = typer.Option(
-        "snapkv",
-        help="snapkv (prune after reading), snapstream (read within the budget), "
-        "streamingllm (sinks + recent only), full (keep everything).",
-    ),
+    method: str = typer.Option(SnapKV.name, help=methods_help()),
     chunk: int = typer.Option(512, help="snapstream: tokens read between evictions."),
     recent: int = typer.Option(64, help="snapstream: most recent tokens always kept while reading."),
     max_tokens: int = typer.Option(512, help="Most tokens to generate."),
@@ -59,8 +55,7 @@ def ask_command(
     console = Console(stderr=True)
     warn_about_gpu_layers(gpu_layers, console)
     settings = AskSettings(
-        method=method,  # type: ignore[arg-type]
-        policy=SnapKV(budget=budget, window=window, kernel=kernel, pool=pool, heads=heads, spans=spans),  # type: ignore[arg-type]
+        method=method_named(method, budget=budget, window=window, kernel=kernel, pool=pool, heads=heads, spans=spans),
         max_tokens=max_tokens,
         sampler=SamplerSettings(temperature=temperature, seed=seed),
         n_ctx=n_ctx,

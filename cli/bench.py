@@ -11,9 +11,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from kvchat.bench.report import summarize, write_json
-from kvchat.bench.runner import METHODS, QUICK, TASKS, BenchConfig, run_bench
+from kvchat.bench.runner import QUICK, TASKS, BenchConfig, run_bench
 from kvchat.engine import AskSettings, Engine
 from kvchat.errors import SettingsError
+from kvchat.policy import METHODS
 
 
 def _split(text: str) -> list[str]:

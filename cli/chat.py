@@ -9,15 +9,15 @@ import typer
 from kvchat.cli.options import CACHE_TYPE_K, CACHE_TYPE_V, FLASH_ATTN, GPU_LAYERS, flash_attention, gpu_layers_warning
 from kvchat.engine import AskSettings
 from kvchat.llama import SamplerSettings
-from kvchat.policy import SnapKV
+from kvchat.policy import DEFAULT_BUDGET, DEFAULT_WINDOW, SnapKV, method_named, methods_help
 
 
 def chat_command(
     path: Path | None = typer.Argument(None, help="The document (PDF, TXT, Markdown or HTML); a file picker opens without one."),
     model: str = typer.Option("default", "--model", "-m", help="Registry name (see `kvchat models`) or a GGUF path."),
-    budget: int = typer.Option(1024, help="KV entries kept for the prompt, observation window included."),
-    window: int = typer.Option(32, help="Observation window: the question's last tokens whose attention votes."),
-    method: str = typer.Option("snapkv", help="snapkv, snapstream, streamingllm or full."),
+    budget: int = typer.Option(DEFAULT_BUDGET, help="KV entries kept for the prompt, observation window included."),
+    window: int = typer.Option(DEFAULT_WINDOW, help="Observation window: the question's last tokens whose attention votes."),
+    method: str = typer.Option(SnapKV.name, help=methods_help()),
     max_tokens: int = typer.Option(512, help="Most tokens per answer."),
     temperature: float = typer.Option(0.0, help="0 = greedy (deterministic)."),
     threads: int | None = typer.Option(None, help="CPU threads (default: all cores)."),
@@ -29,8 +29,7 @@ def chat_command(
 ) -> None:
     """Chat with a document in a terminal UI (F1 inside lists the keys)."""
     settings = AskSettings(
-        method=method,  # type: ignore[arg-type]
-        policy=SnapKV(budget=budget, window=window),
+        method=method_named(method, budget=budget, window=window),
         max_tokens=max_tokens,
         sampler=SamplerSettings(temperature=temperature),
         threads=threads,

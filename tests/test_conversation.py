@@ -11,7 +11,7 @@ from kvchat.engine import AskSettings, Conversation
 from kvchat.events import Done, Pruned
 from kvchat.policy import SnapKV
 
-SETTINGS = AskSettings(policy=SnapKV(budget=96, window=16), max_tokens=6, threads=2)
+SETTINGS = AskSettings(method=SnapKV(budget=96, window=16), max_tokens=6, threads=2)
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from kvchat.documents import Document
 from kvchat.engine import AskSettings
 from kvchat.bench.compare import answer_of, compare
 from kvchat.events import Evicted, Pruned
-from kvchat.policy import SnapKV
+from kvchat.policy import Full, SnapKV, SnapStream
 
 pytestmark = pytest.mark.real_model
 SAMPLE_PDF = Path(__file__).parents[1] / "kvchat" / "samples" / "marketing_reseller_agreement.pdf"
@@ -26,8 +26,8 @@ SAMPLE_PDF = Path(__file__).parents[1] / "kvchat" / "samples" / "marketing_resel
 def test_needle_found_at_budget_256_and_full_agrees(real_engine, depth: float) -> None:
     model = real_engine.model
     case = needle_case(lambda text: len(model.tokenize(text)), 3000, depth, seed=int(depth * 100))
-    snapkv = AskSettings(policy=SnapKV(budget=256), max_tokens=24)
-    events, full_events = compare(real_engine, case, [snapkv, replace(snapkv, method="full")])
+    snapkv = AskSettings(method=SnapKV(budget=256), max_tokens=24)
+    events, full_events = compare(real_engine, case, [snapkv, replace(snapkv, method=Full(budget=256))])
     pruned, full = answer_of(events), answer_of(full_events)
     assert 2800 <= pruned.stats.prompt_tokens <= 3300
     assert [e.kept_tokens for e in events if isinstance(e, Pruned)] == [256]
@@ -53,7 +53,7 @@ def test_follow_up_questions_about_far_apart_facts_at_budget_256(real_engine) ->
     count_tokens = lambda text: len(real_engine.model.tokenize(text))  # noqa: E731
     case = multi_turn_case(count_tokens, 3500, (0.1, 0.9), seed=11)
     document = Document(path=Path("facts.txt"), kind="text", text=case.document)
-    settings = AskSettings(policy=SnapKV(budget=256), max_tokens=24)
+    settings = AskSettings(method=SnapKV(budget=256), max_tokens=24)
     conversation = real_engine.conversation(document, settings, "question")
     try:
         list(conversation.open())
@@ -84,7 +84,7 @@ def test_snapstream_finds_a_needle_in_a_document_three_times_the_context(real_en
     count_tokens = lambda text: len(real_engine.model.tokenize(text))  # noqa: E731
     case = needle_case(count_tokens, 6400, 0.4, seed=21)
     document = Document(path=Path("needle.txt"), kind="text", text=case.document)
-    settings = AskSettings(method="snapstream", policy=SnapKV(budget=1024), max_tokens=24, n_ctx=2048)
+    settings = AskSettings(method=SnapStream(budget=1024), max_tokens=24, n_ctx=2048)
     conversation = real_engine.conversation(document, settings)
     try:
         events = list(conversation.open(question=case.question))

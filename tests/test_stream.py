@@ -15,8 +15,9 @@ from kvchat.engine.run import PromptRun
 from kvchat.engine.stream import stream_read
 from kvchat.events import Done, Evicted, Token
 from kvchat.llama import LlamaModel
-from kvchat.policy import SnapKV
+from kvchat.policy import SnapKV, SnapStream, StreamingLLM
 
+from inspect_helpers import seq_pos_range
 from tiny_gguf import write_tiny_gguf
 
 TRAINED_CONTEXT = 1024
@@ -39,7 +40,7 @@ def long_tokens(model: LlamaModel, n: int) -> list[int]:
 def test_ring_invariants_after_many_evictions(short_model, query_aware: bool) -> None:
     tokens = long_tokens(short_model, 6 * TRAINED_CONTEXT)
     assert len(tokens) > 5 * TRAINED_CONTEXT
-    settings = AskSettings(policy=SnapKV(budget=BUDGET, window=16), max_tokens=16, threads=2)
+    settings = AskSettings(method=SnapKV(budget=BUDGET, window=16), max_tokens=16, threads=2)
     stream = StreamSettings(chunk=CHUNK, recent=32, query_aware=query_aware)
     question = chat_tokens(short_model, [{"role": "user", "content": "What is the code for box 7?"}])[-16:]
     evictions = 0
@@ -54,7 +55,7 @@ def test_ring_invariants_after_many_evictions(short_model, query_aware: bool) ->
                 assert np.all(np.diff(cache.positions) > 0)
                 assert cache.positions[-1] < TRAINED_CONTEXT
                 assert list(cache.tokens[-32:]) == tokens[run.read_upto - 32 : run.read_upto]  # the ring
-                assert cache.ctx.pos_min() == cache.positions[0] and cache.ctx.pos_max() == cache.positions[-1]
+                assert seq_pos_range(cache.ctx) == (cache.positions[0], cache.positions[-1])
                 cache.verify()
         assert run.read_upto == len(tokens)
         assert cache.peak_cells <= BUDGET + CHUNK + (16 if query_aware else 0)
@@ -63,8 +64,7 @@ def test_ring_invariants_after_many_evictions(short_model, query_aware: bool) ->
 
 def test_long_generation_runs_past_the_cache(short_model) -> None:
     document = Document(path=Path("boxes.txt"), kind="text", text=" ".join(f"Box {i} holds {i * 3}." for i in range(40)))
-    settings = AskSettings(policy=SnapKV(budget=96, window=16), max_tokens=1500, threads=2, stop_at_end=False,
-                           method="snapstream")
+    settings = AskSettings(method=SnapStream(budget=96, window=16), max_tokens=1500, threads=2, stop_at_end=False)
     conversation = Conversation(short_model, "tiny", document, settings, stream=StreamSettings(chunk=64, recent=16))
     try:
         list(conversation.open(question="What does box 3 hold?"))
@@ -84,7 +84,7 @@ def test_long_generation_runs_past_the_cache(short_model) -> None:
 
 def test_snapkv_answer_longer_than_its_context(tiny_model) -> None:
     document = Document(path=Path("boxes.txt"), kind="text", text=" ".join(f"Box {i} holds {i * 3}." for i in range(50)))
-    settings = AskSettings(policy=SnapKV(budget=128, window=16), max_tokens=900, threads=2, stop_at_end=False,
+    settings = AskSettings(method=SnapKV(budget=128, window=16), max_tokens=900, threads=2, stop_at_end=False,
                            n_ctx=1536)
     conversation = Conversation(tiny_model, "tiny", document, settings)
     try:
@@ -99,16 +99,16 @@ def test_refuses_to_read_past_the_context_without_shift(short_model, monkeypatch
     from kvchat.errors import SettingsError
 
     tokens = long_tokens(short_model, 3 * TRAINED_CONTEXT)
-    settings = AskSettings(policy=SnapKV(budget=BUDGET, window=16), max_tokens=16, threads=2)
+    settings = AskSettings(method=SnapKV(budget=BUDGET, window=16), max_tokens=16, threads=2)
     with PromptRun(short_model, 768, settings, "tiny") as run:
         monkeypatch.setattr(run.cache.ctx, "can_shift", lambda: False)
         with pytest.raises(SettingsError, match="cannot shift"):
-            list(stream_read(run, tokens, None, replace(settings, method="snapstream"), StreamSettings(chunk=CHUNK)))
+            list(stream_read(run, tokens, None, replace(settings, method=SnapStream(budget=BUDGET, window=16)), StreamSettings(chunk=CHUNK)))
 
 
 def test_streamingllm_keeps_sinks_and_the_newest_tokens(short_model) -> None:
     tokens = long_tokens(short_model, 3 * TRAINED_CONTEXT)
-    settings = AskSettings(method="streamingllm", policy=SnapKV(budget=BUDGET, window=16), max_tokens=8, threads=2)
+    settings = AskSettings(method=StreamingLLM(budget=BUDGET, window=16), max_tokens=8, threads=2)
     with PromptRun(short_model, 768, settings, "tiny") as run:
         for event in stream_read(run, tokens, None, settings, StreamSettings(chunk=CHUNK)):
             if isinstance(event, Evicted):

@@ -125,9 +125,9 @@ async def test_settings_refuse_a_budget_smaller_than_the_window() -> None:
         kernel.focus()
         await pilot.press("enter")  # enter in a field saves, like the button
         await wait_for(pilot, lambda: not isinstance(app.screen, SettingsScreen))
-        assert (app.settings.policy.budget, app.settings.policy.kernel) == (256, 5)
+        assert (app.settings.method.budget, app.settings.method.kernel) == (256, 5)
         await ask(pilot, app, "Again?")
-        assert sessions.opened[0].asked[0][1].policy.budget == 256
+        assert sessions.opened[0].asked[0][1].method.budget == 256
 
 
 async def test_settings_refuse_an_even_kernel_and_text_in_a_number() -> None:
@@ -141,7 +141,7 @@ async def test_settings_refuse_an_even_kernel_and_text_in_a_number() -> None:
         assert "kernel" in app.screen.query_one("#settings-error", Label).visual.plain
         await pilot.press("escape")
         await wait_for(pilot, lambda: not isinstance(app.screen, SettingsScreen))
-        assert app.settings.policy.kernel == 7
+        assert app.settings.method.kernel == 7
 
 
 @pytest.mark.parametrize(

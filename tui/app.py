@@ -273,7 +273,7 @@ class KvchatApp(App[None]):
     def _new_settings(self, settings: AskSettings | None) -> None:
         if settings is None:
             return
-        reread = settings.streams != self.settings.streams and self.session is not None
+        reread = settings.method.streams != self.settings.method.streams and self.session is not None
         self.settings = settings
         panel = self.query_one(KvPanel)
         panel.settings = settings

@@ -14,8 +14,9 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, DirectoryTree, Input, Label, Select, Static
 
 from kvchat.documents import DOCUMENT_SUFFIXES
-from kvchat.engine import METHODS, AskSettings
+from kvchat.engine import AskSettings
 from kvchat.errors import SettingsError
+from kvchat.policy import METHODS, SnapKV, method_named, method_options
 
 KEYS = [
     ("enter", "ask the question typed in the box"),
@@ -53,20 +54,21 @@ class SettingsScreen(ModalScreen[AskSettings | None]):
         self.settings = settings
 
     def compose(self) -> ComposeResult:
-        policy, sampler = self.settings.policy, self.settings.sampler
+        method, sampler = self.settings.method, self.settings.sampler
+        snapkv = SnapKV()  # pooling fields show SnapKV's defaults under a method without pooling
         with Vertical(id="settings", classes="dialog"):
             yield Label("[b]Settings[/b]  (apply to the next answer)")
             with Grid(id="settings-grid"):
                 yield Label("KV budget")
-                yield Input(str(policy.budget), type="integer", compact=True, id="budget")
+                yield Input(str(method.budget), type="integer", compact=True, id="budget")
                 yield Label("window")
-                yield Input(str(policy.window), type="integer", compact=True, id="window")
+                yield Input(str(method.window), type="integer", compact=True, id="window")
                 yield Label("pooling kernel")
-                yield Input(str(policy.kernel), type="integer", compact=True, id="kernel")
+                yield Input(str(getattr(method, "kernel", snapkv.kernel)), type="integer", compact=True, id="kernel")
                 yield Label("pooling")
-                yield Select([(mode, mode) for mode in ("max", "avg")], value=policy.pool, allow_blank=False, compact=True, id="pool")
+                yield Select([(mode, mode) for mode in ("max", "avg")], value=getattr(method, "pool", snapkv.pool), allow_blank=False, compact=True, id="pool")
                 yield Label("method")
-                yield Select([(m, m) for m in METHODS], value=self.settings.method, allow_blank=False, compact=True, id="method")
+                yield Select([(m, m) for m in METHODS], value=method.name, allow_blank=False, compact=True, id="method")
                 yield Label("temperature")
                 yield Input(str(sampler.temperature), type="number", compact=True, id="temperature")
                 yield Label("max tokens")
@@ -87,17 +89,15 @@ class SettingsScreen(ModalScreen[AskSettings | None]):
         temperature = float(self._number("temperature", float))
         if not 0 <= temperature <= 5:
             raise SettingsError(f"temperature must be between 0 and 5, got {temperature}", "")
-        policy = replace(  # replace() runs SnapKV's checks (budget >= window + sinks, odd kernel …)
-            self.settings.policy,
-            budget=int(self._number("budget", int)),
-            window=int(self._number("window", int)),
-            kernel=int(self._number("kernel", int)),
-            pool=self.query_one("#pool", Select).value,  # type: ignore[arg-type]
+        method = method_named(  # runs the method's checks (budget >= window + sinks, odd kernel …)
+            str(self.query_one("#method", Select).value),
+            **{**method_options(self.settings.method), "budget": int(self._number("budget", int)),
+               "window": int(self._number("window", int)), "kernel": int(self._number("kernel", int)),
+               "pool": self.query_one("#pool", Select).value},
         )
         return replace(
             self.settings,
-            method=self.query_one("#method", Select).value,  # type: ignore[arg-type]
-            policy=policy,
+            method=method,
             sampler=replace(self.settings.sampler, temperature=temperature),
             max_tokens=int(self._number("max-tokens", int)),
         )

@@ -56,7 +56,7 @@ class KvPanel(Static):
         table = Table.grid(padding=(0, 1))
         table.add_column(style="bold")
         table.add_column(justify="right")
-        budget = settings.policy.budget if settings.prunes else None
+        budget = settings.method.budget if settings.method.prunes else None
         ratio = (
             f"{figures.prompt_tokens / figures.cells:.1f}x"
             if figures.cells and figures.prompt_tokens
@@ -81,9 +81,9 @@ class KvPanel(Static):
             ("TTFT", _figure(figures.ttft_s, "s", 2)),
             ("", ""),
             ("Settings", ""),
-            ("method", settings.method),
-            ("budget", f"{settings.policy.budget:,}"),
-            ("window", str(settings.policy.window)),
+            ("method", settings.method.name),
+            ("budget", f"{settings.method.budget:,}"),
+            ("window", str(settings.method.window)),
             ("max tokens", f"{settings.max_tokens:,}"),
         ]
         for name, value in rows:

@@ -41,10 +41,10 @@ def compare(engine: Engine, case: Case, variants: list[AskSettings]) -> Iterator
     """The events of each variant's answer, in order. Methods that prune after reading share one
     reading (each starts from a restored copy, so they differ only in what they keep); streamed
     methods read the document their own way."""
-    shared = [settings for settings in variants if not settings.streams]
+    shared = [settings for settings in variants if not settings.method.streams]
     shared_events = iter(_shared_reading(engine, case, shared) if shared else [])
     for settings in variants:
-        yield _own_reading(engine, case, settings) if settings.streams else next(shared_events)
+        yield _own_reading(engine, case, settings) if settings.method.streams else next(shared_events)
 
 
 def answer_of(events: list[Event]) -> Done:

@@ -11,10 +11,9 @@ from kvchat.bench.compare import answer_of, compare
 from kvchat.bench.tasks import Case, contract_cases, multikey_case, needle_case, score, variable_tracking_case
 from kvchat.engine import AskSettings, Engine
 from kvchat.events import Pruned
-from kvchat.policy import SnapKV
+from kvchat.policy import METHODS, SnapKV, method_named, method_options
 
 TASKS = ("needle", "multikey", "vt", "contracts")
-METHODS = ("full", "snapkv", "streamingllm", "snapstream")
 
 
 @dataclass(frozen=True)
@@ -31,11 +30,11 @@ class Variant:
         return self.method if self.method == "full" else f"{self.method}@{self.budget}" + (f"({extra})" if extra else "")
 
     def settings(self, base: AskSettings) -> AskSettings:
-        policy = replace(base.policy, budget=self.budget)
+        options = {**method_options(base.method), "budget": self.budget}
         for key, value in self.overrides:
-            current = getattr(policy, key)
-            policy = replace(policy, **{key: type(current)(value) if not isinstance(current, bool) else value == "true"})
-        return replace(base, method=self.method, policy=policy)  # type: ignore[arg-type]
+            current = options[key]
+            options[key] = type(current)(value) if not isinstance(current, bool) else value == "true"
+        return replace(base, method=method_named(self.method, **options))
 
 
 @dataclass(frozen=True)
@@ -44,7 +43,7 @@ class BenchConfig:
     lengths: tuple[int, ...] = (2000, 4000)
     depths: tuple[float, ...] = (0.25, 0.75)
     budgets: tuple[int, ...] = (1024,)
-    methods: tuple[str, ...] = METHODS
+    methods: tuple[str, ...] = tuple(METHODS)
     policy_variants: tuple[tuple[tuple[str, str], ...], ...] = field(default=())
     decode_tokens: int = 64
     seed: int = 0
@@ -103,7 +102,7 @@ def run_bench(engine: Engine, config: BenchConfig) -> Iterator[tuple[int, int, d
     """Yields (cases done, cases in all, record or None); one record per variant x case."""
     cases = build_cases(config, lambda text: len(engine.model.tokenize(text)))
     variants = config.variants()
-    base = AskSettings(max_tokens=config.decode_tokens, stop_at_end=False, policy=SnapKV())
+    base = AskSettings(max_tokens=config.decode_tokens, stop_at_end=False, method=SnapKV())
     yield 0, len(cases), None
     for index, case in enumerate(cases):
         all_settings = [variant.settings(base) for variant in variants]

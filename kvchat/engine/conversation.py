@@ -17,7 +17,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterable, Iterator
-from dataclasses import replace
 from typing import Literal
 
 
@@ -56,13 +55,13 @@ class Conversation:
         self.document = document
         self.settings = settings
         self.selection = selection
-        self.states = None if settings.streams or states is None else states.for_settings(settings)
+        self.states = None if settings.method.streams or states is None else states.for_settings(settings)
         self.stream = stream or StreamSettings()
         self.turns: list[Turn] = []
         document_part, _, _ = self._split("")
         self._document_part = document_part.text
         self.document_tokens = document_part.tokens(model)
-        if settings.policy.spans:  # token texts for span-aware selection, prepared with the tokens
+        if settings.method.needs_spans:  # token texts for span-aware selection, prepared with the tokens
             model.pieces_text(self.document_tokens)
         self.document_sha256 = text_sha256(document_part.text)
         self.run = PromptRun(model, self._context_size(), settings, model_name)
@@ -72,7 +71,7 @@ class Conversation:
         self._reading_s = 0.0
 
     def _context_size(self) -> int:
-        if self.settings.streams:
+        if self.settings.method.streams:
             return stream_context_size(self.settings, self.stream, 64, self.model.shape.n_ctx_train)
         reserve = CONVERSATION_ROOM + self.settings.max_tokens
         return context_size(self.model, len(self.document_tokens), self.settings, reserve)
@@ -83,14 +82,14 @@ class Conversation:
 
     def _question_window(self, question: str) -> list[int]:
         _, _, question_part = self._split(question)
-        return question_part.tokens(self.model)[-self.settings.policy.window :]
+        return question_part.tokens(self.model)[-self.settings.method.window :]
 
     def open(self, cancel: threading.Event | None = None, question: str | None = None) -> Iterator[Event]:
         """Read the document (streamed, loaded from a saved state, or in full) and keep it.
 
         `question`, when known, observes a streamed reading (query-aware streaming).
         """
-        if self.settings.streams:
+        if self.settings.method.streams:
             observer = self._question_window(question) if question and self.stream.query_aware else None
             yield from stream_read(self.run, self.document_tokens, observer, self.settings, self.stream, cancel)
             self.run.save()
@@ -120,8 +119,8 @@ class Conversation:
         cache = self.run.cache
         self.run.mark_changed()
         votes = cache.observe(self._question_window(GENERIC_QUESTION), keep=False)
-        policy = replace(self.settings.policy, window=1)  # the document's last token stands in the window
-        cache.keep_cells(plan_cells(self.model, policy, votes, cache).kept)
+        # the document's last token stands in the window
+        cache.keep_cells(plan_cells(self.model, self.settings.method, 1, votes, cache).kept)
         self._agnostic = self.run.snapshot()
 
     def ask(
@@ -132,7 +131,7 @@ class Conversation:
         `settings` overrides the conversation's for this answer (the bench compares methods so).
         """
         settings = settings or self.settings
-        settings = yield from self.prepare(question, cancel, settings)
+        yield from self.prepare(question, cancel, settings)
         done: Done | None = None
         for event in self.run.answer(settings, cancel):
             if isinstance(event, Done):
@@ -143,18 +142,17 @@ class Conversation:
 
     def prepare(self, question: str, cancel: threading.Event | None, settings: AskSettings) -> Iterator[Event]:
         """Everything of ask() but the answer: the run's cache then holds the kept prompt and the
-        last token's logits (the server moves it to a sequence of its own). Returns the settings
-        the answer is generated with; `self.prompt_tokens` is the whole prompt."""
+        last token's logits (the server moves it to a sequence of its own); `self.prompt_tokens`
+        is the whole prompt."""
         # the document's reading counts towards the first answer's TTFT, not the follow-ups'
         self.run.read_s = 0.0 if self.turns else self._reading_s
         _, earlier, question_part = self._split(question)
         earlier_tokens = earlier.tokens(self.model)
         tokens = self.document_tokens + earlier_tokens + question_part.tokens(self.model)
-        settings, n_pinned = self._prepare(tokens, len(earlier_tokens), settings)
+        n_pinned, prune = self._prepare(tokens, len(earlier_tokens))
         self._make_room(len(tokens) - self.run.read_upto, settings.max_tokens)
-        yield from self.run.select(tokens, settings, n_pinned, cancel)
+        yield from self.run.select(tokens, settings, n_pinned, cancel, prune)
         self._previous_tokens = self.prompt_tokens = tokens
-        return settings
 
     def _make_room(self, new_tokens: int, max_tokens: int) -> None:
         """Grow the context when the conversation no longer fits (the answer may use the ring)."""
@@ -163,16 +161,17 @@ class Conversation:
             limit = max(self.model.shape.n_ctx_train, needed)
             self.run.grow(min(round_up(needed + max_tokens), round_up(limit)))
 
-    def _prepare(self, tokens: list[int], n_earlier: int, settings: AskSettings) -> tuple[AskSettings, int]:
-        """Put the cache in the state this selection answers from; how many tokens to pin."""
+    def _prepare(self, tokens: list[int], n_earlier: int) -> tuple[int, bool]:
+        """Put the cache in the state this selection answers from; how many tokens to pin, and
+        whether the question selects again (the "document" and "reuse" selections chose before)."""
         if self.selection == "document" and self._agnostic is not None:
             self.run.restore(self._agnostic)
-            return replace(settings, method="full"), 0
+            return 0, False
         if self.selection == "reuse" and self.turns:
             self.run.keep_prefix(tokens, self._previous_tokens)
-            return replace(settings, method="full"), 0
+            return 0, False
         self.run.restore()
-        return settings, n_earlier
+        return n_earlier, True
 
     def kept_spans(self, kept_positions: Iterable[int]) -> list[tuple[int, int]]:
         """Character ranges of the document's text (stripped, as the model saw it) that the

@@ -12,7 +12,7 @@ from kvchat.engine.cache import KvCache
 from kvchat.errors import CancelledError
 from kvchat.events import Progress
 from kvchat.llama import LlamaModel
-from kvchat.policy import PrunePlan, SnapKV, spans_from_pieces
+from kvchat.policy import Method, PrunePlan, spans_from_pieces
 
 
 def check_cancel(cancel: threading.Event | None) -> None:
@@ -34,15 +34,22 @@ def prefill(
 
 
 def plan_cells(
-    model: LlamaModel, policy: SnapKV, votes: np.ndarray, cache: KvCache, pinned: tuple[int, int] | None = None
+    model: LlamaModel,
+    method: Method,
+    window: int,
+    votes: np.ndarray | None,
+    cache: KvCache,
+    pinned: tuple[int, int] | None = None,
 ) -> PrunePlan:
-    """Which cells to keep, from votes over the cache's cells. `pinned` = a [start, end) range of
-    cells kept on top of the budget (a conversation's earlier turns)."""
+    """Which of the cache's cells to keep; the last `window` observed and cast `votes` (None for a
+    method that does not score). `pinned` = a [start, end) range of cells kept on top of the
+    budget (a conversation's earlier turns)."""
+    n_cells = cache.cells if votes is None else votes.shape[-1]
     span_ids = None
-    if policy.spans:
-        span_ids = spans_from_pieces(model.pieces_text([int(t) for t in cache.tokens[: votes.shape[-1]]]))
+    if votes is not None and method.needs_spans:
+        span_ids = spans_from_pieces(model.pieces_text([int(t) for t in cache.tokens[:n_cells]]))
     extra = None
     if pinned is not None and pinned[1] > pinned[0]:
-        extra = np.zeros(votes.shape[-1], dtype=bool)
+        extra = np.zeros(n_cells, dtype=bool)
         extra[pinned[0] : pinned[1]] = True
-    return policy.plan(votes, span_ids=span_ids, extra_pins=extra)
+    return method.plan(n_cells, window, votes, span_ids=span_ids, extra_pins=extra)

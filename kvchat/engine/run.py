@@ -150,9 +150,11 @@ class PromptRun:
         settings: AskSettings,
         n_pinned: int = 0,
         cancel: threading.Event | None = None,
+        prune: bool = True,
     ) -> Iterator[Event]:
         """From a cache holding tokens[:read_upto]: the rest of the prompt, observation and
-        pruning; the cache then holds the kept prompt and the last token's logits.
+        pruning (unless `prune` is off: the cache holds an earlier selection); the cache then
+        holds the kept prompt and the last token's logits.
 
         The first `n_pinned` tokens after read_upto (a conversation's earlier turns) are kept on
         top of the budget. The observation window never reaches back into what was already read:
@@ -161,14 +163,15 @@ class PromptRun:
         started = self._select_started = time.perf_counter()
         self._at_saved = False
         n_prompt = len(tokens)
-        window_start = max(n_prompt - settings.policy.window, self.read_upto)
-        policy = replace(settings.policy, window=n_prompt - window_start)
+        method = settings.method
+        window_start = max(n_prompt - method.window, self.read_upto)
+        window = n_prompt - window_start
         pin_start = self.cache.cells
         yield from prefill(self.cache, tokens[self.read_upto : window_start], self.read_upto, n_prompt, cancel)
-        if settings.prunes and self.cache.cells + policy.window > policy.budget:
+        if prune and method.scores and self.cache.cells + window > method.budget:
             votes = self.cache.observe(tokens[window_start:])
             window_s = time.perf_counter() - started
-            plan = plan_cells(self.model, policy, votes, self.cache, (pin_start, pin_start + n_pinned))
+            plan = plan_cells(self.model, method, window, votes, self.cache, (pin_start, pin_start + n_pinned))
             compact_started = time.perf_counter()
             self.cache.keep_cells(plan.kept)
             yield Pruned(n_prompt, self.cache.cells, tuple(int(p) for p in self.cache.positions),
@@ -197,8 +200,8 @@ class PromptRun:
         decoded = max(result.tokens - 1, 0)
         return Stats(
             model=self.model_name,
-            method=settings.method,
-            budget=settings.policy.budget,
+            method=settings.method.name,
+            budget=settings.method.budget,
             prompt_tokens=n_prompt,
             kept_tokens=kept,
             generated_tokens=result.tokens,

@@ -1,16 +1,12 @@
-"""Settings of one ask: the method, the selection policy, generation limits and the sampler."""
+"""Settings of one ask: the method, generation limits, the sampler and the KV cache layout."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
 
 from kvchat.errors import SettingsError
 from kvchat.llama import CACHE_TYPES, SamplerSettings
-from kvchat.policy import SnapKV
-
-Method = Literal["snapkv", "full", "snapstream", "streamingllm"]
-METHODS: tuple[str, ...] = ("snapkv", "full", "snapstream", "streamingllm")
+from kvchat.policy import Method, SnapKV
 
 
 @dataclass(frozen=True)
@@ -38,8 +34,7 @@ class KvLayout:
 class AskSettings:
     """Built by the CLI, the TUI and the server alike: errors name settings, never one front end's flags."""
 
-    method: Method = "snapkv"
-    policy: SnapKV = field(default_factory=SnapKV)
+    method: Method = field(default_factory=SnapKV)
     max_tokens: int = 512
     sampler: SamplerSettings = field(default_factory=SamplerSettings)
     n_ctx: int | None = None
@@ -51,8 +46,6 @@ class AskSettings:
     cache_type_v: str = "f16"
 
     def __post_init__(self) -> None:
-        if self.method not in METHODS:
-            raise SettingsError(f"unknown method {self.method!r}", f"use one of: {', '.join(METHODS)}")
         if self.max_tokens < 1:
             raise SettingsError(f"max tokens must be at least 1, got {self.max_tokens}", "ask for at least 1 token (512 is the default)")
         if self.threads is not None and self.threads < 1:
@@ -60,21 +53,12 @@ class AskSettings:
         if self.n_ctx is not None and self.n_ctx < 1:
             raise SettingsError(f"context size must be at least 1, got {self.n_ctx}", "leave it unset to fit the prompt")
         self.layout  # refuses unknown cache types and a quantized V without flash attention
-        if self.policy.window > self.n_batch:
+        if self.method.window > self.n_batch:
             raise SettingsError(
-                f"window {self.policy.window} is larger than the batch size {self.n_batch}",
+                f"window {self.method.window} is larger than the batch size {self.n_batch}",
                 f"use a window of {self.n_batch} or less",
             )
 
     @property
     def layout(self) -> KvLayout:
         return KvLayout(self.flash_attn, self.cache_type_k, self.cache_type_v)
-
-    @property
-    def prunes(self) -> bool:
-        return self.method in ("snapkv", "snapstream")
-
-    @property
-    def streams(self) -> bool:
-        """Read the document within the budget (snapstream; streamingllm's sinks + recent)."""
-        return self.method in ("snapstream", "streamingllm")

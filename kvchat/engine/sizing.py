@@ -20,7 +20,7 @@ def context_size(model: LlamaModel, n_prompt: int, settings: AskSettings, reserv
     An answer longer than the context is fine (the decode ring evicts its oldest tokens); the
     prompt itself must fit while it is read.
     """
-    kept = min(n_prompt, settings.policy.budget) if settings.prunes else n_prompt
+    kept = min(n_prompt, settings.method.budget) if settings.method.prunes else n_prompt
     wanted = max(n_prompt, kept + settings.max_tokens) + reserve
     if n_prompt > model.shape.n_ctx_train:
         raise PromptTooLongError(

@@ -16,7 +16,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -50,10 +50,10 @@ def stream_context_size(settings: AskSettings, stream: StreamSettings, n_questio
 
     Longer answers run on the decode ring; the whole stays within the trained context.
     """
-    reading = settings.policy.budget + stream.chunk + max(n_question, settings.policy.window) + 64
+    reading = settings.method.budget + stream.chunk + max(n_question, settings.method.window) + 64
     if reading + 64 > n_ctx_train:
         raise SettingsError(
-            f"budget {settings.policy.budget} + chunk {stream.chunk} do not fit the model's {n_ctx_train} positions",
+            f"budget {settings.method.budget} + chunk {stream.chunk} do not fit the model's {n_ctx_train} positions",
             "lower --budget or --chunk",
         )
     if settings.n_ctx is not None:
@@ -83,11 +83,6 @@ class _Scorer:
         self.carried = votes[..., kept] if self.carry else None
 
 
-def _sinks_and_recent(cells: int, sinks: int, budget: int) -> np.ndarray:
-    """StreamingLLM: the first `sinks` cells and the newest ones, `budget` in all."""
-    return np.concatenate([np.arange(sinks), np.arange(cells - (budget - sinks), cells)])
-
-
 def stream_read(
     run: PromptRun,
     tokens: list[int],
@@ -97,35 +92,34 @@ def stream_read(
     cancel: threading.Event | None = None,
 ) -> Iterator[Event]:
     """Read `tokens` from run.read_upto within budget + chunk cells (+ the temporary observer)."""
-    cache, total = run.cache, len(tokens)
+    cache, total, method = run.cache, len(tokens), settings.method
     # the recent ring takes at most half of what the budget leaves after the sinks
-    recent = min(stream.recent, (settings.policy.budget - settings.policy.sinks) // 2)
-    policy = replace(settings.policy, window=recent)
+    recent = min(stream.recent, (method.budget - method.sinks) // 2)
     scorer = _Scorer(stream.carry)
     # leave positions for what follows the reading: the question and the answer's share
-    position_room = run.model.shape.n_ctx_train - (run.n_ctx - settings.policy.budget - stream.chunk)
+    position_room = run.model.shape.n_ctx_train - (run.n_ctx - method.budget - stream.chunk)
     started = time.perf_counter()
     while run.read_upto < total:
         check_cancel(cancel)
         chunk = tokens[run.read_upto : run.read_upto + stream.chunk]
         if cache.next_pos + len(chunk) > position_room:
             cache.repack()
-        recency_only = settings.method == "streamingllm"
+        recency_only = not method.scores
         more_to_read = run.read_upto + len(chunk) < total
-        over_budget = cache.cells + len(chunk) > settings.policy.budget and (more_to_read or recency_only)
-        observer = chunk[-settings.policy.window :] if over_budget and not (question_window or recency_only) else []
+        over_budget = cache.cells + len(chunk) > method.budget and (more_to_read or recency_only)
+        observer = chunk[-method.window :] if over_budget and not (question_window or recency_only) else []
         cache.decode(chunk[: len(chunk) - len(observer)])
         votes = cache.observe(observer) if observer else None
         run.read_upto += len(chunk)
         yield Progress(done=run.read_upto, total=total, elapsed_s=time.perf_counter() - started)
         if over_budget:
             if recency_only:
-                kept = _sinks_and_recent(cache.cells, settings.policy.sinks, settings.policy.budget)
+                kept = plan_cells(run.model, method, recent, None, cache).kept
             else:
                 if question_window:
                     votes = cache.observe(question_window, keep=False)
                 votes = scorer.combine(votes)
-                kept = plan_cells(run.model, policy, votes, cache).kept
+                kept = plan_cells(run.model, method, recent, votes, cache).kept
                 scorer.keep(votes, kept)
             dropped = cache.keep_cells(kept)
             yield Evicted(count=len(dropped), positions=tuple(int(p) for p in dropped))

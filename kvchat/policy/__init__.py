@@ -1,19 +1,35 @@
-"""Pure selection policy: numpy only, no llama.cpp. Scoring, pooling, selection and plans.
+"""Pure selection policy: numpy only, no llama.cpp. Methods, scoring, pooling and plans.
 
-The engine feeds it the votes the attention probe collected and applies the plan it returns.
+The engine feeds a method the votes the attention probe collected and applies the plan it returns.
 """
 
+from kvchat.policy.full import Full
+from kvchat.policy.method import DEFAULT_BUDGET, DEFAULT_SINKS, DEFAULT_WINDOW, Method
 from kvchat.policy.plan import PrunePlan, merge_runs
 from kvchat.policy.pooling import pool_scores
+from kvchat.policy.registry import METHODS, method_named, method_options, methods_help
 from kvchat.policy.scoring import HeadReduction, reduce_votes
-from kvchat.policy.selection import SnapKV
+from kvchat.policy.snapkv import SnapKV
+from kvchat.policy.snapstream import SnapStream
 from kvchat.policy.spans import spans_from_pieces
+from kvchat.policy.streaming_llm import StreamingLLM
 
 __all__ = [
+    "DEFAULT_BUDGET",
+    "DEFAULT_SINKS",
+    "DEFAULT_WINDOW",
+    "METHODS",
+    "Full",
     "HeadReduction",
+    "Method",
     "PrunePlan",
     "SnapKV",
+    "SnapStream",
+    "StreamingLLM",
     "merge_runs",
+    "method_named",
+    "method_options",
+    "methods_help",
     "pool_scores",
     "reduce_votes",
     "spans_from_pieces",

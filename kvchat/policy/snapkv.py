@@ -1,4 +1,10 @@
-"""SnapKV selection: which prompt positions keep their KV entries."""
+"""SnapKV (Li et al., NeurIPS 2024): keep the positions the question's attention votes for.
+
+The last `window` prompt tokens (the question) observe: each earlier position gets the attention
+it received from them, pooled per head so neighbours of chosen tokens survive together, reduced
+over heads and layers to one score (llama.cpp's cells are shared by all heads), and the top ones
+under the budget are kept.
+"""
 
 from __future__ import annotations
 
@@ -7,61 +13,48 @@ from dataclasses import dataclass
 import numpy as np
 
 from kvchat.errors import SettingsError
+from kvchat.policy.method import Method
 from kvchat.policy.plan import PrunePlan
 from kvchat.policy.pooling import PoolMode, pool_scores
 from kvchat.policy.scoring import HeadReduction, reduce_votes
 
 
 @dataclass(frozen=True)
-class SnapKV:
-    """Keep `budget` prompt positions: pins (sinks + observation window) plus the top-scored rest.
+class SnapKV(Method):
+    """`budget` counts everything kept, the window included (SnapKV's max_capacity_prompt)."""
 
-    `budget` counts everything kept, the window included (SnapKV's max_capacity_prompt). The CLI,
-    the TUI and the server all build one, so its errors name settings, not one front end's flags.
-    """
+    name = "snapkv"
+    summary = "prune after reading"
+    scores = True
 
-    budget: int = 1024
-    window: int = 32
     kernel: int = 7
     pool: PoolMode = "max"
-    sinks: int = 4
     heads: HeadReduction = HeadReduction.SUM
     spans: bool = True
 
     def __post_init__(self) -> None:
-        if self.window < 1:
-            raise SettingsError(f"window must be at least 1, got {self.window}", "use a window of at least 1 (32 is the default)")
-        if self.budget < self.window + self.sinks:
-            raise SettingsError(
-                f"budget {self.budget} is smaller than window {self.window} + {self.sinks} sinks",
-                f"use a budget of at least {self.window + self.sinks}, or a smaller window",
-            )
+        super().__post_init__()
         if self.kernel < 1 or self.kernel % 2 == 0:
             raise SettingsError(f"kernel must be an odd number, got {self.kernel}", "use an odd kernel such as 7")
         if self.pool not in ("max", "avg"):
             raise SettingsError(f"pool must be max or avg, got {self.pool!r}", "use max (the default) or avg")
 
-    def pinned_mask(self, n_tokens: int) -> np.ndarray:
-        """Positions always kept within the budget: the first `sinks` and the last `window`."""
-        pinned = np.zeros(n_tokens, dtype=bool)
-        pinned[: self.sinks] = True
-        pinned[max(0, n_tokens - self.window) :] = True
-        return pinned
+    @property
+    def needs_spans(self) -> bool:
+        return self.spans
 
     def plan(
         self,
-        votes: np.ndarray,
+        n_tokens: int,
+        window: int,
+        votes: np.ndarray | None = None,
         span_ids: np.ndarray | None = None,
         extra_pins: np.ndarray | None = None,
     ) -> PrunePlan:
-        """Plan from votes (n_layers, n_heads, n_tokens): window attention summed over queries.
-
-        `extra_pins` (a conversation's earlier turns) are kept on top of the budget: the budget
-        bounds what is chosen from the document, the conversation itself is never pruned.
-        """
-        n_tokens = votes.shape[-1]
+        if votes is None:
+            raise ValueError("SnapKV plans from votes")
         extra = np.zeros(n_tokens, dtype=bool) if extra_pins is None else extra_pins.astype(bool)
-        pinned = self.pinned_mask(n_tokens)
+        pinned = self.pinned_mask(n_tokens, window)
         if int((~(pinned | extra)).sum()) <= self.budget - int(pinned.sum()):
             return PrunePlan(n_tokens=n_tokens, kept=np.arange(n_tokens))
         capacity = self.budget - int(pinned.sum())

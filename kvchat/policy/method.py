@@ -1,0 +1,79 @@
+"""What every method is: a small frozen object that says which prompt positions keep their KV
+entries, in the spirit of kvpress's presses. One class per file (snapkv.py, snapstream.py,
+streaming_llm.py, full.py), one registry (registry.py) that the CLI, the TUI, the bench and the
+server build methods from.
+
+The engine asks two things of a method: how it reads (`streams`: within the budget, chunk by
+chunk, or the whole prompt first) and, when the cache holds more than the budget, `plan()`: which
+cells to keep. A method that `scores` is given the observation window's votes for that; the window
+actually observing is an argument, since it is shorter than `window` for a short question, the
+recent ring while streaming, and one token for a query-agnostic selection.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from kvchat.errors import SettingsError
+from kvchat.policy.plan import PrunePlan
+
+DEFAULT_BUDGET = 1024
+DEFAULT_WINDOW = 32
+DEFAULT_SINKS = 4
+
+
+@dataclass(frozen=True)
+class Method:
+    """Keep `budget` prompt positions (the observation window and `sinks` first ones included)."""
+
+    name: ClassVar[str] = ""
+    summary: ClassVar[str] = ""  # what it does, in a few words (shown in --help)
+    streams: ClassVar[bool] = False  # reads the document within the budget, evicting as it goes
+    scores: ClassVar[bool] = False  # chooses by the votes of the observation window's attention
+
+    budget: int = DEFAULT_BUDGET
+    window: int = DEFAULT_WINDOW
+    sinks: int = DEFAULT_SINKS
+
+    def __post_init__(self) -> None:
+        if self.window < 1:
+            raise SettingsError(f"window must be at least 1, got {self.window}", f"use a window of at least 1 ({DEFAULT_WINDOW} is the default)")
+        if self.budget < self.window + self.sinks:
+            raise SettingsError(
+                f"budget {self.budget} is smaller than window {self.window} + {self.sinks} sinks",
+                f"use a budget of at least {self.window + self.sinks}, or a smaller window",
+            )
+
+    @property
+    def prunes(self) -> bool:
+        """Whether a prompt over the budget is cut back to it (not so for the full cache)."""
+        return self.streams or self.scores
+
+    @property
+    def needs_spans(self) -> bool:
+        """Whether plan() wants the tokens grouped into numbers and words (`span_ids`)."""
+        return False
+
+    def pinned_mask(self, n_tokens: int, window: int) -> np.ndarray:
+        """Positions always kept within the budget: the first `sinks` and the last `window`."""
+        pinned = np.zeros(n_tokens, dtype=bool)
+        pinned[: self.sinks] = True
+        pinned[max(0, n_tokens - window) :] = True
+        return pinned
+
+    def plan(
+        self,
+        n_tokens: int,
+        window: int,
+        votes: np.ndarray | None = None,
+        span_ids: np.ndarray | None = None,
+        extra_pins: np.ndarray | None = None,
+    ) -> PrunePlan:
+        """Which of `n_tokens` positions to keep; the last `window` observed. `votes`
+        (n_layers, n_heads, n_tokens) is given to methods that score; `span_ids` groups tokens
+        of one number or word; `extra_pins` (a conversation's earlier turns) are kept on top of
+        the budget: the budget bounds what is chosen from the document, never the conversation."""
+        raise NotImplementedError
