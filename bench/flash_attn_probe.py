@@ -45,7 +45,7 @@ def measure(model: LlamaModel, tokens: list[int], policies: list[SnapKV], **cont
         started = time.perf_counter()
         votes = cache.observe(tokens[-WINDOW:])
         observe_s = time.perf_counter() - started
-        return Reading(votes, [plan_cells(model, policy, votes, cache).kept for policy in policies], read_s, observe_s)
+        return Reading(votes, [plan_cells(model, policy, policy.window, votes, cache).kept for policy in policies], read_s, observe_s)
     finally:
         cache.ctx.close()
 

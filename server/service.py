@@ -21,7 +21,7 @@ from kvchat.engine.prompt import Turn
 from kvchat.errors import KvchatError
 from kvchat.events import Done, Event
 from kvchat.llama import SamplerSettings
-from kvchat.policy import SnapKV
+from kvchat.policy import DEFAULT_WINDOW, SnapKV, method_named
 from kvchat.server.documents import DocumentLibrary
 from kvchat.server.errors import ApiError, api_error
 from kvchat.server.schemas import MIN_KV_BUDGET, ChatCompletionRequest, ChatMessage
@@ -104,10 +104,10 @@ class ChatService:
             raise ApiError(400, f"max_tokens {max_tokens} is over this server's limit of {limits.max_tokens}", "max_tokens_too_large", "max_tokens")
         sampler = SamplerSettings(temperature=body.temperature or 0.0, top_p=body.top_p or 0.95, seed=body.seed)
         try:
-            policy = SnapKV(budget=budget, window=min(32, budget - 8))
+            method = method_named(body.kv_method or SnapKV.name, budget=budget, window=min(DEFAULT_WINDOW, budget - 8))
             layout = limits.layout
             return AskSettings(
-                method=body.kv_method or "snapkv", policy=policy, max_tokens=max_tokens, sampler=sampler,
+                method=method, max_tokens=max_tokens, sampler=sampler,
                 threads=self.threads, flash_attn=layout.flash_attn, cache_type_k=layout.type_k, cache_type_v=layout.type_v,
             )
         except KvchatError as error:

@@ -21,7 +21,7 @@ from kvchat.serving.requests import ChatRequest, prepare
 from kvchat.serving.scheduler import ChatJob, Scheduler
 from kvchat.serving.slots import SlotDecoder
 
-SETTINGS = AskSettings(policy=SnapKV(budget=96, window=16), max_tokens=8)
+SETTINGS = AskSettings(method=SnapKV(budget=96, window=16), max_tokens=8)
 LONG = " ".join(f"item {i} costs {i * 7} coins." for i in range(120))
 
 
@@ -53,7 +53,7 @@ def _single_sequence(engine: Engine, text: str) -> tuple[int, np.ndarray]:
     the logits after decoding it."""
     tokens = chat_tokens(engine.model, [{"role": "user", "content": text}])
     with PromptRun(engine.model, 4096, SETTINGS, "tiny") as run:
-        list(run.read(tokens, len(tokens) - SETTINGS.policy.window))
+        list(run.read(tokens, len(tokens) - SETTINGS.method.window))
         list(run.select(tokens, SETTINGS))
         first = int(run.cache.ctx.logits().argmax())
         run.cache.decode([first], want_logits=True)
@@ -69,7 +69,7 @@ def _row_logits(decoder: SlotDecoder, row: int) -> np.ndarray:
 
 def test_a_pruned_prompt_moved_into_a_sequence_answers_as_on_its_own_context(engine: Engine) -> None:
     prepared = _prepared(engine, LONG)
-    assert len(prepared.positions) <= SETTINGS.policy.budget < prepared.prompt_tokens
+    assert len(prepared.positions) <= SETTINGS.method.budget < prepared.prompt_tokens
     first, logits_after_first = _single_sequence(engine, LONG)
     assert prepared.first_token == first
     decoder = SlotDecoder(engine.model, n_slots=3, slot_cells=512)
@@ -109,7 +109,7 @@ def test_a_batched_step_equals_separate_steps(engine: Engine) -> None:
 
 
 def _request(text: str, max_tokens: int = 8) -> ChatRequest:
-    settings = AskSettings(policy=SETTINGS.policy, max_tokens=max_tokens)
+    settings = AskSettings(method=SETTINGS.method, max_tokens=max_tokens)
     return ChatRequest(settings, messages=({"role": "user", "content": text},))
 
 
@@ -191,7 +191,7 @@ def test_a_failed_decode_step_fails_the_answers_in_progress_and_the_server_goes_
 def test_a_job_read_with_another_cache_layout_is_refused(engine: Engine) -> None:
     scheduler = Scheduler(engine, n_slots=1, slot_cells=512, max_waiting=4)
     try:
-        settings = AskSettings(policy=SETTINGS.policy, flash_attn=True)
+        settings = AskSettings(method=SETTINGS.method, flash_attn=True)
         with pytest.raises(ValueError, match="cannot move into"):
             scheduler.submit(ChatJob("x", ChatRequest(settings, messages=({"role": "user", "content": "hi"},)), lambda _event: None))
     finally:
@@ -207,5 +207,5 @@ def test_a_pasted_chat_reading_is_saved_and_loaded_for_the_follow_up(tiny_model_
             {"role": "assistant", "content": "Noted."},
             {"role": "user", "content": "And item 7?"},
         ))
-        assert second.loaded_tokens == first.prompt_tokens - SETTINGS.policy.window
+        assert second.loaded_tokens == first.prompt_tokens - SETTINGS.method.window
         assert second.prompt_tokens > first.prompt_tokens

@@ -77,7 +77,7 @@ def _prepare_messages(engine: Engine, request: ChatRequest, cancel: threading.Ev
         raise SettingsError("the request has no messages", "send at least one user message")
     model, settings = engine.model, request.settings
     tokens = chat_tokens(model, list(request.messages))
-    prefix = max(len(tokens) - settings.policy.window, 0)
+    prefix = max(len(tokens) - settings.method.window, 0)
     states = engine.states.for_settings(settings) if engine.states is not None else None
     with PromptRun(model, context_size(model, len(tokens), settings, 64), settings, engine.model_name) as run:
         loaded = yield from _load_saved_prefix(run, states, tokens, prefix)

@@ -256,7 +256,7 @@ class Scheduler:
         kept = len(prompt.positions)
         now = time.perf_counter()
         return Stats(
-            model=self.engine.model_name, method=settings.method, budget=settings.policy.budget,
+            model=self.engine.model_name, method=settings.method.name, budget=settings.method.budget,
             prompt_tokens=prompt.prompt_tokens, kept_tokens=kept, generated_tokens=answer.generated,
             kv_bytes_full=prompt.prompt_tokens * per_token, kv_bytes_kept=kept * per_token,
             prefill_tokens_per_s=prompt.prompt_tokens / max(prompt.read_s, 1e-9),
