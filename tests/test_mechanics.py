@@ -15,6 +15,7 @@ from kvchat.events import Done, Pruned
 from kvchat.llama import ContextSettings, LlamaContext
 from kvchat.policy import SnapKV
 
+from inspect_helpers import RowMassProbe, drop_runs, last_logits, seq_pos_range
 from tiny_gguf import N_HEAD, N_LAYER
 
 WINDOW = 16
@@ -49,13 +50,13 @@ def _pruned_cache(model, tokens: list[int], budget: int, compact: bool) -> tuple
     if compact:
         cache.keep_cells(plan.kept)
     else:
-        cache.ctx.remove_runs(0, plan.drop_runs)
+        cache.ctx.remove_runs(0, drop_runs(plan))
     return cache, plan
 
 
-def test_probe_shape_and_rows_sum_to_one(tiny_model, prompt) -> None:
+def test_probe_shape_and_rows_sum_to_one(tiny_model, prompt, monkeypatch) -> None:
+    monkeypatch.setattr("kvchat.llama.context.AttentionProbe", RowMassProbe)  # the probe the context builds
     cache = _cache(tiny_model)
-    cache.ctx.probe.keep_row_mass = True
     with cache.ctx as ctx:
         prefix = _read_prefix(cache, prompt)
         votes = cache.observe(prompt[prefix:])
@@ -80,15 +81,15 @@ def test_budget_at_least_prompt_leaves_logits_identical(tiny_model, prompt) -> N
     with plain_cache.ctx as plain:
         prefix = _read_prefix(plain_cache, prompt)
         plain_cache.decode(prompt[prefix:], want_logits=True)
-        expected_first = plain.logits()
+        expected_first = last_logits(plain)
         plain.decode([5], len(prompt))
-        expected_next = plain.logits()
+        expected_next = last_logits(plain)
     cache, plan = _pruned_cache(tiny_model, prompt, budget=len(prompt) + 10, compact=True)
     with cache.ctx as ctx:
-        assert plan.n_kept == len(prompt) and plan.drop_runs == []
-        assert np.array_equal(ctx.logits(), expected_first)
+        assert len(plan.kept) == len(prompt) and drop_runs(plan) == []
+        assert np.array_equal(last_logits(ctx), expected_first)
         ctx.decode([5], len(prompt))
-        assert np.array_equal(ctx.logits(), expected_next)
+        assert np.array_equal(last_logits(ctx), expected_next)
 
 
 def test_compaction_keeps_logits_within_float_noise(tiny_model, prompt) -> None:
@@ -98,8 +99,8 @@ def test_compaction_keeps_logits_within_float_noise(tiny_model, prompt) -> None:
         for step, token in enumerate([5, 17, 99]):
             holes.decode([token], len(prompt) + step)
             dense.decode([token], len(prompt) + step)
-            assert np.allclose(holes.logits(), dense.logits(), atol=1e-4, rtol=1e-4)
-    assert plan.n_kept == 96
+            assert np.allclose(last_logits(holes), last_logits(dense), atol=1e-4, rtol=1e-4)
+    assert len(plan.kept) == 96
 
 
 def test_pruning_really_changes_the_cache(tiny_model, prompt) -> None:
@@ -110,7 +111,7 @@ def test_pruning_really_changes_the_cache(tiny_model, prompt) -> None:
         full_cache.decode(prompt[prefix:])
         full_ctx.decode([5], len(prompt))
         pruned.decode([5], len(prompt))
-        assert not np.allclose(full_ctx.logits(), pruned.logits(), atol=1e-3)
+        assert not np.allclose(last_logits(full_ctx), last_logits(pruned), atol=1e-3)
 
 
 def test_kept_count_and_positions_match_plan(tiny_model, prompt) -> None:
@@ -123,7 +124,7 @@ def test_kept_count_and_positions_match_plan(tiny_model, prompt) -> None:
         positions = ctx.positions()
         assert len(positions) == 100
         assert np.array_equal(positions, plan.kept)
-        assert ctx.pos_min() == 0 and ctx.pos_max() == len(prompt) - 1
+        assert seq_pos_range(ctx) == (0, len(prompt) - 1)
         ctx.decode([5], len(prompt))
         assert ctx.positions()[-1] == len(prompt) and len(ctx.positions()) == 101
 

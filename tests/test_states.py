@@ -15,6 +15,8 @@ from kvchat.engine.store import DamagedState, StateStore, new_header
 from kvchat.events import Done, Notice, Progress
 from kvchat.policy import SnapKV
 
+from inspect_helpers import last_logits
+
 SETTINGS = AskSettings(policy=SnapKV(budget=96, window=16), max_tokens=8, threads=2)
 
 
@@ -36,7 +38,7 @@ def open_conversation(model, document, states) -> tuple[Conversation, list]:
 def next_logits(conversation: Conversation) -> np.ndarray:
     ctx = conversation.run.cache.ctx
     ctx.decode([7], len(conversation.document_tokens))
-    return ctx.logits()
+    return last_logits(ctx)
 
 
 def test_save_then_load_gives_identical_logits(tiny_model, document, tmp_path) -> None:

@@ -52,7 +52,6 @@ class LlamaContext:
             )
         self._memory = raw.llama_get_memory(self._ctx)
         self._batch = raw.llama_batch_init(settings.n_batch, 0, settings.n_seq_max)
-        self._logits_row = -1
 
     def _new_probe(self, model: LlamaModel, settings: ContextSettings) -> AttentionProbe | QueryProbe:
         """Softmax outputs exist only with flash attention off; with it on, the scores are
@@ -106,11 +105,10 @@ class LlamaContext:
         if want_logits:
             batch.logits[len(tokens) - 1] = 1
         self._raise_for(raw.llama_decode(self._ctx, batch))
-        self._logits_row = len(tokens) - 1 if want_logits else -1
 
     def decode_many(self, tokens: list[int], positions: list[int], seqs: list[int]) -> None:
         """One decode step for several sequences at once (continuous batching): token i goes to
-        sequence seqs[i] at positions[i]; logits are kept for every row (logits_at(i))."""
+        sequence seqs[i] at positions[i]; logits are kept for every row (the sampler reads row i)."""
         if len(tokens) > self.settings.n_batch:
             raise ValueError(f"batch of {len(tokens)} tokens exceeds n_batch {self.settings.n_batch}")
         batch = self._batch
@@ -122,7 +120,6 @@ class LlamaContext:
             batch.seq_id[index][0] = seq
             batch.logits[index] = 1
         self._raise_for(raw.llama_decode(self._ctx, batch))
-        self._logits_row = len(tokens) - 1
 
     @staticmethod
     def _raise_for(code: int) -> None:
@@ -135,13 +132,6 @@ class LlamaContext:
         if code == -1:
             raise DecodeError("llama.cpp rejected the batch as invalid", "this is a bug in kvchat", code)
         raise DecodeError(f"llama.cpp failed to decode (code {code})", "see the log file", code)
-
-    def logits(self) -> np.ndarray:
-        """Next-token logits after the last decode (a copy)."""
-        if self._logits_row < 0:
-            raise RuntimeError("the last decode produced no logits")
-        pointer = raw.llama_get_logits_ith(self._ctx, self._logits_row)
-        return np.ctypeslib.as_array(pointer, shape=(self.model.shape.n_vocab,)).copy()
 
     @property
     def handle(self) -> object:
@@ -164,12 +154,6 @@ class LlamaContext:
 
     def can_shift(self) -> bool:
         return bool(raw.llama_memory_can_shift(self._memory))
-
-    def pos_min(self, seq: int = 0) -> int:
-        return raw.llama_memory_seq_pos_min(self._memory, seq)
-
-    def pos_max(self, seq: int = 0) -> int:
-        return raw.llama_memory_seq_pos_max(self._memory, seq)
 
     def clear(self) -> None:
         raw.llama_memory_clear(self._memory, True)

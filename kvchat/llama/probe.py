@@ -25,11 +25,9 @@ class AttentionProbe(NodeWatcher):
     def __init__(self, n_layer: int) -> None:
         super().__init__()
         self.n_layer = n_layer
-        self.keep_row_mass = False  # diagnostics for tests: attention mass per query row
         self._n_cells = 0
         self._votes: np.ndarray | None = None  # (n_layer, n_head, n_cells), filled layer by layer
         self._seen: set[int] = set()
-        self._row_mass: dict[int, np.ndarray] = {}
 
     def start(self, n_cells: int) -> None:
         """Observe the next decode; cells [0, n_cells) are the valid ones (a hole-free cache)."""
@@ -37,7 +35,6 @@ class AttentionProbe(NodeWatcher):
         self._n_cells = n_cells
         self._votes = None
         self._seen = set()
-        self._row_mass = {}
         self._error = None
 
     def stop(self) -> np.ndarray:
@@ -57,10 +54,6 @@ class AttentionProbe(NodeWatcher):
         self._active = False
         self._votes = None
 
-    def row_mass(self) -> np.ndarray:
-        """Per layer, head and query row: the attention mass on valid cells (should be ~1)."""
-        return np.stack([self._row_mass[il] for il in range(self.n_layer)])
-
     def _collect(self, tensor: int, layer: int) -> None:
         head = GgmlTensorHead.from_address(tensor)
         if head.type != GGML_TYPE_F32:
@@ -75,10 +68,6 @@ class AttentionProbe(NodeWatcher):
         else:
             rows.sum(axis=1, out=votes)
         self._seen.add(layer)
-        if self.keep_row_mass:
-            previous = self._row_mass.get(layer)
-            mass = rows.sum(axis=-1)
-            self._row_mass[layer] = mass if previous is None else np.concatenate([previous, mass], axis=1)
 
     def _probabilities(self, tensor: int, head: GgmlTensorHead) -> np.ndarray:
         """The tensor's floats: read in place from host memory (CPU), else copied out."""

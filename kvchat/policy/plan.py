@@ -1,4 +1,4 @@
-"""A prune plan: which positions survive and the merged runs of positions to remove."""
+"""A prune plan: which positions survive; dropped positions merge into runs to remove."""
 
 from __future__ import annotations
 
@@ -20,24 +20,10 @@ def merge_runs(positions: np.ndarray) -> list[tuple[int, int]]:
 
 @dataclass(frozen=True)
 class PrunePlan:
-    """Kept positions (sorted) out of `n_tokens`, and the runs of dropped ones to remove."""
+    """Kept positions (sorted) out of `n_tokens`."""
 
     n_tokens: int
     kept: np.ndarray
-
-    @property
-    def dropped(self) -> np.ndarray:
-        mask = np.ones(self.n_tokens, dtype=bool)
-        mask[self.kept] = False
-        return np.flatnonzero(mask)
-
-    @property
-    def drop_runs(self) -> list[tuple[int, int]]:
-        return merge_runs(self.dropped)
-
-    @property
-    def n_kept(self) -> int:
-        return len(self.kept)
 
     @classmethod
     def from_mask(cls, keep_mask: np.ndarray) -> "PrunePlan":
