@@ -35,7 +35,7 @@ def _pruned(model, tokens: list[int], **context: object) -> KvCache:
     cache = KvCache(LlamaContext(model, ContextSettings(n_ctx=2048, threads=2, **context)))
     cache.decode(tokens[:-16])
     votes = cache.observe(tokens[-16:])
-    cache.keep_cells(plan_cells(model, POLICY, votes, cache).kept)  # compacts and verifies positions
+    cache.keep_cells(plan_cells(model, POLICY, POLICY.window, votes, cache).kept)  # compacts and verifies positions
     return cache
 
 
@@ -111,7 +111,7 @@ def test_a_quantized_v_cache_needs_flash_attention() -> None:
     with pytest.raises(SettingsError, match="unknown KV cache type"):
         AskSettings(cache_type_k="q4_0")
     assert AskSettings(cache_type_v="q8_0", flash_attn=True).cache_type_v == "q8_0"
-    assert AskSettings(cache_type_k="q8_0", cache_type_v="q8_0", flash_attn=True).prunes
+    assert AskSettings(cache_type_k="q8_0", cache_type_v="q8_0", flash_attn=True).method.scores
 
 
 def test_readings_of_each_cache_type_are_saved_apart_and_reloaded(tiny_model_path: Path, tmp_path: Path) -> None:
@@ -120,7 +120,7 @@ def test_readings_of_each_cache_type_are_saved_apart_and_reloaded(tiny_model_pat
     with Engine(str(tiny_model_path)) as engine:
         notices = []
         for cache_type_k in ("f16", "q8_0", "q8_0"):
-            settings = AskSettings(policy=SnapKV(budget=64, window=16), max_tokens=4, cache_type_k=cache_type_k)
+            settings = AskSettings(method=SnapKV(budget=64, window=16), max_tokens=4, cache_type_k=cache_type_k)
             events = list(engine.ask(load_document(document), "Boat?", settings))
             assert isinstance(events[-1], Done)
             notices.append([e.text for e in events if isinstance(e, Notice)])

@@ -46,7 +46,7 @@ def _pruned_cache(model, tokens: list[int], budget: int, compact: bool) -> tuple
     cache = _cache(model)
     prefix = _read_prefix(cache, tokens)
     votes = cache.observe(tokens[prefix:])
-    plan = plan_cells(model, SnapKV(budget=budget, window=WINDOW), votes, cache)
+    plan = plan_cells(model, SnapKV(budget=budget, window=WINDOW), WINDOW, votes, cache)
     if compact:
         cache.keep_cells(plan.kept)
     else:
@@ -119,7 +119,7 @@ def test_kept_count_and_positions_match_plan(tiny_model, prompt) -> None:
     with cache.ctx as ctx:
         prefix = _read_prefix(cache, prompt)
         votes = cache.observe(prompt[prefix:])
-        plan = SnapKV(budget=100, window=WINDOW, spans=False).plan(votes)
+        plan = SnapKV(budget=100, window=WINDOW, spans=False).plan(votes.shape[-1], WINDOW, votes)
         cache.keep_cells(plan.kept)  # verifies positions itself; check again from outside
         positions = ctx.positions()
         assert len(positions) == 100
@@ -131,12 +131,19 @@ def test_kept_count_and_positions_match_plan(tiny_model, prompt) -> None:
 
 def _answer(tiny_model, prompt: list[int], settings: AskSettings) -> tuple[Done, list]:
     with PromptRun(tiny_model, context_size(tiny_model, len(prompt), settings), settings, "tiny") as run:
-        events = list(run.read(prompt, len(prompt) - settings.policy.window)) + list(run.finish(prompt, settings))
+        events = list(run.read(prompt, len(prompt) - settings.method.window))
+        selection = run.select(prompt, settings)
+        while True:  # select() returns what answer() takes once its events are through
+            try:
+                events.append(next(selection))
+            except StopIteration as finished:
+                events += list(run.answer(settings, finished.value))
+                break
     return events[-1], events
 
 
 def test_greedy_output_is_deterministic(tiny_model, prompt) -> None:
-    settings = AskSettings(policy=SnapKV(budget=128, window=WINDOW), max_tokens=24, threads=2)
+    settings = AskSettings(method=SnapKV(budget=128, window=WINDOW), max_tokens=24, threads=2)
     first, events = _answer(tiny_model, prompt, settings)
     second, _ = _answer(tiny_model, prompt, settings)
     assert first.answer == second.answer
@@ -155,7 +162,7 @@ def test_seeded_sampling_is_reproducible(tiny_model, prompt) -> None:
     from kvchat.llama import SamplerSettings
 
     settings = AskSettings(
-        policy=SnapKV(budget=128, window=WINDOW), max_tokens=16, threads=2,
+        method=SnapKV(budget=128, window=WINDOW), max_tokens=16, threads=2,
         sampler=SamplerSettings(temperature=0.9, seed=7),
     )
     assert _answer(tiny_model, prompt, settings)[0].answer == _answer(tiny_model, prompt, settings)[0].answer

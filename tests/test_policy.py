@@ -13,6 +13,11 @@ from inspect_helpers import drop_runs
 N_LAYERS, N_HEADS = 3, 4
 
 
+def plan_of(method, votes, **options):
+    """The method's plan for as many positions as `votes` covers, its own window observing."""
+    return method.plan(votes.shape[-1], method.window, votes, **options)
+
+
 def synthetic_votes(n_tokens: int, seed: int = 0) -> np.ndarray:
     rng = np.random.default_rng(seed)
     return rng.random((N_LAYERS, N_HEADS, n_tokens)).astype(np.float32) * 0.01
@@ -22,7 +27,7 @@ def synthetic_votes(n_tokens: int, seed: int = 0) -> np.ndarray:
 def test_planted_needle_column_survives(heads: HeadReduction) -> None:
     votes = synthetic_votes(2000)
     votes[:, :2, 1234] += 5.0  # two heads of every layer look hard at position 1234
-    plan = SnapKV(budget=64, window=16, heads=heads, spans=False).plan(votes)
+    plan = plan_of(SnapKV(budget=64, window=16, heads=heads, spans=False), votes)
     assert 1234 in plan.kept
 
 
@@ -30,7 +35,7 @@ def test_planted_needle_column_survives(heads: HeadReduction) -> None:
 def test_pooling_keeps_neighbours(mode: str) -> None:
     votes = synthetic_votes(500)
     votes[:, :, 300] += 10.0
-    plan = SnapKV(budget=4 + 16 + 7, window=16, kernel=7, pool=mode, spans=False).plan(votes)
+    plan = plan_of(SnapKV(budget=4 + 16 + 7, window=16, kernel=7, pool=mode, spans=False), votes)
     assert set(range(297, 304)) <= set(plan.kept.tolist())
 
 
@@ -65,7 +70,7 @@ def test_exact_budget_and_pins(budget: int, spans: bool) -> None:
     votes[:, :, :4] = 0.0  # sinks get no votes: they must be kept anyway
     span_ids = np.arange(n_tokens) // 5 if spans else None
     policy = SnapKV(budget=budget, window=32, spans=spans)
-    plan = policy.plan(votes, span_ids=span_ids)
+    plan = plan_of(policy, votes, span_ids=span_ids)
     assert len(plan.kept) == budget
     kept = set(plan.kept.tolist())
     assert set(range(4)) <= kept
@@ -74,7 +79,7 @@ def test_exact_budget_and_pins(budget: int, spans: bool) -> None:
 
 
 def test_budget_at_least_prompt_keeps_everything() -> None:
-    plan = SnapKV(budget=1024).plan(synthetic_votes(700))
+    plan = plan_of(SnapKV(budget=1024), synthetic_votes(700))
     assert len(plan.kept) == 700 and drop_runs(plan) == []
 
 
@@ -82,7 +87,7 @@ def test_extra_pins_are_kept() -> None:
     votes = synthetic_votes(1000)
     extra = np.zeros(1000, dtype=bool)
     extra[500:520] = True
-    plan = SnapKV(budget=100, window=16).plan(votes, extra_pins=extra)
+    plan = plan_of(SnapKV(budget=100, window=16), votes, extra_pins=extra)
     assert set(range(500, 520)) <= set(plan.kept.tolist()) and len(plan.kept) == 100 + 20
 
 
@@ -102,8 +107,8 @@ def test_span_aware_keeps_whole_number() -> None:
     votes = synthetic_votes(n_tokens)
     votes[:, :, 6] += 3.0  # only one digit wins the vote
     span_ids = spans_from_pieces(pieces)
-    with_spans = SnapKV(budget=4 + 8 + 10, window=8, kernel=1, spans=True).plan(votes, span_ids=span_ids)
-    without = SnapKV(budget=4 + 8 + 10, window=8, kernel=1, spans=False).plan(votes, span_ids=span_ids)
+    with_spans = plan_of(SnapKV(budget=4 + 8 + 10, window=8, kernel=1, spans=True), votes, span_ids=span_ids)
+    without = plan_of(SnapKV(budget=4 + 8 + 10, window=8, kernel=1, spans=False), votes, span_ids=span_ids)
     digits = set(range(5, 12))
     assert digits <= set(with_spans.kept.tolist())
     assert not digits <= set(without.kept.tolist())
@@ -139,7 +144,7 @@ def _settings_refusals() -> list:
         ("threads", AskSettings, {"threads": 0}),
         ("threads", AskSettings, {"threads": -3}),
         ("context size", AskSettings, {"n_ctx": -5}),
-        ("window", AskSettings, {"policy": SnapKV(budget=1024, window=600)}),
+        ("window", AskSettings, {"method": SnapKV(budget=1024, window=600)}),
         ("cache type", KvLayout, {"type_k": "q4_0"}),
         ("flash attention", KvLayout, {"type_v": "q8_0"}),
         ("temperature", SamplerSettings, {"temperature": -1}),

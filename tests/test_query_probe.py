@@ -30,7 +30,7 @@ def _votes(
         for start in range(0, len(body), 512):
             cache.decode(body[start : start + 512])
         votes = cache.observe(tokens[-WINDOW:])
-        return votes, plan_cells(model, policy, votes, cache).kept
+        return votes, plan_cells(model, policy, policy.window, votes, cache).kept
     finally:
         cache.ctx.close()
 
@@ -70,7 +70,7 @@ def test_flash_attention_readings_are_saved_apart(tiny_model_path: Path, tmp_pat
     document.write_text("The boat was named the Grey Heron. " * 80, encoding="utf-8")
     with Engine(str(tiny_model_path)) as engine:
         for flash_attn in (False, True, False, True):
-            settings = AskSettings(policy=SnapKV(budget=64, window=16), max_tokens=4, flash_attn=flash_attn)
+            settings = AskSettings(method=SnapKV(budget=64, window=16), max_tokens=4, flash_attn=flash_attn)
             events = list(engine.ask(load_document(document), "Boat?", settings))
             assert isinstance(events[-1], Done)
         assert len(engine.states.store.entries()) == 2

@@ -17,7 +17,7 @@ from kvchat.policy import SnapKV
 
 from inspect_helpers import last_logits
 
-SETTINGS = AskSettings(policy=SnapKV(budget=96, window=16), max_tokens=8, threads=2)
+SETTINGS = AskSettings(method=SnapKV(budget=96, window=16), max_tokens=8, threads=2)
 
 
 @pytest.fixture

@@ -12,7 +12,6 @@ from kvchat.documents import Document
 from kvchat.engine import AskSettings, Conversation, StreamSettings
 from kvchat.engine.prompt import chat_tokens
 from kvchat.engine.run import PromptRun
-from kvchat.engine.stream import stream_read
 from kvchat.events import Done, Evicted, Token
 from kvchat.llama import LlamaModel
 from kvchat.policy import SnapKV, SnapStream, StreamingLLM
@@ -46,7 +45,7 @@ def test_ring_invariants_after_many_evictions(short_model, query_aware: bool) ->
     evictions = 0
     with PromptRun(short_model, 768, settings, "tiny") as run:
         cache = run.cache
-        for event in stream_read(run, tokens, question if query_aware else None, settings, stream):
+        for event in run.stream(tokens, question if query_aware else None, settings, stream):
             assert cache.cells <= BUDGET + CHUNK
             if isinstance(event, Evicted):
                 evictions += 1
@@ -103,14 +102,14 @@ def test_refuses_to_read_past_the_context_without_shift(short_model, monkeypatch
     with PromptRun(short_model, 768, settings, "tiny") as run:
         monkeypatch.setattr(run.cache.ctx, "can_shift", lambda: False)
         with pytest.raises(SettingsError, match="cannot shift"):
-            list(stream_read(run, tokens, None, replace(settings, method=SnapStream(budget=BUDGET, window=16)), StreamSettings(chunk=CHUNK)))
+            list(run.stream(tokens, None, replace(settings, method=SnapStream(budget=BUDGET, window=16)), StreamSettings(chunk=CHUNK)))
 
 
 def test_streamingllm_keeps_sinks_and_the_newest_tokens(short_model) -> None:
     tokens = long_tokens(short_model, 3 * TRAINED_CONTEXT)
     settings = AskSettings(method=StreamingLLM(budget=BUDGET, window=16), max_tokens=8, threads=2)
     with PromptRun(short_model, 768, settings, "tiny") as run:
-        for event in stream_read(run, tokens, None, settings, StreamSettings(chunk=CHUNK)):
+        for event in run.stream(tokens, None, settings, StreamSettings(chunk=CHUNK)):
             if isinstance(event, Evicted):
                 newest = tokens[run.read_upto - (BUDGET - 4) : run.read_upto]
                 assert list(run.cache.tokens) == tokens[:4] + newest

@@ -28,7 +28,7 @@ from kvchat.engine.prompt import GENERIC_QUESTION, PromptPart, Turn, chat_messag
 from kvchat.engine.run import PromptRun
 from kvchat.engine.settings import AskSettings
 from kvchat.engine.states import DocumentStates
-from kvchat.engine.stream import StreamSettings, stream_context_size, stream_read
+from kvchat.engine.stream import StreamSettings, stream_context_size
 from kvchat.events import Done, Event, Notice
 from kvchat.llama import LlamaModel
 
@@ -91,7 +91,7 @@ class Conversation:
         """
         if self.settings.method.streams:
             observer = self._question_window(question) if question and self.stream.query_aware else None
-            yield from stream_read(self.run, self.document_tokens, observer, self.settings, self.stream, cancel)
+            yield from self.run.stream(self.document_tokens, observer, self.settings, self.stream, cancel)
             self.run.save()
             self._reading_s = self.run.read_s
             return
@@ -131,9 +131,9 @@ class Conversation:
         `settings` overrides the conversation's for this answer (the bench compares methods so).
         """
         settings = settings or self.settings
-        yield from self.prepare(question, cancel, settings)
+        selected = yield from self.prepare(question, cancel, settings)
         done: Done | None = None
-        for event in self.run.answer(settings, cancel):
+        for event in self.run.answer(settings, selected, cancel):
             if isinstance(event, Done):
                 done = event
             yield event
@@ -143,16 +143,17 @@ class Conversation:
     def prepare(self, question: str, cancel: threading.Event | None, settings: AskSettings) -> Iterator[Event]:
         """Everything of ask() but the answer: the run's cache then holds the kept prompt and the
         last token's logits (the server moves it to a sequence of its own); `self.prompt_tokens`
-        is the whole prompt."""
-        # the document's reading counts towards the first answer's TTFT, not the follow-ups'
-        self.run.read_s = 0.0 if self.turns else self._reading_s
+        is the whole prompt. Returns the run's Selected, for its answer."""
         _, earlier, question_part = self._split(question)
         earlier_tokens = earlier.tokens(self.model)
         tokens = self.document_tokens + earlier_tokens + question_part.tokens(self.model)
         n_pinned, prune = self._prepare(tokens, len(earlier_tokens))
         self._make_room(len(tokens) - self.run.read_upto, settings.max_tokens)
-        yield from self.run.select(tokens, settings, n_pinned, cancel, prune)
+        # the document's reading counts towards the first answer's TTFT, not the follow-ups'
+        reading_s = 0.0 if self.turns else self._reading_s
+        selected = yield from self.run.select(tokens, settings, n_pinned, cancel, prune, reading_s)
         self._previous_tokens = self.prompt_tokens = tokens
+        return selected
 
     def _make_room(self, new_tokens: int, max_tokens: int) -> None:
         """Grow the context when the conversation no longer fits (the answer may use the ring)."""
@@ -183,6 +184,10 @@ class Conversation:
     def reset(self) -> None:
         """Start a new conversation about the same document."""
         self.turns = []
+
+    def resume(self, turns: Iterable[Turn]) -> None:
+        """Continue a conversation held elsewhere (the server's client sends its turns back)."""
+        self.turns = list(turns)
 
     def close(self) -> None:
         self.run.close()

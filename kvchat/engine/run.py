@@ -1,9 +1,9 @@
-"""A prompt on its own llama.cpp context: read once, then finish it (prune + answer) many times.
+"""A prompt on its own llama.cpp context: read once, then select and answer many times.
 
-`ask`, conversations and the bench share this one path: read a prefix of the prompt (or load a
-saved state of it, or stream it within a budget), then `finish` decodes the rest, observes the
-question's attention, prunes, compacts and generates. `save()`/`restore()` let several
-questions or settings start from one reading.
+`ask`, conversations, the server and the bench share this one path: read a prefix of the prompt
+(`read`, or `load` a saved state of it, or `stream` it within a budget), then `select` decodes the
+rest, observes the question's attention, prunes and compacts, and returns what `answer` generates
+from. `save()`/`restore()` let several questions or settings start from one reading.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -20,9 +20,22 @@ from kvchat.engine.generate import Generation, generate
 from kvchat.engine.pipeline import plan_cells, prefill
 from kvchat.engine.settings import AskSettings
 from kvchat.engine.states import DocumentStates
+from kvchat.engine.stream import StreamSettings, stream_read
 from kvchat.errors import DecodeError
 from kvchat.events import Done, Event, Progress, Pruned, Stats
 from kvchat.llama import ContextSettings, LlamaContext, LlamaModel, Sampler, StateBytes
+
+
+@dataclass(frozen=True)
+class Selected:
+    """What select() leaves for answer(): the prompt, the cells kept of it, and the time the
+    answer's first token waits for (the reading counted into it, then the selection's own)."""
+
+    n_prompt: int
+    kept: int
+    reading_s: float
+    window_s: float
+    started: float  # when the selection began
 
 
 class PromptRun:
@@ -41,7 +54,6 @@ class PromptRun:
         self._saved: tuple[StateBytes, np.ndarray, np.ndarray, int] | None = None
         self._at_saved = False  # the cache is exactly the saved state (restore() has nothing to do)
         self.last_generated = 0
-        self._select_started, self._window_s, self._kept = 0.0, 0.0, 0  # set by select() for answer()
 
     @property
     def n_ctx(self) -> int:
@@ -64,6 +76,24 @@ class PromptRun:
         yield from prefill(self.cache, tokens[self.read_upto : upto], self.read_upto, len(tokens), cancel)
         self.read_upto = upto
         self.read_s += time.perf_counter() - started
+
+    def stream(
+        self,
+        tokens: list[int],
+        question_window: list[int] | None,
+        settings: AskSettings,
+        stream: StreamSettings,
+        cancel: threading.Event | None = None,
+    ) -> Iterator[Event]:
+        """Read tokens[read_upto:] within the budget (streamed reading, see stream.py)."""
+        started = time.perf_counter()
+        try:
+            for event in stream_read(self.cache, self.model, tokens, self.read_upto, question_window, settings, stream, cancel):
+                if isinstance(event, Progress):
+                    self.read_upto = event.done
+                yield event
+        finally:
+            self.read_s += time.perf_counter() - started
 
     def save(self) -> bytes:
         """Remember (and return) the cache as it is now, to restore before each finish."""
@@ -133,17 +163,6 @@ class PromptRun:
         self.cache.next_pos = self.read_upto = shared
         self._at_saved = False
 
-    def finish(
-        self,
-        tokens: list[int],
-        settings: AskSettings,
-        n_pinned: int = 0,
-        cancel: threading.Event | None = None,
-    ) -> Iterator[Event]:
-        """From a cache holding tokens[:read_upto]: the rest of the prompt, pruning, the answer."""
-        yield from self.select(tokens, settings, n_pinned, cancel)
-        yield from self.answer(settings, cancel)
-
     def select(
         self,
         tokens: list[int],
@@ -151,6 +170,7 @@ class PromptRun:
         n_pinned: int = 0,
         cancel: threading.Event | None = None,
         prune: bool = True,
+        reading_s: float | None = None,
     ) -> Iterator[Event]:
         """From a cache holding tokens[:read_upto]: the rest of the prompt, observation and
         pruning (unless `prune` is off: the cache holds an earlier selection); the cache then
@@ -158,9 +178,10 @@ class PromptRun:
 
         The first `n_pinned` tokens after read_upto (a conversation's earlier turns) are kept on
         top of the budget. The observation window never reaches back into what was already read:
-        the question observes, up to `window` tokens of it.
+        the question observes, up to `window` tokens of it. Returns the Selected that answer()
+        takes; `reading_s` is the reading its TTFT counts (default: this run's reading time).
         """
-        started = self._select_started = time.perf_counter()
+        started = time.perf_counter()
         self._at_saved = False
         n_prompt = len(tokens)
         method = settings.method
@@ -179,9 +200,11 @@ class PromptRun:
         else:
             self.cache.decode(tokens[window_start:], want_logits=True)
             window_s = time.perf_counter() - started
-        self._window_s, self._kept, self.read_upto = window_s, self.cache.cells, n_prompt
+        self.read_upto = n_prompt
+        reading_s = self.read_s if reading_s is None else reading_s
+        return Selected(n_prompt, self.cache.cells, reading_s, window_s, started)
 
-    def answer(self, settings: AskSettings, cancel: threading.Event | None = None) -> Iterator[Event]:
+    def answer(self, settings: AskSettings, selected: Selected, cancel: threading.Event | None = None) -> Iterator[Event]:
         """Generate from the logits select() left; Token events, then Done."""
         result = Generation()
         sampler = Sampler(settings.sampler)
@@ -190,27 +213,24 @@ class PromptRun:
         finally:
             sampler.close()
         self.last_generated = result.decoded
-        stats = self._stats(settings, self.read_upto, self._kept, result, self._window_s, self._select_started)
-        yield Done(answer=result.text, stats=stats)
+        yield Done(answer=result.text, stats=self._stats(settings, selected, result))
 
-    def _stats(
-        self, settings: AskSettings, n_prompt: int, kept: int, result: Generation, window_s: float, started: float
-    ) -> Stats:
+    def _stats(self, settings: AskSettings, selected: Selected, result: Generation) -> Stats:
         bytes_per_token = self.model.shape.kv_bytes_per_token(settings.cache_type_k, settings.cache_type_v)
         decoded = max(result.tokens - 1, 0)
         return Stats(
             model=self.model_name,
             method=settings.method.name,
             budget=settings.method.budget,
-            prompt_tokens=n_prompt,
-            kept_tokens=kept,
+            prompt_tokens=selected.n_prompt,
+            kept_tokens=selected.kept,
             generated_tokens=result.tokens,
-            kv_bytes_full=n_prompt * bytes_per_token,
-            kv_bytes_kept=kept * bytes_per_token,
-            prefill_tokens_per_s=n_prompt / max(self.read_s + window_s, 1e-9),
+            kv_bytes_full=selected.n_prompt * bytes_per_token,
+            kv_bytes_kept=selected.kept * bytes_per_token,
+            prefill_tokens_per_s=selected.n_prompt / max(selected.reading_s + selected.window_s, 1e-9),
             decode_tokens_per_s=decoded / result.decode_s if result.decode_s > 0 else 0.0,
-            ttft_s=self.read_s + (result.first_token_at - started),
-            total_s=self.read_s + (time.perf_counter() - started),
+            ttft_s=selected.reading_s + (result.first_token_at - selected.started),
+            total_s=selected.reading_s + (time.perf_counter() - selected.started),
             peak_cells=self.cache.peak_cells,
             stop_reason=result.stop_reason,
         )

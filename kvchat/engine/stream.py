@@ -20,11 +20,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from kvchat.engine.cache import KvCache
 from kvchat.engine.pipeline import check_cancel, plan_cells
-from kvchat.engine.run import PromptRun
 from kvchat.engine.settings import AskSettings
 from kvchat.errors import SettingsError
 from kvchat.events import Event, Evicted, Progress
+from kvchat.llama import LlamaModel
 
 
 @dataclass(frozen=True)
@@ -84,43 +85,45 @@ class _Scorer:
 
 
 def stream_read(
-    run: PromptRun,
+    cache: KvCache,
+    model: LlamaModel,
     tokens: list[int],
+    start: int,
     question_window: list[int] | None,
     settings: AskSettings,
     stream: StreamSettings,
     cancel: threading.Event | None = None,
 ) -> Iterator[Event]:
-    """Read `tokens` from run.read_upto within budget + chunk cells (+ the temporary observer)."""
-    cache, total, method = run.cache, len(tokens), settings.method
+    """Read tokens[start:] into `cache` within budget + chunk cells (+ the temporary observer);
+    each Progress says how far the reading got (PromptRun.stream keeps count)."""
+    total, method, read_upto = len(tokens), settings.method, start
     # the recent ring takes at most half of what the budget leaves after the sinks
     recent = min(stream.recent, (method.budget - method.sinks) // 2)
     scorer = _Scorer(stream.carry)
     # leave positions for what follows the reading: the question and the answer's share
-    position_room = run.model.shape.n_ctx_train - (run.n_ctx - method.budget - stream.chunk)
+    position_room = model.shape.n_ctx_train - (cache.ctx.n_ctx - method.budget - stream.chunk)
     started = time.perf_counter()
-    while run.read_upto < total:
+    while read_upto < total:
         check_cancel(cancel)
-        chunk = tokens[run.read_upto : run.read_upto + stream.chunk]
+        chunk = tokens[read_upto : read_upto + stream.chunk]
         if cache.next_pos + len(chunk) > position_room:
             cache.repack()
         recency_only = not method.scores
-        more_to_read = run.read_upto + len(chunk) < total
+        more_to_read = read_upto + len(chunk) < total
         over_budget = cache.cells + len(chunk) > method.budget and (more_to_read or recency_only)
         observer = chunk[-method.window :] if over_budget and not (question_window or recency_only) else []
         cache.decode(chunk[: len(chunk) - len(observer)])
         votes = cache.observe(observer) if observer else None
-        run.read_upto += len(chunk)
-        yield Progress(done=run.read_upto, total=total, elapsed_s=time.perf_counter() - started)
+        read_upto += len(chunk)
+        yield Progress(done=read_upto, total=total, elapsed_s=time.perf_counter() - started)
         if over_budget:
             if recency_only:
-                kept = plan_cells(run.model, method, recent, None, cache).kept
+                kept = plan_cells(model, method, recent, None, cache).kept
             else:
                 if question_window:
                     votes = cache.observe(question_window, keep=False)
                 votes = scorer.combine(votes)
-                kept = plan_cells(run.model, method, recent, votes, cache).kept
+                kept = plan_cells(model, method, recent, votes, cache).kept
                 scorer.keep(votes, kept)
             dropped = cache.keep_cells(kept)
             yield Evicted(count=len(dropped), positions=tuple(int(p) for p in dropped))
-    run.read_s += time.perf_counter() - started

@@ -14,7 +14,7 @@ import numpy as np
 from kvchat.documents import Document
 from kvchat.engine.core import Engine
 from kvchat.engine.prompt import Turn, chat_tokens
-from kvchat.engine.run import PromptRun
+from kvchat.engine.run import PromptRun, Selected
 from kvchat.engine.settings import AskSettings
 from kvchat.engine.sizing import context_size
 from kvchat.engine.states import DocumentStates
@@ -61,10 +61,10 @@ def _prepare_document(engine: Engine, request: ChatRequest, cancel: threading.Ev
     assert request.document is not None
     conversation = engine.conversation(request.document, request.settings, "question")
     try:
-        conversation.turns = list(request.turns)
+        conversation.resume(request.turns)
         yield from conversation.open(cancel)
-        yield from conversation.prepare(request.question, cancel, request.settings)
-        return _taken(conversation.run, len(conversation.prompt_tokens), sampler)
+        selected = yield from conversation.prepare(request.question, cancel, request.settings)
+        return _taken(conversation.run, selected, sampler)
     finally:
         conversation.close()
 
@@ -84,8 +84,8 @@ def _prepare_messages(engine: Engine, request: ChatRequest, cancel: threading.Ev
         yield from run.read(tokens, prefix, cancel)
         if states is not None and prefix - loaded >= MIN_SAVED_READING:
             yield from states.save(_tokens_sha256(tokens[:prefix]), prefix, run.save(), "(chat messages)")
-        yield from run.select(tokens, settings, 0, cancel)
-        return _taken(run, len(tokens), sampler, loaded)
+        selected = yield from run.select(tokens, settings, 0, cancel)
+        return _taken(run, selected, sampler, loaded)
 
 
 def _load_saved_prefix(run: PromptRun, states: DocumentStates | None, tokens: list[int], upto: int) -> Iterator[Event]:
@@ -103,7 +103,7 @@ def _tokens_sha256(tokens: list[int]) -> str:
     return hashlib.sha256(np.asarray(tokens, dtype=np.int64).tobytes()).hexdigest()
 
 
-def _taken(run: PromptRun, prompt_tokens: int, sampler: Sampler, loaded_tokens: int = 0) -> PreparedPrompt:
+def _taken(run: PromptRun, selected: Selected, sampler: Sampler, loaded_tokens: int = 0) -> PreparedPrompt:
     cache = run.cache
     first_token = sampler.sample(cache.ctx.handle)
-    return PreparedPrompt(cache.state(), cache.positions.copy(), first_token, prompt_tokens, run.read_s, loaded_tokens)
+    return PreparedPrompt(cache.state(), cache.positions.copy(), first_token, selected.n_prompt, selected.reading_s, loaded_tokens)
