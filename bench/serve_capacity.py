@@ -6,7 +6,8 @@
 
 The first form uploads DOCUMENT (read once, or loaded from a saved reading) and asks every
 question of QUESTIONS_JSON (a list of strings) at once, each a conversation of its own; it
-prints the KV cells all sequences take against one full cache of the document. The second asks
+prints the KV cells each conversation's sequence took (its kept prompt and its answer) against
+one full cache of the document. The second asks
 plain questions from 1, 4 and 8 clients and prints tokens/s across all of them.
 """
 
@@ -38,14 +39,15 @@ def capacity(document: Path, questions: list[str], sessions: int, room: int, max
         started = time.perf_counter()
 
         def one(question: str) -> tuple[str, int]:
+            """The answer, and the cells its sequence held at most (it is emptied once answered)."""
             completion = client.chat.completions.create(
                 model=MODEL, messages=[{"role": "user", "content": question}], extra_body={"document_id": uploaded["id"]}
             )
-            return completion.choices[0].message.content, completion.model_extra["kv"]["kept_tokens"]
+            cells = completion.model_extra["kv"]["kept_tokens"] + completion.usage.completion_tokens
+            return completion.choices[0].message.content, cells
 
         with concurrent.futures.ThreadPoolExecutor(len(questions)) as pool:
             answers = list(pool.map(one, questions))
-        cells = [slot.cells for slot in service.scheduler.decoder.slots]
         per_token = service.engine.model.shape.kv_bytes_per_token()
         total_cells = service.limits.sequence_cells * sessions
         print(json.dumps({
@@ -53,7 +55,7 @@ def capacity(document: Path, questions: list[str], sessions: int, room: int, max
             "cells_per_sequence": service.limits.sequence_cells, "cells_allocated": total_cells,
             "kv_mib_allocated": round(total_cells * per_token / 2**20, 1),
             "kv_mib_one_full_cache": round(uploaded["tokens"] * per_token / 2**20, 1),
-            "cells_held_after": cells, "seconds": round(time.perf_counter() - started, 1),
+            "cells_per_conversation": [cells for _, cells in answers], "seconds": round(time.perf_counter() - started, 1),
             "answers": [answer for answer, _ in answers],
         }, indent=1))
 

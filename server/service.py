@@ -1,18 +1,15 @@
 """Between HTTP and the engine: requests become chat jobs, their events come back to asyncio.
 
-A request whose messages extend an earlier conversation (its earlier messages and the answer the
-server gave) is recognised by a hash of those messages and continues that conversation: same
-sequence if it is still there, and the document's saved reading instead of a new one.
+A follow-up sends the whole conversation back, as OpenAI's clients do, and needs no conversation
+id: saved readings are found by the tokens they read. A follow-up about a document loads the
+document's reading; one of a pasted chat loads the reading saved of its beginning (when that was
+long enough to save) and reads only what is new. Either way its question selects again
+(serving/requests.py).
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import json
-import threading
-import uuid
-from collections import OrderedDict
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
@@ -28,7 +25,6 @@ from kvchat.server.schemas import MIN_KV_BUDGET, ChatCompletionRequest, ChatMess
 from kvchat.serving.requests import ChatRequest
 from kvchat.serving.scheduler import ChatJob, QueueFull, Scheduler, ShuttingDown
 
-MAX_CONVERSATIONS = 4096
 CHARS_PER_TOKEN_CAP = 16  # more than any tokenizer packs into one token of real text
 
 
@@ -49,13 +45,8 @@ class ServerLimits:
         return self.budget + self.room + self.max_tokens
 
 
-def _messages_key(messages: list[dict[str, str]], document_id: str | None) -> str:
-    material = json.dumps([document_id, messages], sort_keys=True, ensure_ascii=False)
-    return hashlib.sha256(material.encode()).hexdigest()
-
-
 class ChatService:
-    """The engine, its scheduler, the uploaded documents and the conversations seen so far."""
+    """The engine, its scheduler and the uploaded documents."""
 
     def __init__(self, engine: Engine, limits: ServerLimits, threads: int | None = None) -> None:
         self.engine = engine
@@ -68,8 +59,6 @@ class ChatService:
         # A document's reading must fit the model's trained context with room for the conversation:
         # the server has no streamed reading (CLI --method snapstream) for longer ones.
         self.max_document_tokens = max(engine.model.shape.n_ctx_train - limits.room, 0)
-        self._conversations: OrderedDict[str, str] = OrderedDict()  # messages key -> conversation id
-        self._lock = threading.Lock()
 
     def close(self) -> None:
         self.scheduler.close()
@@ -124,19 +113,6 @@ class ChatService:
         turns, question = _turns(body.messages)
         return ChatRequest(settings, document=document, turns=tuple(turns), question=question)
 
-    def conversation_for(self, body: ChatCompletionRequest) -> str:
-        earlier = [{"role": m.role, "content": m.text()} for m in body.messages[:-1]]
-        with self._lock:
-            return self._conversations.get(_messages_key(earlier, body.document_id)) or uuid.uuid4().hex
-
-    def remember(self, body: ChatCompletionRequest, conversation: str, answer: str) -> None:
-        """The conversation now ends with `answer`: a request that sends it back continues it."""
-        messages = [{"role": m.role, "content": m.text()} for m in body.messages] + [{"role": "assistant", "content": answer}]
-        with self._lock:
-            self._conversations[_messages_key(messages, body.document_id)] = conversation
-            while len(self._conversations) > MAX_CONVERSATIONS:
-                self._conversations.popitem(last=False)
-
     # ---- running it ---------------------------------------------------------------------------
 
     async def run(self, body: ChatCompletionRequest) -> AsyncIterator[Event]:
@@ -144,10 +120,9 @@ class ChatService:
         the iterator early (a client that went away) stops the answer and frees its sequence."""
         settings = self.settings_for(body)
         request = self.request_for(body, settings)
-        conversation = self.conversation_for(body)
         loop = asyncio.get_running_loop()
         events: asyncio.Queue[Event | KvchatError] = asyncio.Queue()
-        job = ChatJob(conversation, request, lambda item: loop.call_soon_threadsafe(events.put_nowait, item))
+        job = ChatJob(request, lambda item: loop.call_soon_threadsafe(events.put_nowait, item))
         try:
             self.scheduler.submit(job)
         except QueueFull:
@@ -160,11 +135,9 @@ class ChatService:
                 item = await events.get()
                 if isinstance(item, KvchatError):
                     raise api_error(item)
-                if isinstance(item, Done):  # remembered before the caller may stop reading
-                    self.remember(body, conversation, item.answer)
-                    yield item
-                    return
                 yield item
+                if isinstance(item, Done):
+                    return
         finally:
             job.cancel.set()
 

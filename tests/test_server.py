@@ -25,8 +25,9 @@ import pytest
 from conftest import REPO_DIR
 from kvchat.cli.serve import PYTHON_EXAMPLE
 from kvchat.engine import KvLayout
-from kvchat.server.schemas import ChatCompletionRequest
+from kvchat.events import Event, Notice, Progress
 from kvchat.serving import scheduler as scheduler_module
+from kvchat.serving.requests import ChatRequest, PreparedPrompt
 from server_harness import running_server
 
 MODEL = "kvchat-test"
@@ -103,44 +104,111 @@ def test_bad_uploads_get_a_one_line_reason(server) -> None:
         assert "\n" not in response.json()["error"]["message"]
 
 
-def test_eight_clients_five_requests_each_all_succeed(client: openai.OpenAI) -> None:
-    def client_session(index: int) -> list[str]:
-        return [ask(client, f"client {index} request {turn}").choices[0].finish_reason for turn in range(5)]
+def test_eight_clients_five_requests_each_get_their_own_answers(client: openai.OpenAI) -> None:
+    """Greedy answers are deterministic: each answer given while 8 clients share the sequences
+    (batched, in whatever order) is the one its question gets when asked alone."""
+    sessions = [[f"client {index} request {turn}" for turn in range(5)] for index in range(8)]
+    alone = {question: ask(client, question).choices[0].message.content for session in sessions for question in session}
+    assert len(set(alone.values())) > 10  # most questions get answers of their own: most swaps would show
+
+    def client_session(questions: list[str]) -> list[tuple[str, object]]:
+        return [(question, ask(client, question).choices[0]) for question in questions]
 
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
-        results = list(pool.map(client_session, range(8)))
-    assert all(reason in ("stop", "length") for finishes in results for reason in finishes)
-    assert sum(len(finishes) for finishes in results) == 40
+        answered = [pair for session in pool.map(client_session, sessions) for pair in session]
+    assert len(answered) == 40 and all(choice.finish_reason in ("stop", "length") for _, choice in answered)
+    assert {question: choice.message.content for question, choice in answered} == alone
 
 
-def test_a_follow_up_continues_its_conversation(client: openai.OpenAI, server) -> None:
-    _, service = server
-    first = ask(client, "Remember me")
-    history = [
-        {"role": "user", "content": "Remember me"},
-        {"role": "assistant", "content": first.choices[0].message.content},
-        {"role": "user", "content": "Who am I?"},
-    ]
-    continued = service.conversation_for(ChatCompletionRequest(model=MODEL, messages=history))
-    unrelated = service.conversation_for(ChatCompletionRequest(model=MODEL, messages=[{"role": "user", "content": "Hi"}]))
-    assert continued in service._conversations.values() and unrelated not in service._conversations.values()
-    follow_up = client.chat.completions.create(model=MODEL, messages=history, max_tokens=8)
-    assert follow_up.usage.prompt_tokens > first.usage.prompt_tokens
+@dataclass
+class Reading:
+    """One request's preparation (reading or loading, then selecting), seen from outside."""
+
+    request: ChatRequest
+    events: list[Event] = field(default_factory=list)
+    prepared: PreparedPrompt | None = None
+
+    @property
+    def progress(self) -> list[int]:
+        """Prompt tokens done, as the reading went on: a reading that loaded N tokens never
+        reports fewer than N (the start of a read is reported, the end of each batch)."""
+        return [event.done for event in self.events if isinstance(event, Progress)]
+
+    @property
+    def notices(self) -> list[str]:
+        return [event.text for event in self.events if isinstance(event, Notice)]
 
 
-def test_a_server_with_flash_attention_on_answers_about_documents(tiny_model_path: Path, tmp_path: Path) -> None:
+@pytest.fixture
+def readings(monkeypatch: pytest.MonkeyPatch) -> list[Reading]:
+    """Every preparation the scheduler runs, in order, with its events and its result."""
+    seen: list[Reading] = []
+    prepare = scheduler_module.prepare
+
+    def recorded_prepare(engine, request, cancel, sampler):
+        reading = Reading(request)
+        seen.append(reading)
+        events = prepare(engine, request, cancel, sampler)
+        while True:
+            try:
+                event = next(events)
+            except StopIteration as finished:
+                reading.prepared = finished.value
+                return finished.value
+            reading.events.append(event)
+            yield event
+
+    monkeypatch.setattr(scheduler_module, "prepare", recorded_prepare)
+    return seen
+
+
+def test_a_follow_up_loads_its_conversations_reading_and_reads_only_what_is_new(tiny_model_path: Path, readings: list[Reading]) -> None:
+    """A pasted chat's follow-up (the client sends the history back) loads the reading saved of
+    the first request (all before its observation window) and reads on from there."""
+    pasted = NOTES.decode()
+    with running_server(tiny_model_path, use_cache=True, budget=64, max_tokens=8, sequences=1) as (url, _):
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=60)
+        first = ask(client, pasted)
+        history = [{"role": "user", "content": pasted}, {"role": "assistant", "content": first.choices[0].message.content},
+                   {"role": "user", "content": "And the budget?"}]
+        follow_up = client.chat.completions.create(model=MODEL, messages=history, max_tokens=8)
+        unrelated = ask(client, "Another chat. " + pasted)
+    opened, continued, other = readings
+    window = opened.request.settings.method.window
+    saved = first.usage.prompt_tokens - window
+    assert opened.prepared.loaded_tokens == 0 and opened.progress[0] == 0 and opened.progress[-1] == saved
+    assert continued.prepared.loaded_tokens == saved and continued.progress[0] == saved
+    assert continued.progress[-1] == follow_up.usage.prompt_tokens - window
+    assert other.prepared.loaded_tokens == 0 and other.progress[0] == 0
+    assert other.progress[-1] == unrelated.usage.prompt_tokens - window
+
+
+def test_a_server_with_flash_attention_on_answers_about_documents(tiny_model_path: Path, readings: list[Reading]) -> None:
     """Readings are made, saved and moved into the shared context with flash attention on (V not
-    transposed): a shared context laid out otherwise refuses those states."""
+    transposed): a shared context laid out otherwise refuses those states. The first question
+    reads the document; the follow-ups load that reading and read only their turns and question."""
     layout = KvLayout(flash_attn=True)
     with running_server(tiny_model_path, use_cache=True, budget=64, max_tokens=8, sequences=2, layout=layout) as (url, service):
         assert service.scheduler.decoder.ctx.settings.flash_attn
         client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=60)
         document = httpx.post(f"{url}/v1/documents", files={"file": ("notes.txt", NOTES)}).json()["id"]
-        history = [{"role": "user", "content": "What was the boat called?"}]
-        for question in ("And the budget?", "And the radio?"):  # the later ones load the saved reading
+        history: list[dict[str, str]] = []
+        prompts = []
+        for question in ("What was the boat called?", "And the budget?", "And the radio?"):
+            history.append({"role": "user", "content": question})
             answer = client.chat.completions.create(model=MODEL, messages=history, max_tokens=8, extra_body={"document_id": document})
             assert answer.choices[0].finish_reason in ("stop", "length") and answer.usage.completion_tokens > 0
-            history += [{"role": "assistant", "content": answer.choices[0].message.content}, {"role": "user", "content": question}]
+            history.append({"role": "assistant", "content": answer.choices[0].message.content})
+            prompts.append(answer.usage.prompt_tokens)
+    assert len(readings) == 3
+    window = readings[0].request.settings.method.window
+    document_tokens = readings[0].events[0].total  # the document's reading reports its progress first
+    assert readings[0].progress[0] == 0 and document_tokens in readings[0].progress and readings[0].notices == []
+    for reading, prompt_tokens in zip(readings[1:], prompts[1:]):
+        assert reading.notices == [f"loaded the saved reading of notes.txt ({document_tokens:,} tokens)"]
+        assert min(reading.progress) > document_tokens  # nothing of the document was read again
+    for reading, prompt_tokens in zip(readings, prompts):
+        assert reading.progress[-1] == prompt_tokens - window  # read up to the question's observation window
 
 
 @pytest.mark.parametrize(

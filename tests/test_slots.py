@@ -4,7 +4,6 @@ decode steps, the scheduler's bookkeeping, and saved readings of pasted chats.""
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +19,8 @@ from kvchat.policy import SnapKV
 from kvchat.serving.requests import ChatRequest, prepare
 from kvchat.serving.scheduler import ChatJob, Scheduler
 from kvchat.serving.slots import SlotDecoder
+
+from inspect_helpers import last_logits
 
 SETTINGS = AskSettings(method=SnapKV(budget=96, window=16), max_tokens=8)
 LONG = " ".join(f"item {i} costs {i * 7} coins." for i in range(120))
@@ -55,9 +56,9 @@ def _single_sequence(engine: Engine, text: str) -> tuple[int, np.ndarray]:
     with PromptRun(engine.model, 4096, SETTINGS, "tiny") as run:
         list(run.read(tokens, len(tokens) - SETTINGS.method.window))
         list(run.select(tokens, SETTINGS))
-        first = int(run.cache.ctx.logits().argmax())
+        first = int(last_logits(run.cache.ctx).argmax())
         run.cache.decode([first], want_logits=True)
-        return first, run.cache.ctx.logits()
+        return first, last_logits(run.cache.ctx)
 
 
 def _row_logits(decoder: SlotDecoder, row: int) -> np.ndarray:
@@ -76,7 +77,7 @@ def test_a_pruned_prompt_moved_into_a_sequence_answers_as_on_its_own_context(eng
     try:
         decoder.ctx.decode(engine.model.tokenize("something else entirely"), 0, seq=0, want_logits=False)
         slot = decoder.slots[1]
-        decoder.load(slot, "a", prepared.state, prepared.positions)
+        decoder.load(slot, prepared.state, prepared.positions)
         assert slot.cells == len(prepared.positions) and slot.next_pos == prepared.positions[-1] + 1 and slot.busy
         decoder.step([slot], [prepared.first_token])
         np.testing.assert_allclose(_row_logits(decoder, 0), logits_after_first, atol=1e-4)
@@ -91,8 +92,8 @@ def test_a_batched_step_equals_separate_steps(engine: Engine) -> None:
         decoder = SlotDecoder(engine.model, n_slots=2, slot_cells=512)
         try:
             a, b = decoder.slots
-            decoder.load(a, "a", first.state, first.positions)
-            decoder.load(b, "b", second.state, second.positions)
+            decoder.load(a, first.state, first.positions)
+            decoder.load(b, second.state, second.positions)
             if together:
                 decoder.step([a, b], [first.first_token, second.first_token])
                 rows[together] = (_row_logits(decoder, 0), _row_logits(decoder, 1))
@@ -113,36 +114,49 @@ def _request(text: str, max_tokens: int = 8) -> ChatRequest:
     return ChatRequest(settings, messages=({"role": "user", "content": text},))
 
 
-def test_the_scheduler_answers_every_job_and_frees_stopped_sequences(engine: Engine) -> None:
+class Recorder:
+    """A job's emit: keeps its events; `ended` is set by the last one (a Done or an error)."""
+
+    def __init__(self, cancel_after_tokens: int | None = None) -> None:
+        self.events: list = []
+        self.ended = threading.Event()
+        self.job: ChatJob | None = None
+        self.cancel_after_tokens = cancel_after_tokens
+
+    def __call__(self, event) -> None:
+        self.events.append(event)
+        if sum(isinstance(e, Token) for e in self.events) == self.cancel_after_tokens:
+            self.job.cancel.set()  # the client goes away
+        if isinstance(event, (Done, KvchatError)):
+            self.ended.set()
+
+
+def _job(request: ChatRequest, recorder: Recorder) -> ChatJob:
+    recorder.job = ChatJob(request, recorder)
+    return recorder.job
+
+
+def test_the_scheduler_answers_every_job_and_empties_every_sequence(engine: Engine) -> None:
     scheduler = Scheduler(engine, n_slots=2, slot_cells=512, max_waiting=8)
-    events: dict[str, list] = {}
-
-    def recorder(name: str):
-        def emit(event) -> None:
-            events.setdefault(name, []).append(event)
-            if name == "stopped" and sum(isinstance(e, Token) for e in events[name]) == 3:
-                stopped.cancel.set()  # the client goes away after three pieces
-        return emit
-
-    answered = [ChatJob(f"c{i}", _request(f"{LONG} {i}"), recorder(f"c{i}")) for i in range(4)]
-    dropped = ChatJob("dropped", _request(LONG), recorder("dropped"))
-    dropped.cancel.set()  # gone while still waiting
-    stopped = ChatJob("stopped", _request(LONG, max_tokens=400), recorder("stopped"))
+    answered = [Recorder() for _ in range(4)]
+    dropped, stopped = Recorder(), Recorder(cancel_after_tokens=3)
+    jobs = [_job(_request(f"{LONG} {i}"), recorder) for i, recorder in enumerate(answered)]
+    jobs.append(_job(_request(LONG), dropped))
+    dropped.job.cancel.set()  # gone while still waiting
+    jobs.append(_job(_request(LONG, max_tokens=400), stopped))
     try:
-        for job in [*answered, dropped, stopped]:
+        for job in jobs:
             scheduler.submit(job)
-        names = [job.conversation for job in answered] + ["stopped"]
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not all(isinstance(events.get(n, [None])[-1], Done) for n in names):
-            time.sleep(0.02)
-        for job in answered:
-            done = events[job.conversation][-1]
+        assert all(recorder.ended.wait(60) for recorder in [*answered, stopped])
+        for recorder in answered:
+            done = recorder.events[-1]
             assert isinstance(done, Done) and 1 <= done.stats.generated_tokens <= 8
-        assert "dropped" not in events
-        stop = events["stopped"][-1]
+        assert dropped.events == []  # passed over: it was taken from the queue before `stopped`
+        stop, pieces = stopped.events[-1], [e.text for e in stopped.events if isinstance(e, Token)]
         assert stop.stats.stop_reason == "cancelled" and stop.stats.generated_tokens < 400
-        assert all(not slot.busy for slot in scheduler.decoder.slots)
-        assert "stopped" not in [slot.owner for slot in scheduler.decoder.slots]  # its cells were dropped
+        assert len(pieces) in (3, 4) and stop.answer == "".join(pieces)  # 4: the detokenizer's flushed tail
+        # each answer's cells are dropped before its Done: nothing is kept for a follow-up
+        assert [(slot.busy, slot.cells) for slot in scheduler.decoder.slots] == [(False, 0), (False, 0)]
     finally:
         scheduler.close()
 
@@ -154,12 +168,10 @@ def _failing(error: Exception):
 
 
 def _events_of(scheduler: Scheduler, job_text: str) -> list:
-    events: list = []
-    scheduler.submit(ChatJob(job_text, _request(job_text), events.append))
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and not (events and isinstance(events[-1], (Done, KvchatError))):
-        time.sleep(0.02)
-    return events
+    recorder = Recorder()
+    scheduler.submit(_job(_request(job_text), recorder))
+    assert recorder.ended.wait(60), "the job never ended"
+    return recorder.events
 
 
 def test_a_state_llama_cpp_refuses_fails_that_request_and_the_server_goes_on(engine: Engine, monkeypatch) -> None:
@@ -170,7 +182,8 @@ def test_a_state_llama_cpp_refuses_fails_that_request_and_the_server_goes_on(eng
             patch.setattr(scheduler.decoder, "load", _failing(KvchatError("failed to restore kv cache", "")))
             refused = _events_of(scheduler, "first")
         assert isinstance(refused[-1], KvchatError) and "restore" in str(refused[-1])
-        assert scheduler.decoder.load == load and not scheduler.decoder.slots[0].busy
+        slot = scheduler.decoder.slots[0]
+        assert scheduler.decoder.load == load and not slot.busy and slot.cells == 0
         assert isinstance(_events_of(scheduler, "second")[-1], Done)
     finally:
         scheduler.close()
@@ -193,7 +206,7 @@ def test_a_job_read_with_another_cache_layout_is_refused(engine: Engine) -> None
     try:
         settings = AskSettings(method=SETTINGS.method, flash_attn=True)
         with pytest.raises(ValueError, match="cannot move into"):
-            scheduler.submit(ChatJob("x", ChatRequest(settings, messages=({"role": "user", "content": "hi"},)), lambda _event: None))
+            scheduler.submit(ChatJob(ChatRequest(settings, messages=({"role": "user", "content": "hi"},)), lambda _event: None))
     finally:
         scheduler.close()
 

@@ -42,7 +42,6 @@ class ShuttingDown(KvchatError):
 class ChatJob:
     """One request. `emit` receives Events, then a Done or a KvchatError (from the model thread)."""
 
-    conversation: str
     request: ChatRequest
     emit: Callable[[Event | KvchatError], None]
     cancel: threading.Event = field(default_factory=threading.Event)
@@ -135,7 +134,7 @@ class Scheduler:
             self._waiting.get_nowait().emit(ShuttingDown())
 
     def _admit(self) -> None:
-        """Start waiting jobs while a sequence is free (or held only by an idle conversation)."""
+        """Start waiting jobs while a sequence is free."""
         while not self._stopping and not self._waiting.empty() and any(not slot.busy for slot in self.decoder.slots):
             job = self._waiting.get_nowait()
             self._reading = job
@@ -188,10 +187,10 @@ class Scheduler:
 
     def _load(self, job: ChatJob, prepared: PreparedPrompt) -> Slot:
         """Move the prepared cells into a free sequence (emptied again if llama.cpp refuses them)."""
-        slot = self.decoder.free_slot(job.conversation)
+        slot = self.decoder.free_slot()
         assert slot is not None  # only this thread takes slots, and one was free before preparing
         try:
-            self.decoder.load(slot, job.conversation, prepared.state, prepared.positions)
+            self.decoder.load(slot, prepared.state, prepared.positions)
         except Exception:
             self.decoder.release(slot)
             raise
@@ -236,16 +235,14 @@ class Scheduler:
             answer.text += tail
             answer.job.emit(Token(tail))
         answer.sampler.close()
-        answer.slot.busy = False
-        if stop_reason == "cancelled":  # a stopped answer's cells are not worth keeping
-            self.decoder.release(answer.slot)
+        stats = self._stats(answer, stop_reason)  # before the release: it counts the sequence's cells
+        self.decoder.release(answer.slot)
         self._answers.remove(answer)
-        answer.job.emit(Done(answer.text, self._stats(answer, stop_reason)))
+        answer.job.emit(Done(answer.text, stats))
 
     def _fail_answers(self, error: KvchatError) -> None:
         for answer in list(self._answers):
             answer.sampler.close()
-            answer.slot.busy = False
             self.decoder.release(answer.slot)
             self._answers.remove(answer)
             answer.job.emit(error)

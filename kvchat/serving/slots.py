@@ -4,12 +4,15 @@ The context has `n_slots` sequences without a unified cache, so each sequence ha
 of `slot_cells` cells. A conversation's prompt is read and pruned on a context of its own (the
 reading needs the whole document at once); its kept cells are then moved into a free sequence
 here, and every decode step feeds one token of every answering sequence to one llama_decode.
+
+A sequence holds cells only while it answers. A follow-up is not continued in its conversation's
+sequence: those cells were kept for the previous question (a selection serves one question),
+so every request is read or loaded anew and selects again (requests.py).
 """
 
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -24,9 +27,7 @@ class Slot:
     seq: int
     next_pos: int = 0  # where the next token goes
     cells: int = 0
-    owner: str | None = None  # the conversation whose cells these are
-    busy: bool = False  # an answer is being generated in it
-    last_used: float = field(default_factory=time.monotonic)
+    busy: bool = False  # an answer is being generated in it (otherwise it holds no cells)
 
 
 class SlotDecoder:
@@ -43,26 +44,16 @@ class SlotDecoder:
         self.ctx = LlamaContext(model, settings)
         self.slots = [Slot(seq) for seq in range(n_slots)]
 
-    def free_slot(self, owner: str) -> Slot | None:
-        """The slot `owner` had (if still there), else an empty one, else the least recently
-        used idle one (its cells are dropped), else None: every slot is answering."""
-        idle = [slot for slot in self.slots if not slot.busy]
-        for slot in idle:
-            if slot.owner == owner:
-                return slot
-        empty = [slot for slot in idle if slot.owner is None]
-        if empty:
-            return empty[0]
-        return min(idle, key=lambda slot: slot.last_used) if idle else None
+    def free_slot(self) -> Slot | None:
+        """A slot that is not answering, or None: every slot is."""
+        return next((slot for slot in self.slots if not slot.busy), None)
 
-    def load(self, slot: Slot, owner: str, state: StateBytes, positions: np.ndarray) -> None:
-        """Put a pruned prompt's cells (a one-sequence state) into `slot`; the answer's tokens
-        follow its last position."""
-        self.release(slot)
+    def load(self, slot: Slot, state: StateBytes, positions: np.ndarray) -> None:
+        """Put a pruned prompt's cells (a one-sequence state) into the free `slot`; the answer's
+        tokens follow its last position."""
         self.ctx.load_state(state_for_streams(state, len(self.slots)), slot.seq)
-        slot.owner, slot.busy = owner, True
+        slot.busy = True
         slot.cells, slot.next_pos = len(positions), int(positions[-1]) + 1
-        slot.last_used = time.monotonic()
 
     def room(self, slot: Slot) -> int:
         """Cells left in the slot's stream."""
@@ -71,16 +62,14 @@ class SlotDecoder:
     def step(self, slots: list[Slot], tokens: list[int]) -> None:
         """Decode token i into slots[i] (one llama_decode for all); logits row i belongs to slot i."""
         self.ctx.decode_many(tokens, [slot.next_pos for slot in slots], [slot.seq for slot in slots])
-        now = time.monotonic()
         for slot in slots:
             slot.next_pos += 1
             slot.cells += 1
-            slot.last_used = now
 
     def release(self, slot: Slot) -> None:
-        """Drop the slot's cells."""
+        """Drop the slot's cells: it is free again."""
         self.ctx.remove(slot.seq, -1, -1)
-        slot.owner, slot.busy, slot.cells, slot.next_pos = None, False, 0, 0
+        slot.busy, slot.cells, slot.next_pos = False, 0, 0
 
     def close(self) -> None:
         self.ctx.close()
