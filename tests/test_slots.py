@@ -70,7 +70,7 @@ def _row_logits(decoder: SlotDecoder, row: int) -> np.ndarray:
 
 def test_a_pruned_prompt_moved_into_a_sequence_answers_as_on_its_own_context(engine: Engine) -> None:
     prepared = _prepared(engine, LONG)
-    assert len(prepared.positions) <= SETTINGS.method.budget < prepared.prompt_tokens
+    assert len(prepared.positions) <= SETTINGS.method.budget < prepared.selected.n_prompt
     first, logits_after_first = _single_sequence(engine, LONG)
     assert prepared.first_token == first
     decoder = SlotDecoder(engine.model, n_slots=3, slot_cells=512)
@@ -220,5 +220,5 @@ def test_a_pasted_chat_reading_is_saved_and_loaded_for_the_follow_up(tiny_model_
             {"role": "assistant", "content": "Noted."},
             {"role": "user", "content": "And item 7?"},
         ))
-        assert second.loaded_tokens == first.prompt_tokens - SETTINGS.method.window
-        assert second.prompt_tokens > first.prompt_tokens
+        assert second.loaded_tokens == first.selected.n_prompt - SETTINGS.method.window
+        assert second.selected.n_prompt > first.selected.n_prompt

@@ -1,4 +1,4 @@
-"""Generation: llama.cpp's sampler chain, one token at a time, with the decode ring.
+"""Generation: llama.cpp's sampler chain, one token at a time, with the decode ring; an answer's stats.
 
 When the answer would overflow the context, the oldest answer tokens are evicted (never the
 prompt: sinks, kept document entries and the question stay), so an answer can be longer than the
@@ -10,29 +10,95 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import numpy as np
 
 from kvchat.engine.cache import KvCache
+from kvchat.engine.selected import Selected
+from kvchat.engine.settings import AskSettings
 from kvchat.errors import KvCacheFullError
-from kvchat.events import Event, Evicted, Token
+from kvchat.events import Event, Evicted, Stats, Token
 from kvchat.llama import Detokenizer, LlamaModel, Sampler
 
 RING_EVICT_FRACTION = 4  # evict a quarter of the ring at a time: one compaction per many tokens
 
 
-@dataclass
 class Generation:
-    """What generate() produced; filled in as it runs."""
+    """One answer's tokens becoming its text: the end of generation, the token limit, the
+    detokenizer and its flush, the stop reason and the timings. generate() feeds it from one
+    context; the server's scheduler feeds every answer of a batched decode step the same way."""
 
-    text: str = ""
-    ended: bool = False  # the model ended its answer (generation may go on for timing)
-    tokens: int = 0
-    decoded: int = 0
-    stop_reason: str = "max_tokens"
-    first_token_at: float = 0.0
-    decode_s: float = 0.0
+    def __init__(self, model: LlamaModel, max_tokens: int, stop_at_end: bool = True) -> None:
+        self._model = model
+        self._max_tokens = max_tokens
+        self._stop_at_end = stop_at_end  # False: go on to max_tokens (benchmarks compare equal lengths)
+        self._detokenizer = Detokenizer(model)
+        self.text = ""
+        self.ended = False  # the model ended its answer (generation may go on for timing)
+        self.over = False  # nothing more is to be decoded
+        self.tokens = 0
+        self.decoded = 0
+        self.stop_reason = "max_tokens"
+        self.first_token_at = 0.0
+        self.decode_s = 0.0
+
+    def add(self, token: int) -> str:
+        """Take the next sampled token; returns the text it adds ('' for none)."""
+        if not self.first_token_at:
+            self.first_token_at = time.perf_counter()
+        if not self.ended and self._model.is_end_of_generation(token):
+            self.ended, self.stop_reason = True, "stop"
+            if self._stop_at_end:
+                self.over = True
+                return ""
+        self.tokens += 1
+        text = "" if self.ended else self._detokenizer.feed(token)
+        self.text += text
+        if self.tokens >= self._max_tokens:
+            self.stop_reason, self.over = ("stop" if self.ended else "max_tokens"), True
+        return text
+
+    def stop(self, reason: str) -> None:
+        """End the answer early: "cancelled", or "max_tokens" when no cell is left for it."""
+        self.stop_reason, self.over = reason, True
+
+    def flush(self) -> str:
+        """The text the detokenizer still holds (a character cut short by the limit or a stop)."""
+        tail = "" if self.ended else self._detokenizer.flush()
+        self.text += tail
+        return tail
+
+
+def answer_stats(
+    model: LlamaModel,
+    model_name: str,
+    settings: AskSettings,
+    prompt: Selected,
+    generation: Generation,
+    began: float,
+    peak_cells: int,
+) -> Stats:
+    """The stats of one answer, for ask, conversations and the server alike. `began` is when the
+    answer's wait began (the reading it counts included; a server request: when it arrived)."""
+    bytes_per_token = model.shape.kv_bytes_per_token(settings.cache_type_k, settings.cache_type_v)
+    decoded = max(generation.tokens - 1, 0)
+    now = time.perf_counter()
+    return Stats(
+        model=model_name,
+        method=settings.method.name,
+        budget=settings.method.budget,
+        prompt_tokens=prompt.n_prompt,
+        kept_tokens=prompt.kept,
+        generated_tokens=generation.tokens,
+        kv_bytes_full=prompt.n_prompt * bytes_per_token,
+        kv_bytes_kept=prompt.kept * bytes_per_token,
+        prefill_tokens_per_s=prompt.n_prompt / max(prompt.reading_s + prompt.window_s, 1e-9),
+        decode_tokens_per_s=decoded / generation.decode_s if generation.decode_s > 0 else 0.0,
+        ttft_s=(generation.first_token_at or now) - began,
+        total_s=now - began,
+        peak_cells=peak_cells,
+        stop_reason=generation.stop_reason,
+    )
 
 
 def make_room(cache: KvCache, n_ctx: int, n_ctx_train: int, protected: int) -> Evicted | None:
@@ -54,45 +120,28 @@ def make_room(cache: KvCache, n_ctx: int, n_ctx_train: int, protected: int) -> E
 
 def generate(
     cache: KvCache,
-    model: LlamaModel,
     sampler: Sampler,
-    max_tokens: int,
-    result: Generation,
+    generation: Generation,
     cancel: threading.Event | None = None,
-    stop_at_end: bool = True,
 ) -> Iterator[Event]:
-    """Sample from the last logits, then decode one token at a time until the end or the limit.
-
-    With stop_at_end=False it decodes `max_tokens` tokens in any case (benchmarks compare equal
-    lengths); the answer's text is still what came before the model ended it.
-    """
-    detokenizer = Detokenizer(model)
+    """Sample from the last logits, then decode one token at a time until `generation` is over."""
     protected = cache.cells
-    n_ctx_train = model.shape.n_ctx_train
+    n_ctx_train = cache.ctx.model.shape.n_ctx_train
     token = sampler.sample(cache.ctx.handle)
-    result.first_token_at = time.perf_counter()
     while True:
-        if not result.ended and model.is_end_of_generation(token):
-            result.ended, result.stop_reason = True, "stop"
-            if stop_at_end:
-                break
-        result.tokens += 1
-        if not result.ended and (text := detokenizer.feed(token)):
-            result.text += text
+        if text := generation.add(token):
             yield Token(text)
-        if result.tokens >= max_tokens:
-            result.stop_reason = "stop" if result.ended else "max_tokens"
+        if generation.over:
             break
         if cancel is not None and cancel.is_set():
-            result.stop_reason = "cancelled"
+            generation.stop("cancelled")
             break
         started = time.perf_counter()
         if evicted := make_room(cache, cache.ctx.n_ctx, n_ctx_train, protected):
             yield evicted
         cache.decode([token], want_logits=True)
-        result.decoded += 1
+        generation.decoded += 1
         token = sampler.sample(cache.ctx.handle)
-        result.decode_s += time.perf_counter() - started
-    if not result.ended and (tail := detokenizer.flush()):
-        result.text += tail
+        generation.decode_s += time.perf_counter() - started
+    if tail := generation.flush():
         yield Token(tail)

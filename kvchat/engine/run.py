@@ -11,31 +11,20 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import numpy as np
 
 from kvchat.engine.cache import KvCache
-from kvchat.engine.generate import Generation, generate
+from kvchat.engine.generate import Generation, answer_stats, generate
 from kvchat.engine.pipeline import plan_cells, prefill
+from kvchat.engine.selected import Selected
 from kvchat.engine.settings import AskSettings
 from kvchat.engine.states import DocumentStates
 from kvchat.engine.stream import StreamSettings, stream_read
 from kvchat.errors import DecodeError
-from kvchat.events import Done, Event, Progress, Pruned, Stats
+from kvchat.events import Done, Event, Progress, Pruned
 from kvchat.llama import ContextSettings, LlamaContext, LlamaModel, Sampler, StateBytes
-
-
-@dataclass(frozen=True)
-class Selected:
-    """What select() leaves for answer(): the prompt, the cells kept of it, and the time the
-    answer's first token waits for (the reading counted into it, then the selection's own)."""
-
-    n_prompt: int
-    kept: int
-    reading_s: float
-    window_s: float
-    started: float  # when the selection began
 
 
 class PromptRun:
@@ -53,7 +42,6 @@ class PromptRun:
         self.read_s = 0.0
         self._saved: tuple[StateBytes, np.ndarray, np.ndarray, int] | None = None
         self._at_saved = False  # the cache is exactly the saved state (restore() has nothing to do)
-        self.last_generated = 0
 
     @property
     def n_ctx(self) -> int:
@@ -206,34 +194,15 @@ class PromptRun:
 
     def answer(self, settings: AskSettings, selected: Selected, cancel: threading.Event | None = None) -> Iterator[Event]:
         """Generate from the logits select() left; Token events, then Done."""
-        result = Generation()
+        generation = Generation(self.model, settings.max_tokens, settings.stop_at_end)
         sampler = Sampler(settings.sampler)
         try:
-            yield from generate(self.cache, self.model, sampler, settings.max_tokens, result, cancel, settings.stop_at_end)
+            yield from generate(self.cache, sampler, generation, cancel)
         finally:
             sampler.close()
-        self.last_generated = result.decoded
-        yield Done(answer=result.text, stats=self._stats(settings, selected, result))
-
-    def _stats(self, settings: AskSettings, selected: Selected, result: Generation) -> Stats:
-        bytes_per_token = self.model.shape.kv_bytes_per_token(settings.cache_type_k, settings.cache_type_v)
-        decoded = max(result.tokens - 1, 0)
-        return Stats(
-            model=self.model_name,
-            method=settings.method.name,
-            budget=settings.method.budget,
-            prompt_tokens=selected.n_prompt,
-            kept_tokens=selected.kept,
-            generated_tokens=result.tokens,
-            kv_bytes_full=selected.n_prompt * bytes_per_token,
-            kv_bytes_kept=selected.kept * bytes_per_token,
-            prefill_tokens_per_s=selected.n_prompt / max(selected.reading_s + selected.window_s, 1e-9),
-            decode_tokens_per_s=decoded / result.decode_s if result.decode_s > 0 else 0.0,
-            ttft_s=selected.reading_s + (result.first_token_at - selected.started),
-            total_s=selected.reading_s + (time.perf_counter() - selected.started),
-            peak_cells=self.cache.peak_cells,
-            stop_reason=result.stop_reason,
-        )
+        began = selected.started - selected.reading_s
+        stats = answer_stats(self.model, self.model_name, settings, selected, generation, began, self.cache.peak_cells)
+        yield Done(answer=generation.text, stats=stats)
 
     def close(self) -> None:
         self.cache.ctx.close()

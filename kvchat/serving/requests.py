@@ -14,7 +14,8 @@ import numpy as np
 from kvchat.documents import Document
 from kvchat.engine.core import Engine
 from kvchat.engine.prompt import Turn, chat_tokens
-from kvchat.engine.run import PromptRun, Selected
+from kvchat.engine.run import PromptRun
+from kvchat.engine.selected import Selected
 from kvchat.engine.settings import AskSettings
 from kvchat.engine.sizing import context_size
 from kvchat.engine.states import DocumentStates
@@ -43,8 +44,7 @@ class PreparedPrompt:
     state: StateBytes  # the kept cells, as a one-sequence state
     positions: np.ndarray  # their positions
     first_token: int  # the answer's first token, sampled from the logits of the whole prompt
-    prompt_tokens: int
-    read_s: float
+    selected: Selected  # the prompt's length, the cells kept, the reading's and the selection's time
     loaded_tokens: int = 0  # taken from a saved reading instead of being read
 
 
@@ -106,4 +106,4 @@ def _tokens_sha256(tokens: list[int]) -> str:
 def _taken(run: PromptRun, selected: Selected, sampler: Sampler, loaded_tokens: int = 0) -> PreparedPrompt:
     cache = run.cache
     first_token = sampler.sample(cache.ctx.handle)
-    return PreparedPrompt(cache.state(), cache.positions.copy(), first_token, selected.n_prompt, selected.reading_s, loaded_tokens)
+    return PreparedPrompt(cache.state(), cache.positions.copy(), first_token, selected, loaded_tokens)

@@ -17,10 +17,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from kvchat.engine.core import Engine
+from kvchat.engine.generate import Generation, answer_stats
 from kvchat.engine.settings import KvLayout
 from kvchat.errors import CancelledError, KvchatError, PromptTooLongError
-from kvchat.events import Done, Event, Progress, Stats, Token
-from kvchat.llama import Detokenizer, Sampler
+from kvchat.events import Done, Event, Progress, Token
+from kvchat.llama import Sampler
 from kvchat.serving.requests import ChatRequest, PreparedPrompt, prepare
 from kvchat.serving.slots import Slot, SlotDecoder
 
@@ -54,12 +55,8 @@ class _Answer:
     slot: Slot
     prompt: PreparedPrompt
     sampler: Sampler
-    detokenizer: Detokenizer
+    generation: Generation
     next_token: int
-    text: str = ""
-    generated: int = 0
-    first_token_at: float = 0.0
-    decode_s: float = 0.0
 
 
 class Scheduler:
@@ -197,8 +194,8 @@ class Scheduler:
         return slot
 
     def _start(self, job: ChatJob, slot: Slot, prepared: PreparedPrompt, sampler: Sampler) -> None:
-        answer = _Answer(job, slot, prepared, sampler, Detokenizer(self.engine.model), prepared.first_token)
-        answer.first_token_at = time.perf_counter()
+        generation = Generation(self.engine.model, job.request.settings.max_tokens)
+        answer = _Answer(job, slot, prepared, sampler, generation, prepared.first_token)
         self._answers.append(answer)
         self._advance(answer, prepared.first_token)
 
@@ -213,32 +210,35 @@ class Scheduler:
             return self._fail_answers(KvchatError(f"decoding failed: {error}", "see the server's log file"))
         elapsed = time.perf_counter() - started
         for row, answer in enumerate(answers):
-            answer.decode_s += elapsed
+            answer.generation.decoded += 1
+            answer.generation.decode_s += elapsed
             self._advance(answer, answer.sampler.sample(self.decoder.ctx.handle, row))
 
     def _advance(self, answer: _Answer, token: int) -> None:
-        model, settings = self.engine.model, answer.job.request.settings
-        if model.is_end_of_generation(token):
-            return self._finish(answer, "stop")
-        answer.generated += 1
-        if text := answer.detokenizer.feed(token):
-            answer.text += text
+        """The answer takes its next token (the engine's Generation decides what ends it)."""
+        generation = answer.generation
+        if text := generation.add(token):
             answer.job.emit(Token(text))
-        if answer.job.cancel.is_set() or self._stopping:
-            return self._finish(answer, "cancelled")
-        if answer.generated >= settings.max_tokens or self.decoder.room(answer.slot) < 1:
-            return self._finish(answer, "max_tokens")
+        if not generation.over and (answer.job.cancel.is_set() or self._stopping):
+            generation.stop("cancelled")
+        if not generation.over and self.decoder.room(answer.slot) < 1:
+            generation.stop("max_tokens")
+        if generation.over:
+            return self._finish(answer)
         answer.next_token = token
 
-    def _finish(self, answer: _Answer, stop_reason: str) -> None:
-        if tail := answer.detokenizer.flush():
-            answer.text += tail
+    def _finish(self, answer: _Answer) -> None:
+        generation = answer.generation
+        if tail := generation.flush():
             answer.job.emit(Token(tail))
         answer.sampler.close()
-        stats = self._stats(answer, stop_reason)  # before the release: it counts the sequence's cells
+        settings, prompt = answer.job.request.settings, answer.prompt.selected
+        stats = answer_stats(  # before the release: it counts the sequence's cells
+            self.engine.model, self.engine.model_name, settings, prompt, generation, answer.job.submitted, answer.slot.cells
+        )
         self.decoder.release(answer.slot)
         self._answers.remove(answer)
-        answer.job.emit(Done(answer.text, stats))
+        answer.job.emit(Done(generation.text, stats))
 
     def _fail_answers(self, error: KvchatError) -> None:
         for answer in list(self._answers):
@@ -246,19 +246,3 @@ class Scheduler:
             self.decoder.release(answer.slot)
             self._answers.remove(answer)
             answer.job.emit(error)
-
-    def _stats(self, answer: _Answer, stop_reason: str) -> Stats:
-        settings, prompt = answer.job.request.settings, answer.prompt
-        per_token = self.engine.model.shape.kv_bytes_per_token(settings.cache_type_k, settings.cache_type_v)
-        kept = len(prompt.positions)
-        now = time.perf_counter()
-        return Stats(
-            model=self.engine.model_name, method=settings.method.name, budget=settings.method.budget,
-            prompt_tokens=prompt.prompt_tokens, kept_tokens=kept, generated_tokens=answer.generated,
-            kv_bytes_full=prompt.prompt_tokens * per_token, kv_bytes_kept=kept * per_token,
-            prefill_tokens_per_s=prompt.prompt_tokens / max(prompt.read_s, 1e-9),
-            decode_tokens_per_s=max(answer.generated - 1, 0) / answer.decode_s if answer.decode_s else 0.0,
-            ttft_s=(answer.first_token_at or now) - answer.job.submitted, total_s=now - answer.job.submitted,
-            peak_cells=answer.slot.cells, stop_reason=stop_reason,
-        )
-
