@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from kvchat.cli.options import CACHE_TYPE_K, CACHE_TYPE_V, FLASH_ATTN, GPU_LAYERS, flash_attention, warn_about_gpu_layers
+from kvchat.cli.options import CACHE_TYPE_K, CACHE_TYPE_V, FLASH_ATTN, GPU_LAYERS, kv_layout, warn_about_gpu_layers
 from kvchat.cli.render import render
 from kvchat.documents import load_document
 from kvchat.engine import AskSettings, Engine, StreamSettings
@@ -60,9 +60,7 @@ def ask_command(
         sampler=SamplerSettings(temperature=temperature, seed=seed),
         n_ctx=n_ctx,
         threads=threads,
-        flash_attn=flash_attention(flash_attn, gpu_layers),
-        cache_type_k=cache_type_k,
-        cache_type_v=cache_type_v,
+        layout=kv_layout(flash_attn, gpu_layers, cache_type_k, cache_type_v),
     )
     stream = StreamSettings(chunk=chunk, recent=recent)
     document = load_document(path)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from kvchat.cli.options import CACHE_TYPE_K, CACHE_TYPE_V, FLASH_ATTN, GPU_LAYERS, flash_attention, gpu_layers_warning
+from kvchat.cli.options import CACHE_TYPE_K, CACHE_TYPE_V, FLASH_ATTN, GPU_LAYERS, gpu_layers_warning, kv_layout
 from kvchat.engine import AskSettings
 from kvchat.llama import SamplerSettings
 from kvchat.policy import DEFAULT_BUDGET, DEFAULT_WINDOW, SnapKV, method_named, methods_help
@@ -33,9 +33,7 @@ def chat_command(
         max_tokens=max_tokens,
         sampler=SamplerSettings(temperature=temperature),
         threads=threads,
-        flash_attn=flash_attention(flash_attn, gpu_layers),
-        cache_type_k=cache_type_k,
-        cache_type_v=cache_type_v,
+        layout=kv_layout(flash_attn, gpu_layers, cache_type_k, cache_type_v),
     )
     from kvchat.tui.app import KvchatApp  # Textual is imported only for this command
     from kvchat.tui.sessions import EngineSessions

@@ -94,11 +94,7 @@ class ChatService:
         sampler = SamplerSettings(temperature=body.temperature or 0.0, top_p=body.top_p or 0.95, seed=body.seed)
         try:
             method = method_named(body.kv_method or SnapKV.name, budget=budget, window=min(DEFAULT_WINDOW, budget - 8))
-            layout = limits.layout
-            return AskSettings(
-                method=method, max_tokens=max_tokens, sampler=sampler,
-                threads=self.threads, flash_attn=layout.flash_attn, cache_type_k=layout.type_k, cache_type_v=layout.type_v,
-            )
+            return AskSettings(method=method, max_tokens=max_tokens, sampler=sampler, threads=self.threads, layout=limits.layout)
         except KvchatError as error:
             raise api_error(error) from None
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from kvchat.documents import load_document
-from kvchat.engine import AskSettings, Engine
+from kvchat.engine import AskSettings, Engine, KvLayout
 from kvchat.engine.cache import KvCache
 from kvchat.engine.pipeline import plan_cells
 from kvchat.engine.prompt import chat_tokens
@@ -107,11 +107,10 @@ def test_rotated_quantized_keys_are_rotated_back(default_model_path: Path) -> No
 
 def test_a_quantized_v_cache_needs_flash_attention() -> None:
     with pytest.raises(SettingsError, match="needs flash attention"):
-        AskSettings(cache_type_v="q8_0")
+        KvLayout(type_v="q8_0")
     with pytest.raises(SettingsError, match="unknown KV cache type"):
-        AskSettings(cache_type_k="q4_0")
-    assert AskSettings(cache_type_v="q8_0", flash_attn=True).cache_type_v == "q8_0"
-    assert AskSettings(cache_type_k="q8_0", cache_type_v="q8_0", flash_attn=True).method.scores
+        KvLayout(type_k="q4_0")
+    assert AskSettings(layout=KvLayout(True, "q8_0", "q8_0")).layout.type_v == "q8_0"
 
 
 def test_readings_of_each_cache_type_are_saved_apart_and_reloaded(tiny_model_path: Path, tmp_path: Path) -> None:
@@ -120,7 +119,7 @@ def test_readings_of_each_cache_type_are_saved_apart_and_reloaded(tiny_model_pat
     with Engine(str(tiny_model_path)) as engine:
         notices = []
         for cache_type_k in ("f16", "q8_0", "q8_0"):
-            settings = AskSettings(method=SnapKV(budget=64, window=16), max_tokens=4, cache_type_k=cache_type_k)
+            settings = AskSettings(method=SnapKV(budget=64, window=16), max_tokens=4, layout=KvLayout(type_k=cache_type_k))
             events = list(engine.ask(load_document(document), "Boat?", settings))
             assert isinstance(events[-1], Done)
             notices.append([e.text for e in events if isinstance(e, Notice)])

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kvchat.engine import AskSettings, Engine
+from kvchat.engine import AskSettings, Engine, KvLayout
 from kvchat.engine.cache import KvCache
 from kvchat.engine.pipeline import plan_cells
 from kvchat.engine.prompt import chat_tokens
@@ -70,7 +70,7 @@ def test_flash_attention_readings_are_saved_apart(tiny_model_path: Path, tmp_pat
     document.write_text("The boat was named the Grey Heron. " * 80, encoding="utf-8")
     with Engine(str(tiny_model_path)) as engine:
         for flash_attn in (False, True, False, True):
-            settings = AskSettings(method=SnapKV(budget=64, window=16), max_tokens=4, flash_attn=flash_attn)
+            settings = AskSettings(method=SnapKV(budget=64, window=16), max_tokens=4, layout=KvLayout(flash_attn=flash_attn))
             events = list(engine.ask(load_document(document), "Boat?", settings))
             assert isinstance(events[-1], Done)
         assert len(engine.states.store.entries()) == 2

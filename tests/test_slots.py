@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kvchat.engine import AskSettings, Engine
+from kvchat.engine import AskSettings, Engine, KvLayout
 from kvchat.engine.prompt import chat_tokens
 from kvchat.engine.run import PromptRun
 from kvchat.errors import KvchatError
@@ -204,7 +204,7 @@ def test_a_failed_decode_step_fails_the_answers_in_progress_and_the_server_goes_
 def test_a_job_read_with_another_cache_layout_is_refused(engine: Engine) -> None:
     scheduler = Scheduler(engine, n_slots=1, slot_cells=512, max_waiting=4)
     try:
-        settings = AskSettings(method=SETTINGS.method, flash_attn=True)
+        settings = AskSettings(method=SETTINGS.method, layout=KvLayout(flash_attn=True))
         with pytest.raises(ValueError, match="cannot move into"):
             scheduler.submit(ChatJob(ChatRequest(settings, messages=({"role": "user", "content": "hi"},)), lambda _event: None))
     finally:

@@ -80,7 +80,7 @@ def answer_stats(
 ) -> Stats:
     """The stats of one answer, for ask, conversations and the server alike. `began` is when the
     answer's wait began (the reading it counts included; a server request: when it arrived)."""
-    bytes_per_token = model.shape.kv_bytes_per_token(settings.cache_type_k, settings.cache_type_v)
+    bytes_per_token = model.shape.kv_bytes_per_token(settings.layout.type_k, settings.layout.type_v)
     decoded = max(generation.tokens - 1, 0)
     now = time.perf_counter()
     return Stats(

@@ -34,8 +34,8 @@ class PromptRun:
         self.model = model
         self.model_name = model_name
         self._context_settings = ContextSettings(
-            n_ctx=n_ctx, n_batch=settings.n_batch, threads=settings.threads, flash_attn=settings.flash_attn,
-            type_k=settings.cache_type_k, type_v=settings.cache_type_v,
+            n_ctx=n_ctx, n_batch=settings.n_batch, threads=settings.threads, flash_attn=settings.layout.flash_attn,
+            type_k=settings.layout.type_k, type_v=settings.layout.type_v,
         )
         self.cache = KvCache(LlamaContext(model, self._context_settings))
         self.read_upto = 0

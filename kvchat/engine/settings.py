@@ -41,9 +41,7 @@ class AskSettings:
     n_batch: int = 512
     threads: int | None = None
     stop_at_end: bool = True  # False: always generate max_tokens (benchmarks compare equal lengths)
-    flash_attn: bool = False  # on: scores come from the query probe (queries + cached keys)
-    cache_type_k: str = "f16"
-    cache_type_v: str = "f16"
+    layout: KvLayout = field(default_factory=KvLayout)  # flash attention on: scores from the query probe
 
     def __post_init__(self) -> None:
         if self.max_tokens < 1:
@@ -52,13 +50,8 @@ class AskSettings:
             raise SettingsError(f"threads must be at least 1, got {self.threads}", "use 1 or more threads, or leave it unset for all cores")
         if self.n_ctx is not None and self.n_ctx < 1:
             raise SettingsError(f"context size must be at least 1, got {self.n_ctx}", "leave it unset to fit the prompt")
-        self.layout  # refuses unknown cache types and a quantized V without flash attention
         if self.method.window > self.n_batch:
             raise SettingsError(
                 f"window {self.method.window} is larger than the batch size {self.n_batch}",
                 f"use a window of {self.n_batch} or less",
             )
-
-    @property
-    def layout(self) -> KvLayout:
-        return KvLayout(self.flash_attn, self.cache_type_k, self.cache_type_v)
