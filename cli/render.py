@@ -13,7 +13,7 @@ from kvchat.events import Done, Event, Notice, Progress as ReadProgress, Pruned,
 
 MIB = 2**20
 JSON_KEYS = (
-    "answer", "model", "method", "budget", "prompt_tokens", "kept_tokens", "kv_bytes_full",
+    "answer", "model", "method", "budget", "prompt_tokens", "loaded_tokens", "read_tokens", "kept_tokens", "kv_bytes_full",
     "kv_bytes_kept", "prefill_tokens_per_s", "decode_tokens_per_s", "ttft_s", "total_s",
 )
 

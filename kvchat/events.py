@@ -58,6 +58,7 @@ class Stats:
     budget: int
     prompt_tokens: int
     kept_tokens: int
+    loaded_tokens: int  # of the prompt, taken from a saved reading instead of being read
     generated_tokens: int
     kv_bytes_full: int
     kv_bytes_kept: int
@@ -67,6 +68,11 @@ class Stats:
     total_s: float
     peak_cells: int
     stop_reason: str
+
+    @property
+    def read_tokens(self) -> int:
+        """Prompt tokens the model read (decoded) for this answer."""
+        return self.prompt_tokens - self.loaded_tokens
 
     @property
     def compression(self) -> float:

@@ -142,7 +142,9 @@ def _completion(done: Done, completion_id: str, created: int, model_id: str) -> 
         "choices": [{"index": 0, "message": {"role": "assistant", "content": done.answer},
                      "finish_reason": FINISH_REASONS.get(done.stats.stop_reason, "stop")}],
         "usage": _usage(done),
-        "kv": {"prompt_tokens": done.stats.prompt_tokens, "kept_tokens": done.stats.kept_tokens, "ttft_s": round(done.stats.ttft_s, 4)},
+        "kv": {"prompt_tokens": done.stats.prompt_tokens, "loaded_tokens": done.stats.loaded_tokens,
+               "read_tokens": done.stats.read_tokens, "kept_tokens": done.stats.kept_tokens,
+               "ttft_s": round(done.stats.ttft_s, 4)},
     }
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import inspect
 import json
 import os
+import re
 import subprocess
 import sys
 import typing
@@ -18,7 +19,7 @@ from kvchat.cli import app as cli_app
 from test_documents import BAD_DOCUMENTS
 
 JSON_KEYS = {
-    "answer", "model", "method", "budget", "prompt_tokens", "kept_tokens", "kv_bytes_full",
+    "answer", "model", "method", "budget", "prompt_tokens", "loaded_tokens", "read_tokens", "kept_tokens", "kv_bytes_full",
     "kv_bytes_kept", "prefill_tokens_per_s", "decode_tokens_per_s", "ttft_s", "total_s",
 }
 
@@ -174,8 +175,13 @@ def test_second_ask_uses_the_saved_reading_and_no_cache_does_not(document, tiny_
     uncached = run_kvchat(*ask_args(document, tiny_model_path, "--json", "--no-cache"), home=isolated_home)
     assert "loaded the saved reading" in second.stderr
     assert "loaded" not in first.stderr and "loaded" not in uncached.stderr
-    answers = {json.loads(r.stdout)["answer"] for r in (first, second, uncached)}
-    assert len(answers) == 1
+    records = [json.loads(r.stdout) for r in (first, second, uncached)]
+    assert len({record["answer"] for record in records}) == 1
+    loaded_read = [(record["loaded_tokens"], record["read_tokens"]) for record in records]
+    prompt = records[0]["prompt_tokens"]
+    match = re.search(r"saved reading of notes.txt \(([\d,]+) tokens\)", second.stderr)
+    document_tokens = int(match.group(1).replace(",", ""))
+    assert loaded_read == [(0, prompt), (document_tokens, prompt - document_tokens), (0, prompt)]
 
 
 def test_damaged_saved_reading_is_reported_once_and_recomputed(document, tiny_model_path, isolated_home) -> None:

@@ -176,11 +176,16 @@ def test_a_follow_up_loads_its_conversations_reading_and_reads_only_what_is_new(
     opened, continued, other = readings
     window = opened.request.settings.method.window
     saved = first.usage.prompt_tokens - window
-    assert opened.prepared.loaded_tokens == 0 and opened.progress[0] == 0 and opened.progress[-1] == saved
-    assert continued.prepared.loaded_tokens == saved and continued.progress[0] == saved
+    assert opened.prepared.selected.loaded_tokens == 0 and opened.progress[0] == 0 and opened.progress[-1] == saved
+    assert continued.prepared.selected.loaded_tokens == saved and continued.progress[0] == saved
     assert continued.progress[-1] == follow_up.usage.prompt_tokens - window
-    assert other.prepared.loaded_tokens == 0 and other.progress[0] == 0
+    assert other.prepared.selected.loaded_tokens == 0 and other.progress[0] == 0
     assert other.progress[-1] == unrelated.usage.prompt_tokens - window
+    kv = {name: completion.model_extra["kv"] for name, completion in
+          (("first", first), ("follow_up", follow_up), ("unrelated", unrelated))}  # what a client sees
+    assert (kv["first"]["loaded_tokens"], kv["first"]["read_tokens"]) == (0, first.usage.prompt_tokens)
+    assert (kv["follow_up"]["loaded_tokens"], kv["follow_up"]["read_tokens"]) == (saved, follow_up.usage.prompt_tokens - saved)
+    assert (kv["unrelated"]["loaded_tokens"], kv["unrelated"]["read_tokens"]) == (0, unrelated.usage.prompt_tokens)
 
 
 def test_a_server_with_flash_attention_on_answers_about_documents(tiny_model_path: Path, readings: list[Reading]) -> None:

@@ -214,11 +214,11 @@ def test_a_job_read_with_another_cache_layout_is_refused(engine: Engine) -> None
 def test_a_pasted_chat_reading_is_saved_and_loaded_for_the_follow_up(tiny_model_path: Path) -> None:
     with Engine(str(tiny_model_path), use_cache=True) as engine:
         first = _prepared(engine, LONG)
-        assert first.loaded_tokens == 0
+        assert first.selected.loaded_tokens == 0
         second = _prepared(engine, "", messages=(
             {"role": "user", "content": LONG},  # the same first message: the conversation goes on
             {"role": "assistant", "content": "Noted."},
             {"role": "user", "content": "And item 7?"},
         ))
-        assert second.loaded_tokens == first.selected.n_prompt - SETTINGS.method.window
+        assert second.selected.loaded_tokens == first.selected.n_prompt - SETTINGS.method.window
         assert second.selected.n_prompt > first.selected.n_prompt

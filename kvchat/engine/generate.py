@@ -89,6 +89,7 @@ def answer_stats(
         budget=settings.method.budget,
         prompt_tokens=prompt.n_prompt,
         kept_tokens=prompt.kept,
+        loaded_tokens=prompt.loaded_tokens,
         generated_tokens=generation.tokens,
         kv_bytes_full=prompt.n_prompt * bytes_per_token,
         kv_bytes_kept=prompt.kept * bytes_per_token,

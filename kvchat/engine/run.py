@@ -28,7 +28,9 @@ from kvchat.llama import ContextSettings, LlamaContext, LlamaModel, Sampler, Sta
 
 
 class PromptRun:
-    """Owns a context and its cache; prompt tokens [0, read_upto) have been read into it."""
+    """Owns a context and its cache; prompt tokens [0, read_upto) are in it, the first
+    `loaded_upto` of them from a saved state (a file, the restore point, a kept prefix) rather than
+    decoded for the coming answer."""
 
     def __init__(self, model: LlamaModel, n_ctx: int, settings: AskSettings, model_name: str) -> None:
         self.model = model
@@ -39,6 +41,7 @@ class PromptRun:
         )
         self.cache = KvCache(LlamaContext(model, self._context_settings))
         self.read_upto = 0
+        self.loaded_upto = 0
         self.read_s = 0.0
         self._saved: tuple[StateBytes, np.ndarray, np.ndarray, int] | None = None
         self._at_saved = False  # the cache is exactly the saved state (restore() has nothing to do)
@@ -95,7 +98,7 @@ class PromptRun:
         returns to it. `started` is when fetching the state began: that is the reading time."""
         positions = np.arange(len(tokens), dtype=np.int64)
         self.cache.load(state, positions, np.asarray(tokens, dtype=np.int64))
-        self.read_upto = len(tokens)
+        self.read_upto = self.loaded_upto = len(tokens)
         self._saved = (state, self.cache.positions, self.cache.tokens, self.read_upto)
         self._at_saved = True
         self.read_s = time.perf_counter() - started
@@ -128,7 +131,7 @@ class PromptRun:
         if state is None:
             raise RuntimeError("restore() without save()")
         self.cache.load(state, positions, tokens)
-        self.read_upto = read_upto
+        self.read_upto = self.loaded_upto = read_upto
         self._at_saved = saved is None
 
     def mark_changed(self) -> None:
@@ -148,7 +151,7 @@ class PromptRun:
                 break
             shared += 1
         self.cache.keep_cells(np.flatnonzero(self.cache.positions < shared))
-        self.cache.next_pos = self.read_upto = shared
+        self.cache.next_pos = self.read_upto = self.loaded_upto = shared
         self._at_saved = False
 
     def select(
@@ -190,7 +193,7 @@ class PromptRun:
             window_s = time.perf_counter() - started
         self.read_upto = n_prompt
         reading_s = self.read_s if reading_s is None else reading_s
-        return Selected(n_prompt, self.cache.cells, reading_s, window_s, started)
+        return Selected(n_prompt, self.cache.cells, min(self.loaded_upto, n_prompt), reading_s, window_s, started)
 
     def answer(self, settings: AskSettings, selected: Selected, cancel: threading.Event | None = None) -> Iterator[Event]:
         """Generate from the logits select() left; Token events, then Done."""

@@ -12,6 +12,7 @@ class Selected:
 
     n_prompt: int
     kept: int
+    loaded_tokens: int  # of the prompt, taken from a saved state; the rest were read (decoded)
     reading_s: float
     window_s: float
     started: float  # when the selection began

@@ -44,8 +44,7 @@ class PreparedPrompt:
     state: StateBytes  # the kept cells, as a one-sequence state
     positions: np.ndarray  # their positions
     first_token: int  # the answer's first token, sampled from the logits of the whole prompt
-    selected: Selected  # the prompt's length, the cells kept, the reading's and the selection's time
-    loaded_tokens: int = 0  # taken from a saved reading instead of being read
+    selected: Selected  # the prompt's length, the cells kept and loaded, the reading's and the selection's time
 
 
 def prepare(engine: Engine, request: ChatRequest, cancel: threading.Event, sampler: Sampler) -> Iterator[Event]:
@@ -85,7 +84,7 @@ def _prepare_messages(engine: Engine, request: ChatRequest, cancel: threading.Ev
         if states is not None and prefix - loaded >= MIN_SAVED_READING:
             yield from states.save(_tokens_sha256(tokens[:prefix]), prefix, run.save(), "(chat messages)")
         selected = yield from run.select(tokens, settings, 0, cancel)
-        return _taken(run, selected, sampler, loaded)
+        return _taken(run, selected, sampler)
 
 
 def _load_saved_prefix(run: PromptRun, states: DocumentStates | None, tokens: list[int], upto: int) -> Iterator[Event]:
@@ -103,7 +102,7 @@ def _tokens_sha256(tokens: list[int]) -> str:
     return hashlib.sha256(np.asarray(tokens, dtype=np.int64).tobytes()).hexdigest()
 
 
-def _taken(run: PromptRun, selected: Selected, sampler: Sampler, loaded_tokens: int = 0) -> PreparedPrompt:
+def _taken(run: PromptRun, selected: Selected, sampler: Sampler) -> PreparedPrompt:
     cache = run.cache
     first_token = sampler.sample(cache.ctx.handle)
-    return PreparedPrompt(cache.state(), cache.positions.copy(), first_token, selected, loaded_tokens)
+    return PreparedPrompt(cache.state(), cache.positions.copy(), first_token, selected)
