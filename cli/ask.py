@@ -10,7 +10,7 @@ from rich.console import Console
 from kvchat.cli.options import CACHE_TYPE_K, CACHE_TYPE_V, FLASH_ATTN, GPU_LAYERS, kv_layout, warn_about_gpu_layers
 from kvchat.cli.render import render
 from kvchat.documents import load_document
-from kvchat.engine import AskSettings, Engine, StreamSettings
+from kvchat.engine import DEFAULT_MAX_TOKENS, AskSettings, Engine, StreamSettings
 from kvchat.cli.interrupt import interrupt_as_cancel
 from kvchat.errors import CancelledError, SettingsError
 from kvchat.llama import SamplerSettings
@@ -34,9 +34,9 @@ def ask_command(
     heads: HeadReduction = typer.Option(HeadReduction.SUM, help="How votes of all heads become one score."),
     spans: bool = typer.Option(True, help="Keep whole numbers and words once one of their tokens is chosen."),
     method: str = typer.Option(SnapKV.name, help=methods_help()),
-    chunk: int = typer.Option(512, help="snapstream: tokens read between evictions."),
-    recent: int = typer.Option(64, help="snapstream: most recent tokens always kept while reading."),
-    max_tokens: int = typer.Option(512, help="Most tokens to generate."),
+    chunk: int = typer.Option(StreamSettings.chunk, help="snapstream: tokens read between evictions."),
+    recent: int = typer.Option(StreamSettings.recent, help="snapstream: most recent tokens always kept while reading."),
+    max_tokens: int = typer.Option(DEFAULT_MAX_TOKENS, help="Most tokens to generate."),
     temperature: float = typer.Option(0.0, help="0 = greedy (deterministic)."),
     seed: int | None = typer.Option(None, help="Sampling seed (with --temperature > 0)."),
     threads: int | None = typer.Option(None, help="CPU threads (default: all cores)."),

@@ -14,7 +14,7 @@ from kvchat.bench.report import summarize, write_json
 from kvchat.bench.runner import QUICK, TASKS, BenchConfig, run_bench
 from kvchat.engine import AskSettings, Engine
 from kvchat.errors import SettingsError
-from kvchat.policy import METHODS
+from kvchat.policy import DEFAULT_BUDGET, METHODS
 
 
 def _split(text: str) -> list[str]:
@@ -73,7 +73,7 @@ def _table(summary: list[dict]) -> Table:
 
 
 def bench_command(
-    budget: list[int] = typer.Option([], "--budget", help="KV budget; repeat for several (default 1024)."),
+    budget: list[int] = typer.Option([], "--budget", help=f"KV budget; repeat for several (default {DEFAULT_BUDGET})."),
     tasks: str | None = typer.Option(None, help=f"Comma-separated: {', '.join(TASKS)}."),
     lengths: str | None = typer.Option(None, help="Context lengths, e.g. 2k,4k,8k,16k."),
     depths: str | None = typer.Option(None, help="Needle depths in 0..1, e.g. 0.1,0.5,0.9."),

@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from kvchat.cli.options import CACHE_TYPE_K, CACHE_TYPE_V, FLASH_ATTN, GPU_LAYERS, gpu_layers_warning, kv_layout
-from kvchat.engine import AskSettings
+from kvchat.engine import DEFAULT_MAX_TOKENS, AskSettings
 from kvchat.llama import SamplerSettings
 from kvchat.policy import DEFAULT_BUDGET, DEFAULT_WINDOW, SnapKV, method_named, methods_help
 
@@ -18,7 +18,7 @@ def chat_command(
     budget: int = typer.Option(DEFAULT_BUDGET, help="KV entries kept for the prompt, observation window included."),
     window: int = typer.Option(DEFAULT_WINDOW, help="Observation window: the question's last tokens whose attention votes."),
     method: str = typer.Option(SnapKV.name, help=methods_help()),
-    max_tokens: int = typer.Option(512, help="Most tokens per answer."),
+    max_tokens: int = typer.Option(DEFAULT_MAX_TOKENS, help="Most tokens per answer."),
     temperature: float = typer.Option(0.0, help="0 = greedy (deterministic)."),
     threads: int | None = typer.Option(None, help="CPU threads (default: all cores)."),
     gpu_layers: int = GPU_LAYERS,

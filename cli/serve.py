@@ -9,7 +9,9 @@ import typer
 from rich.console import Console
 
 from kvchat.cli.options import CACHE_TYPE_K, CACHE_TYPE_V, FLASH_ATTN, GPU_LAYERS, kv_layout, warn_about_gpu_layers
-from kvchat.engine import AskSettings, Engine
+from kvchat.engine import DEFAULT_MAX_TOKENS, AskSettings, Engine
+from kvchat.policy import DEFAULT_BUDGET
+from kvchat.serving.slots import DEFAULT_ROOM
 from kvchat.errors import SettingsError
 
 CURL_EXAMPLE = """\
@@ -47,11 +49,11 @@ def serve_command(
     port: int = typer.Option(8080, min=1, max=65535, help="Port to listen on."),
     api_key: str | None = typer.Option(None, envvar="KVCHAT_API_KEY", help="Require Authorization: Bearer KEY."),
     model: str = typer.Option("default", "--model", "-m", help="Registry name (see `kvchat models`) or a GGUF path."),
-    budget: int = typer.Option(1024, help="KV entries kept per conversation (a request may ask for fewer)."),
+    budget: int = typer.Option(DEFAULT_BUDGET, help="KV entries kept per conversation (a request may ask for fewer)."),
     max_sessions: int = typer.Option(8, help="Conversations held in the KV cache at once (one sequence each)."),
-    max_tokens: int = typer.Option(512, help="Most tokens per answer."),
+    max_tokens: int = typer.Option(DEFAULT_MAX_TOKENS, help="Most tokens per answer."),
     max_waiting: int = typer.Option(16, help="Requests that may wait for a sequence; more get 429."),
-    room: int = typer.Option(1024, help="Cells per conversation for its question and earlier turns, besides the budget."),
+    room: int = typer.Option(DEFAULT_ROOM, help="Cells per conversation for its question and earlier turns, besides the budget."),
     threads: int | None = typer.Option(None, help="CPU threads (default: all cores)."),
     gpu_layers: int = GPU_LAYERS,
     flash_attn: str = FLASH_ATTN,

@@ -13,17 +13,18 @@ import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from kvchat.engine import AskSettings, Engine, KvLayout
+from kvchat.engine import DEFAULT_MAX_TOKENS, AskSettings, Engine, KvLayout
 from kvchat.engine.prompt import Turn
 from kvchat.errors import KvchatError
 from kvchat.events import Done, Event
 from kvchat.llama import SamplerSettings
-from kvchat.policy import DEFAULT_WINDOW, SnapKV, method_named
+from kvchat.policy import DEFAULT_BUDGET, DEFAULT_WINDOW, SnapKV, method_named
 from kvchat.server.documents import DocumentLibrary
 from kvchat.server.errors import ApiError, api_error
 from kvchat.server.schemas import MIN_KV_BUDGET, ChatCompletionRequest, ChatMessage
 from kvchat.serving.requests import ChatRequest
 from kvchat.serving.scheduler import ChatJob, QueueFull, Scheduler, ShuttingDown
+from kvchat.serving.slots import DEFAULT_ROOM
 
 CHARS_PER_TOKEN_CAP = 16  # more than any tokenizer packs into one token of real text
 
@@ -31,13 +32,13 @@ CHARS_PER_TOKEN_CAP = 16  # more than any tokenizer packs into one token of real
 @dataclass(frozen=True)
 class ServerLimits:
     model_id: str
-    budget: int = 1024  # the default and the most a request may ask for
-    max_tokens: int = 512
+    budget: int = DEFAULT_BUDGET  # the default and the most a request may ask for
+    max_tokens: int = DEFAULT_MAX_TOKENS
     sequences: int = 8
     max_waiting: int = 16
     max_body_bytes: int = 64 * 2**20
     max_documents: int = 64
-    room: int = 1024  # cells per sequence for the question and earlier turns, besides the budget
+    room: int = DEFAULT_ROOM
     layout: KvLayout = KvLayout()  # flash attention and KV cache types of every context
 
     @property
@@ -91,7 +92,7 @@ class ChatService:
         max_tokens = body.max_completion_tokens or body.max_tokens or limits.max_tokens
         if max_tokens > limits.max_tokens:
             raise ApiError(400, f"max_tokens {max_tokens} is over this server's limit of {limits.max_tokens}", "max_tokens_too_large", "max_tokens")
-        sampler = SamplerSettings(temperature=body.temperature or 0.0, top_p=body.top_p or 0.95, seed=body.seed)
+        sampler = SamplerSettings(temperature=body.temperature or 0.0, top_p=body.top_p or SamplerSettings.top_p, seed=body.seed)
         try:
             method = method_named(body.kv_method or SnapKV.name, budget=budget, window=min(DEFAULT_WINDOW, budget - 8))
             return AskSettings(method=method, max_tokens=max_tokens, sampler=sampler, threads=self.threads, layout=limits.layout)

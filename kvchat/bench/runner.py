@@ -11,7 +11,7 @@ from kvchat.bench.compare import answer_of, compare
 from kvchat.bench.tasks import Case, contract_cases, multikey_case, needle_case, score, variable_tracking_case
 from kvchat.engine import AskSettings, Engine
 from kvchat.events import Pruned
-from kvchat.policy import METHODS, SnapKV, method_named, method_options
+from kvchat.policy import DEFAULT_BUDGET, METHODS, SnapKV, method_named, method_options
 
 TASKS = ("needle", "multikey", "vt", "contracts")
 
@@ -42,7 +42,7 @@ class BenchConfig:
     tasks: tuple[str, ...] = TASKS
     lengths: tuple[int, ...] = (2000, 4000)
     depths: tuple[float, ...] = (0.25, 0.75)
-    budgets: tuple[int, ...] = (1024,)
+    budgets: tuple[int, ...] = (DEFAULT_BUDGET,)
     methods: tuple[str, ...] = tuple(METHODS)
     policy_variants: tuple[tuple[tuple[str, str], ...], ...] = field(default=())
     decode_tokens: int = 64

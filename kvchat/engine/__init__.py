@@ -2,7 +2,7 @@
 
 from kvchat.engine.conversation import SELECTIONS, Conversation, Selection
 from kvchat.engine.core import Engine, state_store
-from kvchat.engine.settings import AskSettings, KvLayout
+from kvchat.engine.settings import DEFAULT_MAX_TOKENS, AskSettings, KvLayout
 from kvchat.engine.stream import StreamSettings
 
-__all__ = ["SELECTIONS", "AskSettings", "Conversation", "Engine", "KvLayout", "Selection", "StreamSettings", "state_store"]
+__all__ = ["DEFAULT_MAX_TOKENS", "SELECTIONS", "AskSettings", "Conversation", "Engine", "KvLayout", "Selection", "StreamSettings", "state_store"]

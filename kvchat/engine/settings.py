@@ -8,6 +8,8 @@ from kvchat.errors import SettingsError
 from kvchat.llama import CACHE_TYPES, SamplerSettings
 from kvchat.policy import Method, SnapKV
 
+DEFAULT_MAX_TOKENS = 512
+
 
 @dataclass(frozen=True)
 class KvLayout:
@@ -35,7 +37,7 @@ class AskSettings:
     """Built by the CLI, the TUI and the server alike: errors name settings, never one front end's flags."""
 
     method: Method = field(default_factory=SnapKV)
-    max_tokens: int = 512
+    max_tokens: int = DEFAULT_MAX_TOKENS
     sampler: SamplerSettings = field(default_factory=SamplerSettings)
     n_ctx: int | None = None
     n_batch: int = 512
@@ -45,7 +47,7 @@ class AskSettings:
 
     def __post_init__(self) -> None:
         if self.max_tokens < 1:
-            raise SettingsError(f"max tokens must be at least 1, got {self.max_tokens}", "ask for at least 1 token (512 is the default)")
+            raise SettingsError(f"max tokens must be at least 1, got {self.max_tokens}", f"ask for at least 1 token ({DEFAULT_MAX_TOKENS} is the default)")
         if self.threads is not None and self.threads < 1:
             raise SettingsError(f"threads must be at least 1, got {self.threads}", "use 1 or more threads, or leave it unset for all cores")
         if self.n_ctx is not None and self.n_ctx < 1:

@@ -19,6 +19,8 @@ import numpy as np
 from kvchat.engine.settings import KvLayout
 from kvchat.llama import ContextSettings, LlamaContext, LlamaModel, StateBytes, state_for_streams
 
+DEFAULT_ROOM = 1024  # cells a sequence holds for the question and earlier turns, besides the budget
+
 
 @dataclass
 class Slot:
