@@ -7,7 +7,7 @@ import pytest
 
 from kvchat.engine import AskSettings
 from kvchat.engine.sizing import context_size
-from kvchat.engine.run import PromptRun
+from kvchat.engine.prompt_run import PromptRun
 from kvchat.engine.cache import KvCache
 from kvchat.engine.pipeline import plan_cells
 from kvchat.engine.prompt import chat_tokens

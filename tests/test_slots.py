@@ -11,7 +11,7 @@ import pytest
 
 from kvchat.engine import AskSettings, Engine, KvLayout
 from kvchat.engine.prompt import chat_tokens
-from kvchat.engine.run import PromptRun
+from kvchat.engine.prompt_run import PromptRun
 from kvchat.errors import KvchatError
 from kvchat.events import Done, Token
 from kvchat.llama import Sampler

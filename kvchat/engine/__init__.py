@@ -1,7 +1,7 @@
 """The engine: conversations over one loaded model that turn documents and questions into events."""
 
 from kvchat.engine.conversation import SELECTIONS, Conversation, Selection
-from kvchat.engine.core import Engine, state_store
+from kvchat.engine.engine import Engine, state_store
 from kvchat.engine.settings import DEFAULT_MAX_TOKENS, AskSettings, KvLayout
 from kvchat.engine.stream import StreamSettings
 

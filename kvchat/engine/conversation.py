@@ -25,7 +25,7 @@ from kvchat.engine.sizing import RING_MIN, context_size, round_up
 from kvchat.engine.kept import kept_text_spans
 from kvchat.engine.pipeline import plan_cells
 from kvchat.engine.prompt import GENERIC_QUESTION, PromptPart, Turn, chat_messages, split_rendered, text_sha256
-from kvchat.engine.run import PromptRun
+from kvchat.engine.prompt_run import PromptRun
 from kvchat.engine.settings import AskSettings
 from kvchat.engine.states import DocumentStates
 from kvchat.engine.stream import StreamSettings, stream_context_size

@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from kvchat.documents import Document
-from kvchat.engine.core import Engine
+from kvchat.engine.engine import Engine
 from kvchat.engine.prompt import Turn, chat_tokens
-from kvchat.engine.run import PromptRun
+from kvchat.engine.prompt_run import PromptRun
 from kvchat.engine.selected import Selected
 from kvchat.engine.settings import AskSettings
 from kvchat.engine.sizing import context_size

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from kvchat.engine.core import Engine
+from kvchat.engine.engine import Engine
 from kvchat.engine.generate import Generation, answer_stats
 from kvchat.engine.settings import KvLayout
 from kvchat.errors import CancelledError, KvchatError, PromptTooLongError
