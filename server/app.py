@@ -113,7 +113,7 @@ async def _first_answer_event(events: AsyncIterator[Event]) -> Event:
     async for event in events:
         if isinstance(event, (Token, Done)):
             return event
-    raise ApiError(500, "the answer ended without a result", None, None, "server_error")
+    raise _no_result()
 
 
 async def _last_event(events: AsyncIterator[Event]) -> Done:
@@ -122,8 +122,12 @@ async def _last_event(events: AsyncIterator[Event]) -> Done:
     async for last in events:
         pass
     if not isinstance(last, Done):
-        raise ApiError(500, "the answer ended without a result", None, None, "server_error")
+        raise _no_result()
     return last
+
+
+def _no_result() -> ApiError:
+    return ApiError(500, "the answer ended without a result", None, None, "server_error")
 
 
 def _model_card(model_id: str) -> dict[str, object]:

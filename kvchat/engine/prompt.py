@@ -63,8 +63,9 @@ def _question_text(question: str) -> str:
     return f"Question: {question.strip()}"
 
 
-def _message_text(text: str) -> str:
-    return f"{TEXT_START}{text}{TEXT_END}"
+def _wrapped(messages: list[dict[str, str]]) -> list[dict[str, str]]:
+    """The messages with their text between TEXT_START and TEXT_END (see the module docstring)."""
+    return [{**message, "content": f"{TEXT_START}{message['content']}{TEXT_END}"} for message in messages]
 
 
 def chat_messages(document_text: str, turns: list[Turn], question: str) -> list[dict[str, str]]:
@@ -76,7 +77,7 @@ def chat_messages(document_text: str, turns: list[Turn], question: str) -> list[
     for turn, next_question in zip(turns, questions[1:]):
         messages.append({"role": "assistant", "content": turn.answer.strip()})
         messages.append({"role": "user", "content": next_question})
-    return [{**message, "content": _message_text(message["content"])} for message in messages]
+    return _wrapped(messages)
 
 
 def _parts(rendered: str) -> list[PromptPart]:
@@ -104,8 +105,7 @@ def split_rendered(rendered: str) -> tuple[PromptPart, PromptPart, PromptPart]:
 def chat_tokens(model: LlamaModel, messages: list[dict[str, str]]) -> list[int]:
     """Tokens of a chat in the model's template, ready for the assistant's answer; the messages'
     text is plain text (see the module docstring)."""
-    wrapped = [{**message, "content": _message_text(message["content"])} for message in messages]
-    (whole,) = _parts(model.apply_chat_template(wrapped))
+    (whole,) = _parts(model.apply_chat_template(_wrapped(messages)))
     return whole.tokens(model)
 
 

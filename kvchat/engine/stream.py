@@ -97,6 +97,7 @@ def stream_read(
     """Read tokens[start:] into `cache` within budget + chunk cells (+ the temporary observer);
     each Progress says how far the reading got (PromptRun.stream keeps count)."""
     total, method, read_upto = len(tokens), settings.method, start
+    recency_only = not method.scores  # StreamingLLM: evict by position, no observation
     # the recent ring takes at most half of what the budget leaves after the sinks
     recent = min(stream.recent, (method.budget - method.sinks) // 2)
     scorer = _Scorer(stream.carry)
@@ -108,7 +109,6 @@ def stream_read(
         chunk = tokens[read_upto : read_upto + stream.chunk]
         if cache.next_pos + len(chunk) > position_room:
             cache.repack()
-        recency_only = not method.scores
         more_to_read = read_upto + len(chunk) < total
         over_budget = cache.cells + len(chunk) > method.budget and (more_to_read or recency_only)
         observer = chunk[-method.window :] if over_budget and not (question_window or recency_only) else []

@@ -79,23 +79,22 @@ def _prepare_messages(engine: Engine, request: ChatRequest, cancel: threading.Ev
     prefix = max(len(tokens) - settings.method.window, 0)
     states = engine.states.for_settings(settings) if engine.states is not None else None
     with PromptRun(model, context_size(model, len(tokens), settings, 64), settings, engine.model_name) as run:
-        loaded = yield from _load_saved_prefix(run, states, tokens, prefix)
+        yield from _load_saved_prefix(run, states, tokens, prefix)
         yield from run.read(tokens, prefix, cancel)
-        if states is not None and prefix - loaded >= MIN_SAVED_READING:
+        if states is not None and prefix - run.loaded_upto >= MIN_SAVED_READING:
             yield from states.save(_tokens_sha256(tokens[:prefix]), prefix, run.save(), "(chat messages)")
         selected = yield from run.select(tokens, settings, 0, cancel)
         return _taken(run, selected, sampler)
 
 
 def _load_saved_prefix(run: PromptRun, states: DocumentStates | None, tokens: list[int], upto: int) -> Iterator[Event]:
-    """Load the longest saved reading of a prefix of tokens[:upto]; returns its length (or 0)."""
+    """Load the longest saved reading of a prefix of tokens[:upto] (run.loaded_upto says how long)."""
     if states is None:
-        return 0
+        return
     started = time.perf_counter()
     for length in states.saved_lengths(upto):
         if (yield from run.load_saved(states, _tokens_sha256(tokens[:length]), tokens[:length], started)):
-            return length
-    return 0
+            return
 
 
 def _tokens_sha256(tokens: list[int]) -> str:
