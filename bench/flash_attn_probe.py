@@ -19,7 +19,6 @@ import numpy as np
 
 from kvchat.bench.tasks import needle_case
 from kvchat.engine.cache import KvCache
-from kvchat.engine.pipeline import plan_cells
 from kvchat.engine.prompt import chat_tokens
 from kvchat.llama import ContextSettings, LlamaContext, LlamaModel
 from kvchat.models import resolve_model
@@ -45,7 +44,7 @@ def measure(model: LlamaModel, tokens: list[int], policies: list[SnapKV], **cont
         started = time.perf_counter()
         votes = cache.observe(tokens[-WINDOW:])
         observe_s = time.perf_counter() - started
-        return Reading(votes, [plan_cells(model, policy, policy.window, votes, cache).kept for policy in policies], read_s, observe_s)
+        return Reading(votes, [cache.plan(policy, policy.window, votes).kept for policy in policies], read_s, observe_s)
     finally:
         cache.ctx.close()
 

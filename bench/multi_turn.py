@@ -17,9 +17,9 @@ from dataclasses import replace
 
 from kvchat.bench.compare import case_document
 from kvchat.bench.tasks import Case, multi_turn_case, score
-from kvchat.engine import AskSettings, Engine
+from kvchat.engine import AskSettings, Engine, selection_named
 from kvchat.events import Done
-from kvchat.policy import SnapKV
+from kvchat.policy import SnapKV, method_named
 
 STRATEGIES = {"question": "snapkv", "reuse": "snapkv", "document": "snapkv", "full": "full"}
 
@@ -28,8 +28,8 @@ def run_case(engine: Engine, case, settings: AskSettings) -> dict[str, list[floa
     document = case_document(Case("multiturn", case.document, "", ()))
     scores: dict[str, list[float]] = {}
     for strategy, method in STRATEGIES.items():
-        selection = "question" if strategy == "full" else strategy
-        conversation = engine.conversation(document, replace(settings, method=method), selection)  # type: ignore[arg-type]
+        selection = selection_named("question" if strategy == "full" else strategy)
+        conversation = engine.conversation(document, replace(settings, method=method_named(method, budget=settings.method.budget)), selection)
         try:
             for _ in conversation.open():
                 pass

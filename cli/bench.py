@@ -11,10 +11,11 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from kvchat.bench.report import summarize, write_json
+from kvchat.cli.options import DEFAULTS, MODEL
 from kvchat.bench.runner import QUICK, TASKS, BenchConfig, run_bench
 from kvchat.engine import AskSettings, Engine
 from kvchat.errors import SettingsError
-from kvchat.policy import DEFAULT_BUDGET, METHODS
+from kvchat.policy import METHODS
 
 
 def _split(text: str) -> list[str]:
@@ -73,13 +74,13 @@ def _table(summary: list[dict]) -> Table:
 
 
 def bench_command(
-    budget: list[int] = typer.Option([], "--budget", help=f"KV budget; repeat for several (default {DEFAULT_BUDGET})."),
+    budget: list[int] = typer.Option([], "--budget", help=f"KV budget; repeat for several (default {DEFAULTS.method.budget})."),
     tasks: str | None = typer.Option(None, help=f"Comma-separated: {', '.join(TASKS)}."),
     lengths: str | None = typer.Option(None, help="Context lengths, e.g. 2k,4k,8k,16k."),
     depths: str | None = typer.Option(None, help="Needle depths in 0..1, e.g. 0.1,0.5,0.9."),
     methods: str | None = typer.Option(None, help=f"Comma-separated: {', '.join(METHODS)}."),
     variant: list[str] = typer.Option([], "--variant", help="Extra snapkv policy, e.g. pool=avg,kernel=5."),
-    model: str = typer.Option("default", "--model", "-m", help="Registry name or GGUF path."),
+    model: str = MODEL,
     json_path: Path | None = typer.Option(None, "--json", help="Write every record and the summary here."),
     plot: Path | None = typer.Option(None, "--plot", help="Write PNG figures into this folder."),
     quick: bool = typer.Option(False, help="A small grid that finishes in a few minutes."),

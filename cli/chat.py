@@ -6,35 +6,30 @@ from pathlib import Path
 
 import typer
 
-from kvchat.cli.options import CACHE_TYPE_K, CACHE_TYPE_V, FLASH_ATTN, GPU_LAYERS, gpu_layers_warning, kv_layout
-from kvchat.engine import DEFAULT_MAX_TOKENS, AskSettings
-from kvchat.llama import SamplerSettings
-from kvchat.policy import DEFAULT_BUDGET, DEFAULT_WINDOW, SnapKV, method_named, methods_help
+from kvchat.cli.options import (
+    BUDGET, CACHE_TYPE_K, CACHE_TYPE_V, FLASH_ATTN, GPU_LAYERS, MAX_TOKENS, METHOD, MODEL, SAVE_READINGS, TEMPERATURE,
+    THREADS, WINDOW, ask_settings, gpu_layers_warning, kv_layout,
+)
 
 
 def chat_command(
     path: Path | None = typer.Argument(None, help="The document (PDF, TXT, Markdown or HTML); a file picker opens without one."),
-    model: str = typer.Option("default", "--model", "-m", help="Registry name (see `kvchat models`) or a GGUF path."),
-    budget: int = typer.Option(DEFAULT_BUDGET, help="KV entries kept for the prompt, observation window included."),
-    window: int = typer.Option(DEFAULT_WINDOW, help="Observation window: the question's last tokens whose attention votes."),
-    method: str = typer.Option(SnapKV.name, help=methods_help()),
-    max_tokens: int = typer.Option(DEFAULT_MAX_TOKENS, help="Most tokens per answer."),
-    temperature: float = typer.Option(0.0, help="0 = greedy (deterministic)."),
-    threads: int | None = typer.Option(None, help="CPU threads (default: all cores)."),
+    model: str = MODEL,
+    budget: int = BUDGET,
+    window: int = WINDOW,
+    method: str = METHOD,
+    max_tokens: int = MAX_TOKENS,
+    temperature: float = TEMPERATURE,
+    threads: int | None = THREADS,
     gpu_layers: int = GPU_LAYERS,
     flash_attn: str = FLASH_ATTN,
     cache_type_k: str = CACHE_TYPE_K,
     cache_type_v: str = CACHE_TYPE_V,
-    cache: bool = typer.Option(True, help="Save each document's reading and reuse it next time."),
+    cache: bool = SAVE_READINGS,
 ) -> None:
     """Chat with a document in a terminal UI (F1 inside lists the keys)."""
-    settings = AskSettings(
-        method=method_named(method, budget=budget, window=window),
-        max_tokens=max_tokens,
-        sampler=SamplerSettings(temperature=temperature),
-        threads=threads,
-        layout=kv_layout(flash_attn, gpu_layers, cache_type_k, cache_type_v),
-    )
+    layout = kv_layout(flash_attn, gpu_layers, cache_type_k, cache_type_v)
+    settings = ask_settings(method, layout, max_tokens, temperature, threads, budget=budget, window=window)
     from kvchat.tui.app import KvchatApp  # Textual is imported only for this command
     from kvchat.tui.sessions import EngineSessions
 

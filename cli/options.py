@@ -1,18 +1,53 @@
-"""Options that `ask`, `chat` and `serve` share: where the model runs and how its KV cache is laid out."""
+"""Options that `ask`, `chat`, `serve` and `bench` share, declared once, with their defaults
+taken from the settings objects they fill (AskSettings, its method, sampler and KV layout); and
+`ask_settings()`, the one place they become AskSettings."""
 
 from __future__ import annotations
 
 import typer
 from rich.console import Console
 
-from kvchat.engine import KvLayout
+from kvchat.engine import AskSettings, KvLayout
 from kvchat.errors import SettingsError
-from kvchat.llama import gpu_offload_supported
+from kvchat.llama import SamplerSettings, gpu_offload_supported
+from kvchat.policy import method_named, methods_help
 
+DEFAULTS = AskSettings()
+
+MODEL = typer.Option("default", "--model", "-m", help="Registry name (see `kvchat models`) or a GGUF path.")
+METHOD = typer.Option(DEFAULTS.method.name, help=methods_help())
+BUDGET = typer.Option(DEFAULTS.method.budget, help="KV entries kept for the prompt, observation window included.")
+WINDOW = typer.Option(DEFAULTS.method.window, help="Observation window: the question's last tokens whose attention votes.")
+MAX_TOKENS = typer.Option(DEFAULTS.max_tokens, help="Most tokens per answer.")
+TEMPERATURE = typer.Option(DEFAULTS.sampler.temperature, help="0 = greedy (deterministic).")
+THREADS = typer.Option(DEFAULTS.threads, help="CPU threads (default: all cores).")
 GPU_LAYERS = typer.Option(0, help="Layers to offload to the GPU (a CUDA or Metal build; see the README).")
 FLASH_ATTN = typer.Option("auto", help="on, off, or auto (on with --gpu-layers); on: scores from queries and keys.")
-CACHE_TYPE_K = typer.Option("f16", help="KV cache type of K: f16 or q8_0.")
-CACHE_TYPE_V = typer.Option("f16", help="KV cache type of V: f16 or q8_0 (q8_0 needs flash attention).")
+CACHE_TYPE_K = typer.Option(DEFAULTS.layout.type_k, help="KV cache type of K: f16 or q8_0.")
+CACHE_TYPE_V = typer.Option(DEFAULTS.layout.type_v, help="KV cache type of V: f16 or q8_0 (q8_0 needs flash attention).")
+SAVE_READINGS = typer.Option(True, "--cache/--no-cache", help="Save each document's reading and reuse it next time.")
+
+
+def ask_settings(
+    method: str,
+    layout: KvLayout,
+    max_tokens: int,
+    temperature: float,
+    threads: int | None,
+    seed: int | None = None,
+    n_ctx: int | None = None,
+    **method_options: object,
+) -> AskSettings:
+    """AskSettings from a command's options; `method_options` (budget, window, kernel …) go to
+    the method, which takes those it has."""
+    return AskSettings(
+        method=method_named(method, **method_options),
+        max_tokens=max_tokens,
+        sampler=SamplerSettings(temperature=temperature, seed=seed),
+        n_ctx=n_ctx,
+        threads=threads,
+        layout=layout,
+    )
 
 
 def flash_attention(choice: str, gpu_layers: int) -> bool:

@@ -8,11 +8,13 @@ import textwrap
 import typer
 from rich.console import Console
 
-from kvchat.cli.options import CACHE_TYPE_K, CACHE_TYPE_V, FLASH_ATTN, GPU_LAYERS, kv_layout, warn_about_gpu_layers
-from kvchat.engine import DEFAULT_MAX_TOKENS, AskSettings, Engine
-from kvchat.policy import DEFAULT_BUDGET
-from kvchat.serving.slots import DEFAULT_ROOM
+from kvchat.cli.options import (
+    CACHE_TYPE_K, CACHE_TYPE_V, DEFAULTS, FLASH_ATTN, GPU_LAYERS, MAX_TOKENS, MODEL, SAVE_READINGS, THREADS, kv_layout,
+    warn_about_gpu_layers,
+)
+from kvchat.engine import AskSettings, Engine
 from kvchat.errors import SettingsError
+from kvchat.serving.slots import DEFAULT_ROOM
 
 CURL_EXAMPLE = """\
 curl {url}/v1/chat/completions -H 'Content-Type: application/json'{auth} \\
@@ -48,18 +50,18 @@ def serve_command(
     host: str = typer.Option("127.0.0.1", help="Address to listen on; 0.0.0.0 exposes the server to your network."),
     port: int = typer.Option(8080, min=1, max=65535, help="Port to listen on."),
     api_key: str | None = typer.Option(None, envvar="KVCHAT_API_KEY", help="Require Authorization: Bearer KEY."),
-    model: str = typer.Option("default", "--model", "-m", help="Registry name (see `kvchat models`) or a GGUF path."),
-    budget: int = typer.Option(DEFAULT_BUDGET, help="KV entries kept per conversation (a request may ask for fewer)."),
+    model: str = MODEL,
+    budget: int = typer.Option(DEFAULTS.method.budget, help="KV entries kept per conversation (a request may ask for fewer)."),
     max_sessions: int = typer.Option(8, help="Conversations held in the KV cache at once (one sequence each)."),
-    max_tokens: int = typer.Option(DEFAULT_MAX_TOKENS, help="Most tokens per answer."),
+    max_tokens: int = MAX_TOKENS,
     max_waiting: int = typer.Option(16, help="Requests that may wait for a sequence; more get 429."),
     room: int = typer.Option(DEFAULT_ROOM, help="Cells per conversation for its question and earlier turns, besides the budget."),
-    threads: int | None = typer.Option(None, help="CPU threads (default: all cores)."),
+    threads: int | None = THREADS,
     gpu_layers: int = GPU_LAYERS,
     flash_attn: str = FLASH_ATTN,
     cache_type_k: str = CACHE_TYPE_K,
     cache_type_v: str = CACHE_TYPE_V,
-    cache: bool = typer.Option(True, help="Save each document's reading and reuse it."),
+    cache: bool = SAVE_READINGS,
 ) -> None:
     """Serve an OpenAI-compatible API: chat completions, models, and documents to chat about."""
     from kvchat.server.runner import server_for

@@ -5,6 +5,8 @@ Front ends translate these in exactly one place each (CLI: exit code 2 and one l
 
 from __future__ import annotations
 
+import threading
+
 
 class KvchatError(Exception):
     """Base class: `message` says what went wrong, `hint` what the user can do about it."""
@@ -52,3 +54,9 @@ class CancelledError(KvchatError):
     """The user stopped the work (Ctrl-C, Esc, a closed connection)."""
 
     exit_code = 130
+
+
+def raise_if_cancelled(cancel: threading.Event | None) -> None:
+    """Stop long work between steps once `cancel` is set (work checks it at each chunk or token)."""
+    if cancel is not None and cancel.is_set():
+        raise CancelledError("stopped", "")

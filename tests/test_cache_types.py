@@ -11,7 +11,6 @@ import pytest
 from kvchat.documents import load_document
 from kvchat.engine import AskSettings, Engine, KvLayout
 from kvchat.engine.cache import KvCache
-from kvchat.engine.pipeline import plan_cells
 from kvchat.engine.prompt import chat_tokens
 from kvchat.errors import SettingsError
 from kvchat.events import Done, Notice
@@ -35,7 +34,7 @@ def _pruned(model, tokens: list[int], **context: object) -> KvCache:
     cache = KvCache(LlamaContext(model, ContextSettings(n_ctx=2048, threads=2, **context)))
     cache.decode(tokens[:-16])
     votes = cache.observe(tokens[-16:])
-    cache.keep_cells(plan_cells(model, POLICY, POLICY.window, votes, cache).kept)  # compacts and verifies positions
+    cache.keep_cells(cache.plan(POLICY, POLICY.window, votes).kept)  # compacts and verifies positions
     return cache
 
 

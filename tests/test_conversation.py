@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from kvchat.documents import Document
-from kvchat.engine import AskSettings, Conversation
+from kvchat.engine import SELECTIONS, AskSettings, Conversation, selection_named
+from kvchat.errors import SettingsError
 from kvchat.events import Done, Pruned
 from kvchat.policy import SnapKV
 
@@ -21,7 +22,7 @@ def conversation_factory(tiny_model, tmp_path):
     made = []
 
     def make(selection: str) -> Conversation:
-        conversation = Conversation(tiny_model, "tiny", document, SETTINGS, selection)  # type: ignore[arg-type]
+        conversation = Conversation(tiny_model, "tiny", document, SETTINGS, selection_named(selection))
         list(conversation.open())
         made.append(conversation)
         return conversation
@@ -34,6 +35,28 @@ def conversation_factory(tiny_model, tmp_path):
 def ask(conversation: Conversation, question: str) -> tuple[Done, list[Pruned]]:
     events = list(conversation.ask(question))
     return events[-1], [e for e in events if isinstance(e, Pruned)]
+
+
+@pytest.mark.parametrize("name", SELECTIONS)
+def test_every_selection_answers_follow_ups_without_reading_the_document_again(conversation_factory, name) -> None:
+    conversation = conversation_factory(name)
+    n_document = len(conversation.document_tokens)
+    first, _ = ask(conversation, "What is the code for box 3?")
+    second, _ = ask(conversation, "And the code for box 50?")
+    assert [first.stats.method, second.stats.method] == ["snapkv", "snapkv"]  # what chose the kept cells
+    assert first.stats.loaded_tokens == 0 and first.stats.read_tokens == first.stats.prompt_tokens
+    assert second.stats.loaded_tokens >= n_document  # the follow-up started from the reading
+    assert second.stats.read_tokens == second.stats.prompt_tokens - second.stats.loaded_tokens
+    if name != "reuse":  # reuse also keeps the first prompt's tokens the second one shares
+        assert second.stats.loaded_tokens == n_document
+    assert second.stats.kept_tokens < second.stats.prompt_tokens
+    assert [turn.answer for turn in conversation.turns] == [first.answer, second.answer]
+
+
+def test_an_unknown_selection_is_refused_with_the_choices() -> None:
+    with pytest.raises(SettingsError, match="unknown selection 'everything'") as raised:
+        selection_named("everything")
+    assert raised.value.hint == "use one of: question, document, reuse"
 
 
 def test_per_question_selection_pins_earlier_turns(conversation_factory) -> None:

@@ -9,7 +9,6 @@ from kvchat.engine import AskSettings
 from kvchat.engine.sizing import context_size
 from kvchat.engine.prompt_run import PromptRun
 from kvchat.engine.cache import KvCache
-from kvchat.engine.pipeline import plan_cells
 from kvchat.engine.prompt import chat_tokens
 from kvchat.events import Done, Pruned
 from kvchat.llama import ContextSettings, LlamaContext
@@ -46,7 +45,7 @@ def _pruned_cache(model, tokens: list[int], budget: int, compact: bool) -> tuple
     cache = _cache(model)
     prefix = _read_prefix(cache, tokens)
     votes = cache.observe(tokens[prefix:])
-    plan = plan_cells(model, SnapKV(budget=budget, window=WINDOW), WINDOW, votes, cache)
+    plan = cache.plan(SnapKV(budget=budget, window=WINDOW), WINDOW, votes)
     if compact:
         cache.keep_cells(plan.kept)
     else:

@@ -34,7 +34,7 @@ def spelled(model, tokens: list[int]) -> str:
 def forged_conversation(tiny_model):
     text = "Clause 1. Payment is due in 30 days. " + FORGED_TURN + "Clause 2. The term is five years."
     document = Document(path=Path("forged.txt"), kind="text", text=text)
-    conversation = Conversation(tiny_model, "tiny", document, SETTINGS, "question")
+    conversation = Conversation(tiny_model, "tiny", document, SETTINGS)
     yield conversation
     conversation.close()
 

@@ -9,7 +9,6 @@ import pytest
 
 from kvchat.engine import AskSettings, Engine, KvLayout
 from kvchat.engine.cache import KvCache
-from kvchat.engine.pipeline import plan_cells
 from kvchat.engine.prompt import chat_tokens
 from kvchat.events import Done
 from kvchat.documents import load_document
@@ -30,7 +29,7 @@ def _votes(
         for start in range(0, len(body), 512):
             cache.decode(body[start : start + 512])
         votes = cache.observe(tokens[-WINDOW:])
-        return votes, plan_cells(model, policy, policy.window, votes, cache).kept
+        return votes, cache.plan(policy, policy.window, votes).kept
     finally:
         cache.ctx.close()
 

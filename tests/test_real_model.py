@@ -54,7 +54,7 @@ def test_follow_up_questions_about_far_apart_facts_at_budget_256(real_engine) ->
     case = multi_turn_case(count_tokens, 3500, (0.1, 0.9), seed=11)
     document = Document(path=Path("facts.txt"), kind="text", text=case.document)
     settings = AskSettings(method=SnapKV(budget=256), max_tokens=24)
-    conversation = real_engine.conversation(document, settings, "question")
+    conversation = real_engine.conversation(document, settings)
     try:
         list(conversation.open())
         for question, answers in zip(case.questions, case.answers):

@@ -10,7 +10,7 @@ import pytest
 
 from kvchat.documents import Document
 from kvchat.engine import AskSettings, Conversation
-from kvchat.engine.states import DocumentStates
+from kvchat.engine.states import DocumentStates, tokens_sha256
 from kvchat.engine.store import DamagedState, StateStore, new_header
 from kvchat.events import Done, Notice, Progress
 from kvchat.policy import SnapKV
@@ -31,7 +31,7 @@ def states_for(root: Path, model_sha: str = "a" * 64, max_bytes: int = 2**30) ->
 
 
 def open_conversation(model, document, states) -> tuple[Conversation, list]:
-    conversation = Conversation(model, "tiny", document, SETTINGS, "question", states)
+    conversation = Conversation(model, "tiny", document, SETTINGS, states=states)
     return conversation, list(conversation.open())
 
 
@@ -73,7 +73,7 @@ def test_damaged_state_is_rejected_once_and_recomputed(tiny_model, document, tmp
     (saved,) = list(root.glob("*.kvstate"))
     if how == "other model":
         other = states_for(root, model_sha="b" * 64)
-        saved.rename(other.store.path_for(other.key(conversation.document_sha256)))
+        saved.rename(other.store.path_for(other.key(tokens_sha256(conversation.document_tokens))))
         states = other
     else:
         _damage(saved, how)
@@ -97,16 +97,17 @@ def test_state_llama_cpp_refuses_is_deleted_and_read_again(tiny_model, document,
     states = states_for(tmp_path / "states")
     first, _ = open_conversation(tiny_model, document, states)
     first.close()
-    key = states.key(first.document_sha256)
-    sound = bytes(states.store.load(key, states.model_sha256, first.document_sha256)[1])
+    document_sha256 = tokens_sha256(first.document_tokens)
+    key = states.key(document_sha256)
+    sound = bytes(states.store.load(key, states.model_sha256, document_sha256)[1])
     refused = sound[: len(sound) // 2] if how == "truncated" else bytes(range(256)) * (len(sound) // 256)
-    list(states.save(first.document_sha256, len(first.document_tokens), refused, "boxes.txt"))  # re-checksummed
+    list(states.save(first.document_tokens, refused, "boxes.txt"))  # re-checksummed
     for expected in ("damaged (llama.cpp refused it)", "loaded the saved reading"):
         conversation, events = open_conversation(tiny_model, document, states)
         assert [expected in e.text for e in events if isinstance(e, Notice)] == [True]
         assert isinstance(list(conversation.ask("What is the code for box 7?"))[-1], Done)
         conversation.close()
-        replaced = states.store.load(key, states.model_sha256, first.document_sha256)[1]
+        replaced = states.store.load(key, states.model_sha256, document_sha256)[1]
         assert bytes(replaced) == sound  # read again from scratch: nothing of the refused state left
 
 

@@ -8,11 +8,16 @@ cells. The same bookkeeping serves one-shot SnapKV (positions 0..n-1), streaming
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Iterator
+
 import numpy as np
 
-from kvchat.errors import KvchatError, SettingsError
+from kvchat.errors import KvchatError, SettingsError, raise_if_cancelled
+from kvchat.events import Progress
 from kvchat.llama import LlamaContext, StateBytes
-from kvchat.policy import merge_runs
+from kvchat.policy import Method, PrunePlan, merge_runs, spans_from_pieces
 
 
 class KvCache:
@@ -43,6 +48,19 @@ class KvCache:
             self.ctx.decode(batch, self.next_pos, want_logits=want_logits and last)
             self._append(batch)
 
+    def prefill(
+        self, tokens: list[int], done: int, total: int, cancel: threading.Event | None = None
+    ) -> Iterator[Progress]:
+        """decode() with progress and a chance to stop after each batch: `done` of `total` prompt
+        tokens were read before these."""
+        started = time.perf_counter()
+        step = self.ctx.settings.n_batch
+        for offset in range(0, len(tokens), step):
+            raise_if_cancelled(cancel)
+            batch = tokens[offset : offset + step]
+            self.decode(batch)
+            yield Progress(done=done + offset + len(batch), total=total, elapsed_s=time.perf_counter() - started)
+
     def _append(self, tokens: list[int]) -> None:
         new_positions = np.arange(self.next_pos, self.next_pos + len(tokens), dtype=np.int64)
         self.positions = np.concatenate([self.positions, new_positions])
@@ -71,6 +89,22 @@ class KvCache:
         self.ctx.remove(0, self.next_pos, -1)
         self.peak_cells = max(self.peak_cells, before + len(window))
         return votes[..., :before]
+
+    def plan(
+        self, method: Method, window: int, votes: np.ndarray | None, pinned: tuple[int, int] | None = None
+    ) -> PrunePlan:
+        """Which cells `method` keeps; the last `window` cells observed and cast `votes` (None for
+        a method that does not score). `pinned` = a [start, end) range of cells kept on top of the
+        budget (a conversation's earlier turns)."""
+        n_cells = self.cells if votes is None else votes.shape[-1]
+        span_ids = None
+        if votes is not None and method.needs_spans:
+            span_ids = spans_from_pieces(self.ctx.model.pieces_text([int(t) for t in self.tokens[:n_cells]]))
+        extra = None
+        if pinned is not None and pinned[1] > pinned[0]:
+            extra = np.zeros(n_cells, dtype=bool)
+            extra[pinned[0] : pinned[1]] = True
+        return method.plan(n_cells, window, votes, span_ids=span_ids, extra_pins=extra)
 
     def keep_cells(self, kept_cells: np.ndarray) -> np.ndarray:
         """Remove every cell not in `kept_cells` (sorted cell indices), compact, verify.

@@ -1,39 +1,28 @@
 """A conversation about one document: read (or load) it once, answer many questions.
 
-Strategies for what each answer sees (`Selection`):
-- "question": every question gets its own selection. The saved full state of the document is
-  restored, earlier turns are pinned, the new question is the observation window. Right for
-  follow-ups about other parts of the document (SnapKV's kept set is chosen for one question).
-- "document": one query-agnostic selection per document, made with a generic question, reused
-  for every question. Less work per turn; weaker on details the generic window did not see.
-- "reuse": keep the first question's kept set and continue the chat on it, as a plain chat
-  would. The baseline the other two are measured against.
-With `--method snapstream` the document is streamed within the budget (see stream.py); the
-streamed cache is what every question starts from.
+What each answer is chosen from is the conversation's Selection (selections/): by default every
+question selects anew from the saved full reading, with the earlier turns pinned. With a method
+that streams (snapstream) the document is read within the budget (see stream.py); the streamed
+cache is what every question starts from.
 """
 
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterable, Iterator
-from typing import Literal
-
 
 from kvchat.documents import Document
-from kvchat.engine.sizing import RING_MIN, context_size, round_up
 from kvchat.engine.kept import kept_text_spans
-from kvchat.engine.pipeline import plan_cells
-from kvchat.engine.prompt import GENERIC_QUESTION, PromptPart, Turn, chat_messages, split_rendered, text_sha256
+from kvchat.engine.prompt import PromptPart, Turn, chat_messages, split_rendered
 from kvchat.engine.prompt_run import PromptRun
+from kvchat.engine.selections import PerQuestion, Selection
 from kvchat.engine.settings import AskSettings
+from kvchat.engine.sizing import RING_MIN, context_size, round_up
 from kvchat.engine.states import DocumentStates
 from kvchat.engine.stream import StreamSettings, stream_context_size
-from kvchat.events import Done, Event, Notice
+from kvchat.events import Done, Event
 from kvchat.llama import LlamaModel
 
-Selection = Literal["question", "document", "reuse"]
-SELECTIONS: tuple[str, ...] = ("question", "document", "reuse")
 CONVERSATION_ROOM = 1024
 
 
@@ -46,7 +35,7 @@ class Conversation:
         model_name: str,
         document: Document,
         settings: AskSettings,
-        selection: Selection = "question",
+        selection: Selection = PerQuestion(),
         states: DocumentStates | None = None,
         stream: StreamSettings | None = None,
     ) -> None:
@@ -63,11 +52,8 @@ class Conversation:
         self.document_tokens = document_part.tokens(model)
         if settings.method.needs_spans:  # token texts for span-aware selection, prepared with the tokens
             model.pieces_text(self.document_tokens)
-        self.document_sha256 = text_sha256(document_part.text)
         self.run = PromptRun(model, self._context_size(), settings, model_name)
-        self._agnostic: tuple | None = None
-        self._previous_tokens: list[int] = []
-        self.prompt_tokens: list[int] = []
+        self.prompt_tokens: list[int] = []  # the last question's whole prompt
         self._reading_s = 0.0
 
     def _context_size(self) -> int:
@@ -80,7 +66,8 @@ class Conversation:
         messages = chat_messages(self.document.text, self.turns, question)
         return split_rendered(self.model.apply_chat_template(messages))
 
-    def _question_window(self, question: str) -> list[int]:
+    def question_window(self, question: str) -> list[int]:
+        """The tokens that observe for `question`: the last `window` of its part of the prompt."""
         _, _, question_part = self._split(question)
         return question_part.tokens(self.model)[-self.settings.method.window :]
 
@@ -89,39 +76,15 @@ class Conversation:
 
         `question`, when known, observes a streamed reading (query-aware streaming).
         """
+        tokens = self.document_tokens
         if self.settings.method.streams:
-            observer = self._question_window(question) if question and self.stream.query_aware else None
-            yield from self.run.stream(self.document_tokens, observer, self.settings, self.stream, cancel)
+            observer = self.question_window(question) if question and self.stream.query_aware else None
+            yield from self.run.stream(tokens, observer, self.settings, self.stream, cancel)
             self.run.save()
-            self._reading_s = self.run.read_s
-            return
-        loaded = yield from self._load_saved()
-        if not loaded:
-            yield from self.run.read(self.document_tokens, len(self.document_tokens), cancel)
-            state = self.run.save()
-            if self.states is not None:
-                yield from self.states.save(self.document_sha256, len(self.document_tokens), state, str(self.document.path))
-        if self.selection == "document":
-            self._select_for_document()
+        else:
+            yield from self.run.open(tokens, len(tokens), self.states, str(self.document.path), cancel)
+        self.selection.after_reading(self)
         self._reading_s = self.run.read_s
-
-    def _load_saved(self) -> Iterator[Event]:
-        if self.states is None:
-            return False
-        started = time.perf_counter()
-        if not (yield from self.run.load_saved(self.states, self.document_sha256, self.document_tokens, started)):
-            return False
-        yield Notice(f"loaded the saved reading of {self.document.path.name} ({len(self.document_tokens):,} tokens)")
-        return True
-
-    def _select_for_document(self) -> None:
-        """Query-agnostic selection: a generic question observes; keep the choice for every turn."""
-        cache = self.run.cache
-        self.run.mark_changed()
-        votes = cache.observe(self._question_window(GENERIC_QUESTION), keep=False)
-        # the document's last token stands in the window
-        cache.keep_cells(plan_cells(self.model, self.settings.method, 1, votes, cache).kept)
-        self._agnostic = self.run.snapshot()
 
     def ask(
         self, question: str, cancel: threading.Event | None = None, settings: AskSettings | None = None
@@ -147,12 +110,12 @@ class Conversation:
         _, earlier, question_part = self._split(question)
         earlier_tokens = earlier.tokens(self.model)
         tokens = self.document_tokens + earlier_tokens + question_part.tokens(self.model)
-        n_pinned, prune = self._prepare(tokens, len(earlier_tokens))
+        start = self.selection.before_question(self, tokens, len(earlier_tokens))
         self._make_room(len(tokens) - self.run.read_upto, settings.max_tokens)
         # the document's reading counts towards the first answer's TTFT, not the follow-ups'
         reading_s = 0.0 if self.turns else self._reading_s
-        selected = yield from self.run.select(tokens, settings, n_pinned, cancel, prune, reading_s)
-        self._previous_tokens = self.prompt_tokens = tokens
+        selected = yield from self.run.select(tokens, settings, start.pinned, cancel, start.prunes, reading_s)
+        self.prompt_tokens = tokens
         return selected
 
     def _make_room(self, new_tokens: int, max_tokens: int) -> None:
@@ -161,18 +124,6 @@ class Conversation:
         if needed > self.run.n_ctx:
             limit = max(self.model.shape.n_ctx_train, needed)
             self.run.grow(min(round_up(needed + max_tokens), round_up(limit)))
-
-    def _prepare(self, tokens: list[int], n_earlier: int) -> tuple[int, bool]:
-        """Put the cache in the state this selection answers from; how many tokens to pin, and
-        whether the question selects again (the "document" and "reuse" selections chose before)."""
-        if self.selection == "document" and self._agnostic is not None:
-            self.run.restore(self._agnostic)
-            return 0, False
-        if self.selection == "reuse" and self.turns:
-            self.run.keep_prefix(tokens, self._previous_tokens)
-            return 0, False
-        self.run.restore()
-        return n_earlier, True
 
     def kept_spans(self, kept_positions: Iterable[int]) -> list[tuple[int, int]]:
         """Character ranges of the document's text (stripped, as the model saw it) that the

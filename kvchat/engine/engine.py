@@ -7,7 +7,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from kvchat.documents import Document
-from kvchat.engine.conversation import Conversation, Selection
+from kvchat.engine.conversation import Conversation
+from kvchat.engine.selections import PerQuestion, Selection
 from kvchat.engine.settings import AskSettings
 from kvchat.engine.states import DocumentStates
 from kvchat.engine.store import DEFAULT_MAX_BYTES, StateStore
@@ -41,7 +42,7 @@ class Engine:
         self,
         document: Document,
         settings: AskSettings | None = None,
-        selection: Selection = "question",
+        selection: Selection = PerQuestion(),
         stream: StreamSettings | None = None,
     ) -> Conversation:
         """A conversation about `document`; call open() on it before asking."""
@@ -54,7 +55,7 @@ class Engine:
         question: str,
         settings: AskSettings | None = None,
         cancel: threading.Event | None = None,
-        selection: Selection = "question",
+        selection: Selection = PerQuestion(),
         stream: StreamSettings | None = None,
     ) -> Iterator[Event]:
         """Stream events for one question: Progress…, Notice?, Evicted…, Pruned?, Token…, Done."""

@@ -15,7 +15,6 @@ rendered text is then cut at those markers into template text and message text.
 
 from __future__ import annotations
 
-import hashlib
 import re
 import secrets
 from dataclasses import dataclass
@@ -107,7 +106,3 @@ def chat_tokens(model: LlamaModel, messages: list[dict[str, str]]) -> list[int]:
     text is plain text (see the module docstring)."""
     (whole,) = _parts(model.apply_chat_template(_wrapped(messages)))
     return whole.tokens(model)
-
-
-def text_sha256(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()

@@ -1,8 +1,8 @@
 """A prompt on its own llama.cpp context: read once, then select and answer many times.
 
-`ask`, conversations, the server and the bench share this one path: read a prefix of the prompt
-(`read`, or `load` a saved state of it, or `stream` it within a budget), then `select` decodes the
-rest, observes the question's attention, prunes and compacts, and returns what `answer` generates
+`ask`, conversations, the server and the bench share this one path: bring a prefix of the prompt
+into the cache (`open`: load the longest saved reading of it, read the rest, save the reading; or
+`stream` it within a budget), then `select` decodes the rest, observes the question's attention, prunes and compacts, and returns what `answer` generates
 from. `save()`/`restore()` let several questions or settings start from one reading.
 """
 
@@ -12,18 +12,18 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 
 from kvchat.engine.cache import KvCache
 from kvchat.engine.generate import Generation, answer_stats, generate
-from kvchat.engine.pipeline import plan_cells, prefill
 from kvchat.engine.selected import Selected
 from kvchat.engine.settings import AskSettings
 from kvchat.engine.states import DocumentStates
 from kvchat.engine.stream import StreamSettings, stream_read
 from kvchat.errors import DecodeError
-from kvchat.events import Done, Event, Progress, Pruned
+from kvchat.events import Done, Event, Notice, Progress, Pruned
 from kvchat.llama import ContextSettings, LlamaContext, LlamaModel, Sampler, StateBytes
 
 
@@ -64,7 +64,7 @@ class PromptRun:
         """Decode tokens [read_upto, upto) with progress over all `tokens`."""
         started = time.perf_counter()
         yield Progress(done=self.read_upto, total=len(tokens), elapsed_s=0.0)
-        yield from prefill(self.cache, tokens[self.read_upto : upto], self.read_upto, len(tokens), cancel)
+        yield from self.cache.prefill(tokens[self.read_upto : upto], self.read_upto, len(tokens), cancel)
         self.read_upto = upto
         self.read_s += time.perf_counter() - started
 
@@ -87,60 +87,71 @@ class PromptRun:
             self.read_s += time.perf_counter() - started
 
     def save(self) -> bytes:
-        """Remember (and return) the cache as it is now, to restore before each finish."""
+        """Make the cache as it is now the restore point (and return its state)."""
         state = self.cache.state()
         self._saved = (state, self.cache.positions, self.cache.tokens, self.read_upto)
         self._at_saved = True
         return state
 
-    def load(self, state: StateBytes, tokens: list[int], started: float) -> None:
-        """Put a saved state of `tokens` (a prompt prefix, read in full) in the cache; restore()
-        returns to it. `started` is when fetching the state began: that is the reading time."""
-        positions = np.arange(len(tokens), dtype=np.int64)
-        self.cache.load(state, positions, np.asarray(tokens, dtype=np.int64))
-        self.read_upto = self.loaded_upto = len(tokens)
-        self._saved = (state, self.cache.positions, self.cache.tokens, self.read_upto)
-        self._at_saved = True
-        self.read_s = time.perf_counter() - started
-
-    def load_saved(
-        self, states: DocumentStates, prompt_sha256: str, tokens: list[int], started: float
+    def open(
+        self,
+        tokens: list[int],
+        upto: int,
+        states: DocumentStates | None,
+        label: str,
+        cancel: threading.Event | None = None,
+        min_saved: int = 1,
     ) -> Iterator[Event]:
-        """load() the saved reading of `tokens` from `states`; returns whether there was a usable one.
+        """Bring tokens[:upto] into the cache and make them the restore point: load the longest
+        saved reading of a prefix of them from `states`, decode the rest, and save the reading
+        under `label` when at least `min_saved` tokens of it were new."""
+        if states is not None:
+            yield from self._load_longest(states, tokens[:upto], label)
+        if self.read_upto == upto and self._at_saved:
+            return  # all of it was loaded, and is the restore point already
+        yield from self.read(tokens, upto, cancel)
+        state = self.save()
+        if states is not None and upto - self.loaded_upto >= min_saved:
+            yield from states.save(tokens[:upto], state, label)
+
+    def _load_longest(self, states: DocumentStates, tokens: list[int], label: str) -> Iterator[Event]:
+        """Load the longest saved reading of a prefix of `tokens`: loaded_upto says how long.
 
         A reading llama.cpp refuses (its checksum is sound, its shape is not) is deleted like a
-        damaged one, and the cache emptied, so the caller reads the tokens again and saves anew.
+        damaged one, and the cache emptied, so the tokens are read again and saved anew.
         """
-        found = yield from states.load(prompt_sha256, len(tokens))
-        if found is None:
-            return False
-        try:
-            self.load(found, tokens, started)
-        except DecodeError:
-            self.cache.ctx.clear()  # a refusal midway can leave part of the state in the cells
-            self.cache.reset()
-            yield from states.discard(prompt_sha256, "llama.cpp refused it")
-            return False
-        return True
-
-    def restore(self, saved: tuple[StateBytes, np.ndarray, np.ndarray, int] | None = None) -> None:
-        """Back to the saved state (or to `saved`, a snapshot)."""
-        if saved is None and self._at_saved:
+        started = time.perf_counter()
+        # the whole prefix is looked up even when no listed reading has its length: a damaged
+        # file of it (no readable header) is then found, reported and deleted
+        for length in sorted({len(tokens), *states.saved_lengths(len(tokens))}, reverse=True):
+            found = yield from states.load(tokens[:length])
+            if found is None:
+                continue
+            positions = np.arange(length, dtype=np.int64)
+            try:
+                self.cache.load(found, positions, np.asarray(tokens[:length], dtype=np.int64))
+            except DecodeError:
+                self.cache.ctx.clear()  # a refusal midway can leave part of the state in the cells
+                self.cache.reset()
+                yield from states.discard(tokens[:length], "llama.cpp refused it")
+                continue
+            self.read_upto = self.loaded_upto = length
+            self._saved = (found, self.cache.positions, self.cache.tokens, length)
+            self._at_saved = True
+            self.read_s += time.perf_counter() - started
+            yield Notice(f"loaded the saved reading of {Path(label).name} ({length:,} tokens)")
             return
-        state, positions, tokens, read_upto = saved or self._saved or (None, None, None, 0)
-        if state is None:
+
+    def restore(self) -> None:
+        """Back to the restore point save() (or open(), or a loaded reading) set."""
+        if self._at_saved:
+            return
+        if self._saved is None:
             raise RuntimeError("restore() without save()")
+        state, positions, tokens, read_upto = self._saved
         self.cache.load(state, positions, tokens)
         self.read_upto = self.loaded_upto = read_upto
-        self._at_saved = saved is None
-
-    def mark_changed(self) -> None:
-        """The cache was changed from outside (a selection applied to it directly)."""
-        self._at_saved = False
-
-    def snapshot(self) -> tuple[StateBytes, np.ndarray, np.ndarray, int]:
-        """The cache as it is now, for restore(snapshot) later (not the default restore point)."""
-        return self.cache.state(), self.cache.positions, self.cache.tokens, self.read_upto
+        self._at_saved = True
 
     def keep_prefix(self, tokens: list[int], previous: list[int]) -> None:
         """Continue from the last prompt: drop the answer's cells and whatever of the previous
@@ -179,11 +190,11 @@ class PromptRun:
         window_start = max(n_prompt - method.window, self.read_upto)
         window = n_prompt - window_start
         pin_start = self.cache.cells
-        yield from prefill(self.cache, tokens[self.read_upto : window_start], self.read_upto, n_prompt, cancel)
+        yield from self.cache.prefill(tokens[self.read_upto : window_start], self.read_upto, n_prompt, cancel)
         if prune and method.scores and self.cache.cells + window > method.budget:
             votes = self.cache.observe(tokens[window_start:])
             window_s = time.perf_counter() - started
-            plan = plan_cells(self.model, method, window, votes, self.cache, (pin_start, pin_start + n_pinned))
+            plan = self.cache.plan(method, window, votes, (pin_start, pin_start + n_pinned))
             compact_started = time.perf_counter()
             self.cache.keep_cells(plan.kept)
             yield Pruned(n_prompt, self.cache.cells, tuple(int(p) for p in self.cache.positions),

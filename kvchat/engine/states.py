@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+
+import numpy as np
 
 from kvchat.engine.settings import AskSettings, KvLayout
 from kvchat.engine.store import DamagedState, StateStore, new_header
@@ -16,9 +18,9 @@ LOGGER = logging.getLogger(__name__)
 
 
 class DocumentStates:
-    """Find and keep the full KV state of a read document, keyed by everything that shapes it:
-    the model's sha256, the rendered document part (document + template + system prompt),
-    the KV cache type and llama.cpp's state format."""
+    """Find and keep the full KV state of a read prompt prefix (a document with its template and
+    system prompt, a chat's earlier messages), keyed by everything that shapes it: the model's
+    sha256, the prefix's tokens, the KV cache layout and llama.cpp's state format."""
 
     def __init__(
         self, store: StateStore, model_sha256: str, model_name: str, layout: KvLayout = KvLayout()
@@ -42,8 +44,9 @@ class DocumentStates:
         """Token counts of the saved readings, longest first (candidates for a prompt prefix)."""
         return sorted({entry.header.n_tokens for entry in self.store.entries() if entry.header.n_tokens <= at_most}, reverse=True)
 
-    def load(self, prompt_sha256: str, n_tokens: int) -> Iterator[Event]:
-        """Yields a Notice if a damaged state was found (and deleted); returns the state or None."""
+    def load(self, tokens: Sequence[int]) -> Iterator[Event]:
+        """The saved reading of `tokens`, or None; yields a Notice if a damaged one was found (and deleted)."""
+        prompt_sha256 = tokens_sha256(tokens)
         try:
             found = self.store.load(self.key(prompt_sha256), self.model_sha256, prompt_sha256)
         except DamagedState as damaged:
@@ -55,26 +58,32 @@ class DocumentStates:
         if found is None:
             return None
         header, payload = found
-        if header.n_tokens != n_tokens:
+        if header.n_tokens != len(tokens):
             yield Notice("a saved reading did not match the document; reading it again")
             return None
         return payload
 
-    def discard(self, prompt_sha256: str, reason: str) -> Iterator[Event]:
+    def discard(self, tokens: Sequence[int], reason: str) -> Iterator[Event]:
         """Delete a saved reading that passed its checks but proved unusable (llama.cpp refused
         it), as a damaged one is: kept, it would fail every reading of the document."""
-        path = self.store.path_for(self.key(prompt_sha256))
+        path = self.store.path_for(self.key(tokens_sha256(tokens)))
         path.unlink(missing_ok=True)
         yield _discarded(path, reason)
 
-    def save(self, prompt_sha256: str, n_tokens: int, state: bytes, label: str) -> Iterator[Event]:
-        """Save a reading; `label` (the document's path) is what `kvchat cache list` shows."""
-        header = new_header(self.model_sha256, prompt_sha256, n_tokens, state, label, self.model_name)
+    def save(self, tokens: Sequence[int], state: bytes, label: str) -> Iterator[Event]:
+        """Save the reading of `tokens`; `label` (the document's path) is what `kvchat cache list` shows."""
+        prompt_sha256 = tokens_sha256(tokens)
+        header = new_header(self.model_sha256, prompt_sha256, len(tokens), state, label, self.model_name)
         try:
             self.store.save(self.key(prompt_sha256), header, state)
         except OSError as error:
             LOGGER.warning("could not save state: %s", error)
             yield Notice(f"could not save the reading for next time ({error.strerror})")
+
+
+def tokens_sha256(tokens: Sequence[int]) -> str:
+    """What names a prompt prefix in the store: the sha256 of its token ids."""
+    return hashlib.sha256(np.asarray(tokens, dtype=np.int64).tobytes()).hexdigest()
 
 
 def _discarded(path: Path, reason: str) -> Notice:

@@ -21,9 +21,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from kvchat.engine.cache import KvCache
-from kvchat.engine.pipeline import check_cancel, plan_cells
 from kvchat.engine.settings import AskSettings
-from kvchat.errors import SettingsError
+from kvchat.errors import SettingsError, raise_if_cancelled
 from kvchat.events import Event, Evicted, Progress
 from kvchat.llama import LlamaModel
 
@@ -105,7 +104,7 @@ def stream_read(
     position_room = model.shape.n_ctx_train - (cache.ctx.n_ctx - method.budget - stream.chunk)
     started = time.perf_counter()
     while read_upto < total:
-        check_cancel(cancel)
+        raise_if_cancelled(cancel)
         chunk = tokens[read_upto : read_upto + stream.chunk]
         if cache.next_pos + len(chunk) > position_room:
             cache.repack()
@@ -118,12 +117,12 @@ def stream_read(
         yield Progress(done=read_upto, total=total, elapsed_s=time.perf_counter() - started)
         if over_budget:
             if recency_only:
-                kept = plan_cells(model, method, recent, None, cache).kept
+                kept = cache.plan(method, recent, None).kept
             else:
                 if question_window:
                     votes = cache.observe(question_window, keep=False)
                 votes = scorer.combine(votes)
-                kept = plan_cells(model, method, recent, votes, cache).kept
+                kept = cache.plan(method, recent, votes).kept
                 scorer.keep(votes, kept)
             dropped = cache.keep_cells(kept)
             yield Evicted(count=len(dropped), positions=tuple(int(p) for p in dropped))

@@ -3,9 +3,7 @@ into a sequence of the shared context (slots.py)."""
 
 from __future__ import annotations
 
-import hashlib
 import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -18,7 +16,6 @@ from kvchat.engine.prompt_run import PromptRun
 from kvchat.engine.selected import Selected
 from kvchat.engine.settings import AskSettings
 from kvchat.engine.sizing import context_size
-from kvchat.engine.states import DocumentStates
 from kvchat.errors import SettingsError
 from kvchat.events import Event
 from kvchat.llama import Sampler, StateBytes
@@ -58,7 +55,7 @@ def prepare(engine: Engine, request: ChatRequest, cancel: threading.Event, sampl
 
 def _prepare_document(engine: Engine, request: ChatRequest, cancel: threading.Event, sampler: Sampler) -> Iterator[Event]:
     assert request.document is not None
-    conversation = engine.conversation(request.document, request.settings, "question")
+    conversation = engine.conversation(request.document, request.settings)
     try:
         conversation.resume(request.turns)
         yield from conversation.open(cancel)
@@ -79,26 +76,9 @@ def _prepare_messages(engine: Engine, request: ChatRequest, cancel: threading.Ev
     prefix = max(len(tokens) - settings.method.window, 0)
     states = engine.states.for_settings(settings) if engine.states is not None else None
     with PromptRun(model, context_size(model, len(tokens), settings, 64), settings, engine.model_name) as run:
-        yield from _load_saved_prefix(run, states, tokens, prefix)
-        yield from run.read(tokens, prefix, cancel)
-        if states is not None and prefix - run.loaded_upto >= MIN_SAVED_READING:
-            yield from states.save(_tokens_sha256(tokens[:prefix]), prefix, run.save(), "(chat messages)")
+        yield from run.open(tokens, prefix, states, "(chat messages)", cancel, min_saved=MIN_SAVED_READING)
         selected = yield from run.select(tokens, settings, 0, cancel)
         return _taken(run, selected, sampler)
-
-
-def _load_saved_prefix(run: PromptRun, states: DocumentStates | None, tokens: list[int], upto: int) -> Iterator[Event]:
-    """Load the longest saved reading of a prefix of tokens[:upto] (run.loaded_upto says how long)."""
-    if states is None:
-        return
-    started = time.perf_counter()
-    for length in states.saved_lengths(upto):
-        if (yield from run.load_saved(states, _tokens_sha256(tokens[:length]), tokens[:length], started)):
-            return
-
-
-def _tokens_sha256(tokens: list[int]) -> str:
-    return hashlib.sha256(np.asarray(tokens, dtype=np.int64).tobytes()).hexdigest()
 
 
 def _taken(run: PromptRun, selected: Selected, sampler: Sampler) -> PreparedPrompt:
