@@ -16,7 +16,7 @@ import numpy as np
 
 from kvchat.errors import KvchatError, SettingsError, raise_if_cancelled
 from kvchat.events import Progress
-from kvchat.llama import LlamaContext, StateBytes
+from kvchat.llama import ContextSettings, LlamaContext, StateBytes
 from kvchat.policy import Method, PrunePlan, merge_runs, spans_from_pieces
 
 
@@ -150,6 +150,19 @@ class KvCache:
             start = end
         self.positions = targets
         self.next_pos = self.cells
+
+    def keep_prefix(self, n_positions: int) -> None:
+        """Keep the cells of positions [0, n_positions) (all there), continue at n_positions."""
+        self.keep_cells(np.flatnonzero(self.positions < n_positions))
+        self.next_pos = n_positions
+
+    def recreate(self, settings: ContextSettings) -> None:
+        """Replace the context by one with `settings` (more cells), keeping the cells; the old
+        one is closed first, so the two are never held at once."""
+        state, positions, tokens, model = self.state(), self.positions, self.tokens, self.ctx.model
+        self.ctx.close()
+        self.ctx = LlamaContext(model, settings)
+        self.load(state, positions, tokens)
 
     def state(self) -> bytes:
         return self.ctx.state_bytes(0)

@@ -37,7 +37,6 @@ class Generation:
         self.ended = False  # the model ended its answer (generation may go on for timing)
         self.over = False  # nothing more is to be decoded
         self.tokens = 0
-        self.decoded = 0
         self.stop_reason = "max_tokens"
         self.first_token_at = 0.0
         self.decode_s = 0.0
@@ -57,6 +56,10 @@ class Generation:
         if self.tokens >= self._max_tokens:
             self.stop_reason, self.over = ("stop" if self.ended else "max_tokens"), True
         return text
+
+    def count_step(self, seconds: float) -> None:
+        """Add one decode step's time: the stats' decode speed."""
+        self.decode_s += seconds
 
     def stop(self, reason: str) -> None:
         """End the answer early: "cancelled", or "max_tokens" when no cell is left for it."""
@@ -141,8 +144,7 @@ def generate(
         if evicted := make_room(cache, cache.ctx.n_ctx, n_ctx_train, protected):
             yield evicted
         cache.decode([token], want_logits=True)
-        generation.decoded += 1
         token = sampler.sample(cache.ctx.handle)
-        generation.decode_s += time.perf_counter() - started
+        generation.count_step(time.perf_counter() - started)
     if tail := generation.flush():
         yield Token(tail)

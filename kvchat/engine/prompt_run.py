@@ -54,11 +54,8 @@ class PromptRun:
         """Recreate the context with room for `n_ctx` cells, keeping what the cache holds."""
         if n_ctx <= self.n_ctx:
             return
-        state, positions, tokens = self.cache.state(), self.cache.positions, self.cache.tokens
-        self.cache.ctx.close()
         self._context_settings = replace(self._context_settings, n_ctx=n_ctx)
-        self.cache.ctx = LlamaContext(self.model, self._context_settings)
-        self.cache.load(state, positions, tokens)
+        self.cache.recreate(self._context_settings)
 
     def read(self, tokens: list[int], upto: int, cancel: threading.Event | None = None) -> Iterator[Progress]:
         """Decode tokens [read_upto, upto) with progress over all `tokens`."""
@@ -161,8 +158,8 @@ class PromptRun:
             if new != old:
                 break
             shared += 1
-        self.cache.keep_cells(np.flatnonzero(self.cache.positions < shared))
-        self.cache.next_pos = self.read_upto = self.loaded_upto = shared
+        self.cache.keep_prefix(shared)
+        self.read_upto = self.loaded_upto = shared
         self._at_saved = False
 
     def select(
