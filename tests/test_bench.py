@@ -6,14 +6,19 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
+from importlib import resources
 from pathlib import Path
 
 import pytest
 
+from kvchat.bench.answers import answer_matches, mentions
+from kvchat.bench.cuad import CUAD_CONTRACTS, OMISSION, contract_text, cuad_cases, cuad_questions
 from kvchat.bench.report import SCHEMA, summarize
-from kvchat.bench.runner import BenchConfig, run_bench
+from kvchat.bench.runner import QUICK, BenchConfig, build_cases, run_bench
 from kvchat.bench.tasks import (
-    contract_cases,
+    Case,
+    case_score,
     multi_turn_case,
     multikey_case,
     needle_case,
@@ -59,11 +64,108 @@ def test_seeds_reproduce(count_tokens) -> None:
     assert multi_turn_case(count_tokens, 2000, (0.1, 0.9), 2) == multi_turn_case(count_tokens, 2000, (0.1, 0.9), 2)
 
 
-def test_contract_answers_are_in_the_contracts() -> None:
-    cases = contract_cases()
-    assert len(cases) == 6
-    for case in cases:
-        assert case.answers[0].lower() in case.document.lower(), case.meta
+QUESTIONS_PER_CONTRACT = {
+    "cuad_todos_medical_marketing_reseller": 9, "cuad_corio_license_hosting": 9, "cuad_energous_strategic_alliance": 7,
+    "cuad_buffalo_wild_wings_franchise": 6, "cuad_mrs_fields_franchise": 7,
+    "cuad_manufacturers_services_outsourcing": 7, "cuad_array_biopharma_license_development": 4,
+}
+
+
+def count_words(text: str) -> int:
+    return len(text.split())
+
+
+@pytest.mark.parametrize(("answer", "golds"), [
+    ("Sixty (60) days", ("60 days",)),
+    ("60 days", ("sixty (60) days",)),
+    ("at least one hundred eighty (180) days' notice", ("180 days",)),
+    ("the twelve-month period before the claim", ("12 months",)),
+    ("Five thousand dollars.", ("$5,000",)),
+    ("$5,000.00", ("five thousand dollars",)),
+    ("3%", ("three percent",)),
+    ("28 March 2019", ("March 28, 2019",)),
+    ("2019-03-28", ("March 28, 2019",)),
+    ("3/28/2019", ("March 28, 2019",)),
+    ("3/28/19", ("28th March 2019",)),
+    ("March 28, 2019", ("2019-03-28",)),
+    ("the 20t h day of December 2018", ("December 20, 2018",)),
+    ("Care G.B. Plus", ("Care G. B. Plus Ltd.",)),
+    ("CARE G. B. PLUS LTD", ("Care G. B. Plus Ltd.",)),
+    ("BW3 Franchise Systems", ("bw-3 Franchise Systems, Inc.",)),
+    ("The laws of the State of Israel.", ("Israel",)),
+    ("one or more annual periods", ("1 year", "annual")),
+    ("Ono", ("Ono Pharmaceutical Co., Ltd.", "Ono")),
+])
+def test_answer_match_accepts(answer: str, golds: tuple[str, ...]) -> None:
+    assert answer_matches(answer, golds)
+
+
+@pytest.mark.parametrize(("answer", "golds", "refuse"), [
+    ("30 days", ("60 days",), ()),
+    ("600 days", ("60 days",), ()),
+    ("60 months", ("60 days",), ()),
+    ("30, 60 or 180 days", ("60 days",), ()),
+    ("two (2) years, then five (5) years", ("2 years",), ()),
+    ("March 28, 2018", ("March 28, 2019",), ()),
+    ("December 20, 2018 or 3/28/2019", ("December 20, 2018",), ()),
+    ("Care", ("Care G. B. Plus Ltd.",), ()),
+    ("Care G. B. Plus Ltd. and Todos Medical Ltd.", ("Care G. B. Plus Ltd.",), ("Todos Medical",)),
+    ("none of them", ("Ono",), ()),
+    ("", ("Israel",), ()),
+])
+def test_answer_match_refuses(answer: str, golds: tuple[str, ...], refuse: tuple[str, ...]) -> None:
+    assert not answer_matches(answer, golds, refuse)
+
+
+def test_case_score_follows_the_cases_scoring() -> None:
+    normalized = Case("cuad", "", "q", ("60 days", "2 months"), scoring="normalized", refuse=("Todos",))
+    assert case_score(normalized, "sixty (60) days") == 1.0
+    assert case_score(normalized, "60 days, says Todos") == 0.0
+    assert case_score(Case("vt", "", "q", ("AAAAA", "BBBBB")), "AAAAA") == 0.5
+
+
+def test_cuad_questions_ship_with_their_contracts() -> None:
+    questions = cuad_questions()
+    counts = {contract: sum(q.contract == contract for q in questions) for contract in CUAD_CONTRACTS}
+    assert counts == QUESTIONS_PER_CONTRACT
+    assert len({q.id for q in questions}) == len(questions) == 49
+    shipped = {entry.name for entry in (resources.files("kvchat.bench") / "data" / "cuad").iterdir()}
+    assert shipped == {f"{c}.txt" for c in CUAD_CONTRACTS} | {"questions.json", "SOURCE.md"}
+    assert "CC BY 4.0" in (resources.files("kvchat.bench") / "data" / "cuad" / "SOURCE.md").read_text()
+
+
+def test_every_cuad_gold_is_stated_by_its_clause() -> None:
+    for question in cuad_questions():
+        assert question.evidence in contract_text(question.contract), question.id
+        assert mentions(question.evidence, question.answers[0]), question.id
+        assert not question.question.startswith("Highlight"), question.id
+
+
+def test_cuad_cases_read_whole_contracts_when_they_fit() -> None:
+    cases = cuad_cases(count_words, 10**9)
+    assert len(cases) == 49
+    assert all(case.document == contract_text(case.meta["contract"]) and not case.meta["cut"] for case in cases)
+    assert {case.scoring for case in cases} == {"normalized"}
+
+
+def test_cuad_cuts_long_contracts_in_the_middle_and_drops_what_the_cut_removed() -> None:
+    cases = cuad_cases(count_words, 12_000)
+    documents = {case.meta["contract"]: case.document for case in cases}
+    for contract, document in documents.items():
+        full = contract_text(contract)
+        assert count_words(document) <= 12_000
+        assert (OMISSION in document) == (count_words(full) > 12_000) == (document != full)
+        assert document.startswith(full[:200]) and document.endswith(full[-200:])
+    asked = {case.meta["id"] for case in cases}
+    assert {q.id for q in cuad_questions()} - asked == {"mrsfields.successor", "mrsfields.notice", "mrsfields.cap",
+                                                        "msl.cap", "msl.law"}
+
+
+def test_quick_cuad_is_the_shortest_contract() -> None:
+    cases = build_cases(replace(QUICK, tasks=("cuad",)), count_words, 30_000)
+    assert [case.meta["id"] for case in cases] == [
+        q.id for q in cuad_questions() if q.contract == "cuad_todos_medical_marketing_reseller"]
+    assert CUAD_CONTRACTS[0] == "cuad_todos_medical_marketing_reseller"
 
 
 def test_scoring_is_case_insensitive_substring() -> None:

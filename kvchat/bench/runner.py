@@ -8,12 +8,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 
 from kvchat.bench.compare import answer_of, compare
-from kvchat.bench.tasks import Case, contract_cases, multikey_case, needle_case, score, variable_tracking_case
+from kvchat.bench.cuad import CUAD_CONTRACTS, cuad_cases
+from kvchat.bench.tasks import Case, CountTokens, case_score, multikey_case, needle_case, variable_tracking_case
 from kvchat.engine import AskSettings, Engine
 from kvchat.events import Pruned
 from kvchat.policy import DEFAULT_BUDGET, METHODS, SnapKV, method_named, method_options
 
-TASKS = ("needle", "multikey", "vt", "contracts")
+TASKS = ("needle", "multikey", "vt", "cuad")
+DEFAULT_TASKS = ("needle", "multikey", "vt")  # cuad reads whole contracts (up to 32K tokens): asked for by name
+PROMPT_ROOM = 512  # tokens of the model's trained context left to the template and the question
 
 
 @dataclass(frozen=True)
@@ -39,7 +42,7 @@ class Variant:
 
 @dataclass(frozen=True)
 class BenchConfig:
-    tasks: tuple[str, ...] = TASKS
+    tasks: tuple[str, ...] = DEFAULT_TASKS
     lengths: tuple[int, ...] = (2000, 4000)
     depths: tuple[float, ...] = (0.25, 0.75)
     budgets: tuple[int, ...] = (DEFAULT_BUDGET,)
@@ -47,6 +50,7 @@ class BenchConfig:
     policy_variants: tuple[tuple[tuple[str, str], ...], ...] = field(default=())
     decode_tokens: int = 64
     seed: int = 0
+    cuad_contracts: tuple[str, ...] = CUAD_CONTRACTS
 
     def variants(self) -> list[Variant]:
         found = [Variant("full", max(self.budgets))] if "full" in self.methods else []
@@ -56,10 +60,12 @@ class BenchConfig:
         return found
 
 
-QUICK = BenchConfig(tasks=("needle", "multikey"), lengths=(2000,), depths=(0.5,), decode_tokens=16)
+QUICK = BenchConfig(tasks=("needle", "multikey"), lengths=(2000,), depths=(0.5,), decode_tokens=16,
+                    cuad_contracts=CUAD_CONTRACTS[:1])
 
 
-def build_cases(config: BenchConfig, count_tokens) -> list[Case]:
+def build_cases(config: BenchConfig, count_tokens: CountTokens, max_document_tokens: int) -> list[Case]:
+    """The config's cases; real documents longer than `max_document_tokens` are cut to it."""
     cases: list[Case] = []
     longest = max(config.lengths)
     if "needle" in config.tasks:
@@ -69,9 +75,8 @@ def build_cases(config: BenchConfig, count_tokens) -> list[Case]:
         cases.append(multikey_case(count_tokens, longest, 8, config.seed))
     if "vt" in config.tasks:
         cases.append(variable_tracking_case(count_tokens, longest, config.seed))
-    if "contracts" in config.tasks:
-        cases += [c for c in contract_cases() if c.meta["contract"] == "cuad_todos_medical_marketing_reseller"
-                  and c.meta["category"] == "Governing Law"]
+    if "cuad" in config.tasks:
+        cases += cuad_cases(count_tokens, max_document_tokens, config.cuad_contracts)
     return cases
 
 
@@ -88,7 +93,7 @@ def _record(case: Case, variant: Variant, events: list) -> dict[str, object]:
     overhead = sum(e.observe_s + e.compact_s for e in pruned) / read_s if read_s else 0.0
     return {
         "task": case.task, "meta": case.meta, "method": variant.method, "variant": variant.label,
-        "budget": variant.budget, "accuracy": score(done.answer, case.answers), "answer": done.answer,
+        "budget": variant.budget, "accuracy": case_score(case, done.answer), "answer": done.answer,
         "golds": list(case.answers), "prompt_tokens": stats.prompt_tokens, "kept_tokens": stats.kept_tokens,
         "compression": round(stats.compression, 3), "kv_bytes_full": stats.kv_bytes_full,
         "kv_bytes_kept": stats.kv_bytes_kept, "prefill_tokens_per_s": round(stats.prefill_tokens_per_s, 2),
@@ -100,7 +105,8 @@ def _record(case: Case, variant: Variant, events: list) -> dict[str, object]:
 
 def run_bench(engine: Engine, config: BenchConfig) -> Iterator[tuple[int, int, dict[str, object] | None]]:
     """Yields (cases done, cases in all, record or None); one record per variant x case."""
-    cases = build_cases(config, lambda text: len(engine.model.tokenize(text)))
+    cases = build_cases(config, lambda text: len(engine.model.tokenize(text)),
+                        engine.model.shape.n_ctx_train - PROMPT_ROOM)
     variants = config.variants()
     base = AskSettings(max_tokens=config.decode_tokens, stop_at_end=False, method=SnapKV())
     yield 0, len(cases), None

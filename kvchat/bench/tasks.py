@@ -1,12 +1,12 @@
 """Synthetic long-context tasks in RULER's style, built from the shipped essays and word lists.
 
 Every case is a document, a question and the gold strings; scoring is RULER's case-insensitive
-substring match. Lengths are hit with the tested model's own tokenizer (`count_tokens`).
+substring match (the real-contract task, `kvchat.bench.cuad`, uses a normalized match instead).
+Lengths are hit with the tested model's own tokenizer (`count_tokens`).
 """
 
 from __future__ import annotations
 
-import json
 import random
 import re
 from collections.abc import Callable
@@ -14,17 +14,24 @@ from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 
+from kvchat.bench.answers import answer_matches
+
 CountTokens = Callable[[str], int]
 SENTENCE_END = re.compile(r"[.!?]\s+")
 
 
 @dataclass(frozen=True)
 class Case:
+    """`scoring` "ruler": every answer string is wanted (see `score`); "normalized": `answers` are
+    alternatives and `refuse` strings make an answer wrong (see `kvchat.bench.answers`)."""
+
     task: str
     document: str
     question: str
     answers: tuple[str, ...]
     meta: dict[str, object] = field(default_factory=dict)
+    scoring: str = "ruler"
+    refuse: tuple[str, ...] = ()
 
 
 def score(answer: str, golds: tuple[str, ...]) -> float:
@@ -33,6 +40,13 @@ def score(answer: str, golds: tuple[str, ...]) -> float:
         return 0.0
     lowered = answer.lower()
     return sum(gold.lower() in lowered for gold in golds) / len(golds)
+
+
+def case_score(case: Case, answer: str) -> float:
+    """The answer's score on this case, 0..1, by the case's own scoring."""
+    if case.scoring == "normalized":
+        return float(answer_matches(answer, case.answers, case.refuse))
+    return score(answer, case.answers)
 
 
 @cache
@@ -151,14 +165,3 @@ def variable_tracking_case(count_tokens: CountTokens, length: int, seed: int, ho
     question = (f"Which variables are assigned the value {value}, directly or through other variables? "
                 "List all of their names.")
     return Case("vt", text, question, tuple(names), {"length": length, "seed": seed})
-
-
-def contract_cases() -> list[Case]:
-    """Questions about the shipped CUAD contracts with the experts' normalized answers."""
-    folder = resources.files("kvchat.bench") / "data" / "contracts"
-    spec = json.loads((folder / "questions.json").read_text(encoding="utf-8"))
-    return [
-        Case("contracts", (folder / f"{item['contract']}.txt").read_text(encoding="utf-8"), item["question"],
-             tuple(item["answers"]), {"contract": item["contract"], "category": item["category"]})
-        for item in spec["questions"]
-    ]
