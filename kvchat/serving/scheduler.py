@@ -210,8 +210,7 @@ class Scheduler:
             return self._fail_answers(KvchatError(f"decoding failed: {error}", "see the server's log file"))
         elapsed = time.perf_counter() - started
         for row, answer in enumerate(answers):
-            answer.generation.decoded += 1
-            answer.generation.decode_s += elapsed
+            answer.generation.count_step(elapsed)
             self._advance(answer, answer.sampler.sample(self.decoder.ctx.handle, row))
 
     def _advance(self, answer: _Answer, token: int) -> None:
