@@ -94,7 +94,7 @@ class Conversation:
         `settings` overrides the conversation's for this answer (the bench compares methods so).
         """
         settings = settings or self.settings
-        selected = yield from self.prepare(question, cancel, settings)
+        selected = yield from self.select(question, cancel, settings)
         done: Done | None = None
         for event in self.run.answer(settings, selected, cancel):
             if isinstance(event, Done):
@@ -103,7 +103,7 @@ class Conversation:
         if done is not None:
             self.turns.append(Turn(question, done.answer))
 
-    def prepare(self, question: str, cancel: threading.Event | None, settings: AskSettings) -> Iterator[Event]:
+    def select(self, question: str, cancel: threading.Event | None, settings: AskSettings) -> Iterator[Event]:
         """Everything of ask() but the answer: the run's cache then holds the kept prompt and the
         last token's logits (the server moves it to a sequence of its own); `self.prompt_tokens`
         is the whole prompt. Returns the run's Selected, for its answer."""

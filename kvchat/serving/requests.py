@@ -59,7 +59,7 @@ def _prepare_document(engine: Engine, request: ChatRequest, cancel: threading.Ev
     try:
         conversation.resume(request.turns)
         yield from conversation.open(cancel)
-        selected = yield from conversation.prepare(request.question, cancel, request.settings)
+        selected = yield from conversation.select(request.question, cancel, request.settings)
         return _taken(conversation.run, selected, sampler)
     finally:
         conversation.close()
