@@ -10,7 +10,7 @@ long enough to save) and reads only what is new. Either way its question selects
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 from kvchat.engine import DEFAULT_MAX_TOKENS, AskSettings, Engine, KvLayout
@@ -27,6 +27,9 @@ from kvchat.serving.scheduler import ChatJob, QueueFull, Scheduler, ShuttingDown
 from kvchat.serving.slots import DEFAULT_ROOM
 
 CHARS_PER_TOKEN_CAP = 16  # more than any tokenizer packs into one token of real text
+
+# Builds the scheduler from (engine, sequences, cells per sequence, waiting line, threads, KV layout).
+NewScheduler = Callable[[Engine, int, int, int, int | None, KvLayout], Scheduler]
 
 
 @dataclass(frozen=True)
@@ -49,11 +52,13 @@ class ServerLimits:
 class ChatService:
     """The engine, its scheduler and the uploaded documents."""
 
-    def __init__(self, engine: Engine, limits: ServerLimits, threads: int | None = None) -> None:
+    def __init__(
+        self, engine: Engine, limits: ServerLimits, threads: int | None = None, new_scheduler: NewScheduler = Scheduler
+    ) -> None:
         self.engine = engine
         self.limits = limits
         self.threads = threads
-        self.scheduler = Scheduler(
+        self.scheduler = new_scheduler(
             engine, limits.sequences, limits.sequence_cells, limits.max_waiting, threads, limits.layout
         )
         self.documents = DocumentLibrary(limits.max_documents)

@@ -1,18 +1,18 @@
-"""`kvchat serve` over real sockets with the official `openai` client, on the tiny random GGUF.
+"""`kvchat serve` over real sockets with the official `openai` client.
 
-The tiny model's text is noise; these tests check the protocol, the bookkeeping and the
-concurrency. What the answers say is checked on the real model (test_server_real.py).
+On the tiny random GGUF: the protocol, the bookkeeping, saved readings and the concurrency (the
+tiny model's text is noise; what the answers say is checked on the real model, in
+test_server_real.py). On the fake engine: the scheduling as a client sees it, step by step.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import json
 import logging
 import socket
 import tempfile
-import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,12 +23,14 @@ import pypdf
 import pytest
 
 from conftest import REPO_DIR
+from fake_engine import WAIT_S, FakeEngine, Script
 from kvchat.cli.serve import PYTHON_EXAMPLE
 from kvchat.engine import KvLayout
 from kvchat.events import Event, Notice, Progress
-from kvchat.serving import scheduler as scheduler_module
-from kvchat.serving.requests import ChatRequest, PreparedPrompt
-from server_harness import running_server
+from kvchat.server.service import NewScheduler
+from kvchat.serving.requests import ChatRequest, PreparedPrompt, prepare
+from kvchat.serving.scheduler import Scheduler
+from server_harness import running_server, serving, watch_jobs
 
 MODEL = "kvchat-test"
 NOTES = b"The boat was named the Grey Heron. The radio failed on day four. The budget was 4,350 euros.\n" * 20
@@ -139,15 +141,12 @@ class Reading:
         return [event.text for event in self.events if isinstance(event, Notice)]
 
 
-@pytest.fixture
-def readings(monkeypatch: pytest.MonkeyPatch) -> list[Reading]:
-    """Every preparation the scheduler runs, in order, with its events and its result."""
-    seen: list[Reading] = []
-    prepare = scheduler_module.prepare
+def recording(readings: list[Reading]) -> NewScheduler:
+    """A scheduler whose preparations are appended to `readings`, in order, with their events and result."""
 
     def recorded_prepare(engine, request, cancel, sampler):
         reading = Reading(request)
-        seen.append(reading)
+        readings.append(reading)
         events = prepare(engine, request, cancel, sampler)
         while True:
             try:
@@ -158,15 +157,16 @@ def readings(monkeypatch: pytest.MonkeyPatch) -> list[Reading]:
             reading.events.append(event)
             yield event
 
-    monkeypatch.setattr(scheduler_module, "prepare", recorded_prepare)
-    return seen
+    return functools.partial(Scheduler, prepare=recorded_prepare)
 
 
-def test_a_follow_up_loads_its_conversations_reading_and_reads_only_what_is_new(tiny_model_path: Path, readings: list[Reading]) -> None:
+def test_a_follow_up_loads_its_conversations_reading_and_reads_only_what_is_new(tiny_model_path: Path) -> None:
     """A pasted chat's follow-up (the client sends the history back) loads the reading saved of
     the first request (all before its observation window) and reads on from there."""
     pasted = NOTES.decode()
-    with running_server(tiny_model_path, use_cache=True, budget=64, max_tokens=8, sequences=1) as (url, _):
+    readings: list[Reading] = []
+    with running_server(tiny_model_path, use_cache=True, new_scheduler=recording(readings), budget=64, max_tokens=8,
+                        sequences=1) as (url, _):
         client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=60)
         first = ask(client, pasted)
         history = [{"role": "user", "content": pasted}, {"role": "assistant", "content": first.choices[0].message.content},
@@ -188,12 +188,14 @@ def test_a_follow_up_loads_its_conversations_reading_and_reads_only_what_is_new(
     assert (kv["unrelated"]["loaded_tokens"], kv["unrelated"]["read_tokens"]) == (0, unrelated.usage.prompt_tokens)
 
 
-def test_a_server_with_flash_attention_on_answers_about_documents(tiny_model_path: Path, readings: list[Reading]) -> None:
+def test_a_server_with_flash_attention_on_answers_about_documents(tiny_model_path: Path) -> None:
     """Readings are made, saved and moved into the shared context with flash attention on (V not
     transposed): a shared context laid out otherwise refuses those states. The first question
     reads the document; the follow-ups load that reading and read only their turns and question."""
     layout = KvLayout(flash_attn=True)
-    with running_server(tiny_model_path, use_cache=True, budget=64, max_tokens=8, sequences=2, layout=layout) as (url, service):
+    readings: list[Reading] = []
+    with running_server(tiny_model_path, use_cache=True, new_scheduler=recording(readings), budget=64, max_tokens=8,
+                        sequences=2, layout=layout) as (url, service):
         assert service.scheduler.decoder.ctx.settings.flash_attn
         client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=60)
         document = httpx.post(f"{url}/v1/documents", files={"file": ("notes.txt", NOTES)}).json()["id"]
@@ -255,40 +257,12 @@ def test_an_api_key_is_required_when_set(tiny_model_path: Path) -> None:
         assert httpx.get(f"{url}/health").status_code == 200
 
 
-# ---- readings: counted in /health, stopped by a client that leaves or by the shutdown ---------------
-
-
-@dataclass
-class HeldReadings:
-    """Readings of requests that say HOLD wait for their job's cancel (30 s at most) before they
-    begin: a reading as long as the test needs, without timing."""
-
-    started: threading.Event = field(default_factory=threading.Event)
-    cancelled: threading.Event = field(default_factory=threading.Event)
-
-
-@pytest.fixture
-def held(monkeypatch: pytest.MonkeyPatch) -> HeldReadings:
-    readings = HeldReadings()
-    prepare = scheduler_module.prepare
-
-    def held_prepare(engine, request, cancel, sampler):
-        if any("HOLD" in message["content"] for message in request.messages):
-            readings.started.set()
-            if cancel.wait(30):
-                readings.cancelled.set()
-        return (yield from prepare(engine, request, cancel, sampler))
-
-    monkeypatch.setattr(scheduler_module, "prepare", held_prepare)
-    return readings
-
-
-HOLD = "HOLD " * 200  # longer than the observation window: the reading reads it in chunks, checking its cancel
+# ---- scheduling over HTTP, on the fake engine (tests/fake_engine.py) ---------------------------------
 
 
 def _raw_chat(url: str, content: str, stream: bool) -> socket.socket:
     """A chat request sent on a socket of its own, whose answer nobody reads."""
-    body = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": content}], "max_tokens": 8, "stream": stream}).encode()
+    body = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": content}], "stream": stream}).encode()
     host, port = url.removeprefix("http://").split(":")
     connection = socket.create_connection((host, int(port)))
     connection.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n"
@@ -296,31 +270,115 @@ def _raw_chat(url: str, content: str, stream: bool) -> socket.socket:
     return connection
 
 
+def _chat(url: str, content: str, **extra: object) -> httpx.Response:
+    body = {"model": MODEL, "messages": [{"role": "user", "content": content}], **extra}
+    return httpx.post(f"{url}/v1/chat/completions", json=body, timeout=30)
+
+
+def _streamed(url: str, content: str) -> list[dict | str]:
+    """A streamed answer's events: the parsed chunks, then "[DONE]"."""
+    body = {"model": MODEL, "messages": [{"role": "user", "content": content}], "stream": True}
+    with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=30) as response:
+        data = [line.removeprefix("data: ") for line in response.iter_lines() if line]
+    return [item if item == "[DONE]" else json.loads(item) for item in data]
+
+
+def _health(url: str) -> tuple[int, int, int]:
+    health = httpx.get(f"{url}/health").json()
+    return health["answering"], health["reading"], health["waiting"]
+
+
+def test_an_answer_reports_its_prompt_tokens_loaded_read_and_kept() -> None:
+    fake = FakeEngine({"Boat?": Script("Grey Héron", prompt_tokens=2000, loaded_tokens=1500, kept_tokens=256)})
+    with serving(fake.service()) as url:
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=30)
+        whole = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "Boat?"}])
+        cut = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "Boat?"}], max_tokens=4)
+        chunks = list(client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "Boat?"}],
+                                                     stream=True, stream_options={"include_usage": True}))
+    assert (whole.choices[0].message.content, whole.choices[0].finish_reason) == ("Grey Héron", "stop")
+    usage, kv = whole.usage, whole.model_extra["kv"]
+    assert (usage.prompt_tokens, usage.completion_tokens, usage.total_tokens) == (2000, 11, 2011)  # "é" is two tokens
+    assert (kv["prompt_tokens"], kv["loaded_tokens"], kv["read_tokens"], kv["kept_tokens"]) == (2000, 1500, 500, 256)
+    assert (cut.choices[0].message.content, cut.choices[0].finish_reason, cut.usage.completion_tokens) == ("Grey", "length", 4)
+    deltas = [(chunk.choices[0].delta.content, chunk.choices[0].finish_reason) for chunk in chunks if chunk.choices]
+    assert deltas == [("", None), *((piece, None) for piece in "Grey Héron"), (None, "stop")]
+    assert chunks[-1].usage.completion_tokens == 11
+
+
+def test_a_full_waiting_line_gets_429_with_retry_after(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = FakeEngine({"first": Script(until_cancelled=True)})
+    service = fake.service(sequences=1, max_waiting=1)
+    jobs = watch_jobs(service.scheduler, monkeypatch)
+    with serving(service) as url, concurrent.futures.ThreadPoolExecutor(1) as pool:
+        first = _raw_chat(url, "first", stream=False)
+        (reading,) = fake.readings.wait_len(1)
+        waiting = pool.submit(_chat, url, "second")
+        jobs.wait_len(2)
+        assert _health(url) == (0, 1, 1)
+        refused = _chat(url, "third")
+        assert refused.status_code == 429 and refused.headers["Retry-After"] == "2"
+        assert refused.json()["error"]["type"] == "rate_limit_error"
+        first.close()  # its client leaves: the reading stops, the waiting request gets the sequence
+        answered = waiting.result(timeout=WAIT_S)
+    assert answered.status_code == 200 and answered.json()["choices"][0]["message"]["content"] == "ok"
+    assert reading.outcome == "cancelled"
+    assert [reading.request.messages[-1]["content"] for reading in fake.readings.items] == ["first", "second"]
+
+
 @pytest.mark.parametrize("stream", [True, False], ids=["stream", "whole"])
-def test_a_reading_is_counted_and_a_client_that_leaves_during_it_stops_it(tiny_model_path: Path, held: HeldReadings, stream: bool) -> None:
-    with running_server(tiny_model_path, budget=64, max_tokens=8, sequences=1) as (url, _):
-        connection = _raw_chat(url, HOLD, stream)
-        assert held.started.wait(10)
-        health = httpx.get(f"{url}/health").json()
-        assert (health["reading"], health["answering"], health["waiting"]) == (1, 0, 0)
+def test_a_reading_is_counted_and_a_client_that_leaves_during_it_stops_it(stream: bool) -> None:
+    fake = FakeEngine({"held": Script(until_cancelled=True)})
+    with serving(fake.service(sequences=1)) as url:
+        connection = _raw_chat(url, "held", stream)
+        (reading,) = fake.readings.wait_len(1)
+        assert _health(url) == (0, 1, 0)
         connection.close()
-        assert held.cancelled.wait(10), "the reading went on after its client left"
-        started = time.monotonic()
-        answer = httpx.post(f"{url}/v1/chat/completions", json={"model": MODEL, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4})
-        assert answer.status_code == 200 and time.monotonic() - started < 10
-        assert httpx.get(f"{url}/health").json()["reading"] == 0
+        assert reading.ended.wait(WAIT_S) and reading.outcome == "cancelled", "the reading went on after its client left"
+        answer = _chat(url, "next")
+        assert answer.status_code == 200 and answer.json()["choices"][0]["message"]["content"] == "ok"
+        assert _health(url) == (0, 0, 0)
 
 
-def test_the_shutdown_stops_a_reading_and_its_request_gets_503(tiny_model_path: Path, held: HeldReadings) -> None:
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        with running_server(tiny_model_path, budget=64, max_tokens=8, sequences=1) as (url, _):
-            body = {"model": MODEL, "messages": [{"role": "user", "content": HOLD}], "max_tokens": 8}
-            pending = pool.submit(httpx.post, f"{url}/v1/chat/completions", json=body, timeout=30)
-            assert held.started.wait(10)
-            stopping = time.monotonic()
-        assert time.monotonic() - stopping < 5 and held.cancelled.is_set()
-        response = pending.result(timeout=5)
-    assert response.status_code == 503 and response.json()["error"]["code"] == "server_shutting_down"
+def test_a_client_that_leaves_during_its_answer_frees_the_sequence_after_the_current_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = FakeEngine({"long": Script("abcdefgh")}, held_steps=True)
+    service = fake.service(sequences=1)
+    jobs = watch_jobs(service.scheduler, monkeypatch)
+    with serving(service) as url:
+        connection = _raw_chat(url, "long", stream=True)
+        (watched,) = jobs.wait_len(1)
+        watched.emitted.wait_len(1)  # its first token; its first step waits
+        assert _health(url) == (1, 0, 0)
+        connection.close()
+        assert watched.job.cancel.wait(WAIT_S), "the answer went on after its client left"
+        fake.decoder.run_free()
+        done = watched.emitted.ended()[-1]
+        assert (done.answer, done.stats.generated_tokens, done.stats.stop_reason) == ("ab", 2, "cancelled")
+        assert _health(url) == (0, 0, 0) and fake.decoder.releases.items == [0]
+
+
+def test_the_shutdown_ends_answers_and_gives_readings_and_waiting_requests_503(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = FakeEngine({"answered": Script("abc", paced=True), "read": Script(until_cancelled=True)})
+    service = fake.service(sequences=2)
+    jobs = watch_jobs(service.scheduler, monkeypatch)
+    with concurrent.futures.ThreadPoolExecutor(3) as pool:
+        with serving(service) as url:
+            answered = pool.submit(_streamed, url, "answered")
+            (reading,) = fake.readings.wait_len(1)
+            read = pool.submit(_chat, url, "read")
+            jobs.wait_len(2)
+            waiting = pool.submit(_chat, url, "waiting")
+            jobs.wait_len(3)
+            reading.allow()  # "answered" answers; "read" is read until it is cancelled
+            fake.readings.wait_len(2)
+            assert _health(url) == (1, 1, 1)
+        events = answered.result(timeout=WAIT_S)
+        responses = [read.result(timeout=WAIT_S), waiting.result(timeout=WAIT_S)]
+    assert [event["choices"][0]["delta"].get("content") for event in events[1:-2]] == ["a", "b"]  # its last step, then stopped
+    assert events[-2]["choices"][0]["finish_reason"] == "stop" and events[-1] == "[DONE]"
+    for response in responses:
+        assert response.status_code == 503 and response.json()["error"]["code"] == "server_shutting_down"
+    assert fake.readings.items[1].outcome == "cancelled" and fake.closed
 
 
 # ---- uploads ----------------------------------------------------------------------------------

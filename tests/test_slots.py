@@ -1,26 +1,29 @@
-"""Serving mechanics on the tiny GGUF: prompts moved into sequences of a shared context, batched
-decode steps, the scheduler's bookkeeping, and saved readings of pasted chats."""
+"""Serving: the mechanics on the tiny GGUF (prompts moved into sequences of a shared context,
+batched decode steps, saved readings of pasted chats), then the scheduler's behaviour on the fake
+engine (queueing, batching, cancelling, stopping, failures), step by step under the test's control."""
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from fake_engine import WAIT_S, Emitted, FakeEngine, Script
+from inspect_helpers import last_logits
 from kvchat.engine import AskSettings, Engine, KvLayout
 from kvchat.engine.prompt import chat_tokens
 from kvchat.engine.prompt_run import PromptRun
-from kvchat.errors import KvchatError
+from kvchat.errors import CancelledError, KvchatError, PromptTooLongError, SettingsError
 from kvchat.events import Done, Token
 from kvchat.llama import Sampler
 from kvchat.policy import SnapKV
 from kvchat.serving.requests import ChatRequest, prepare
-from kvchat.serving.scheduler import ChatJob, Scheduler
+from kvchat.serving.scheduler import ChatJob, QueueFull, Scheduler, ShuttingDown
 from kvchat.serving.slots import SlotDecoder
-
-from inspect_helpers import last_logits
 
 SETTINGS = AskSettings(method=SnapKV(budget=96, window=16), max_tokens=8)
 LONG = " ".join(f"item {i} costs {i * 7} coins." for i in range(120))
@@ -109,108 +112,6 @@ def test_a_batched_step_equals_separate_steps(engine: Engine) -> None:
     assert not np.allclose(rows[True][0], rows[True][1])  # two different conversations
 
 
-def _request(text: str, max_tokens: int = 8) -> ChatRequest:
-    settings = AskSettings(method=SETTINGS.method, max_tokens=max_tokens)
-    return ChatRequest(settings, messages=({"role": "user", "content": text},))
-
-
-class Recorder:
-    """A job's emit: keeps its events; `ended` is set by the last one (a Done or an error)."""
-
-    def __init__(self, cancel_after_tokens: int | None = None) -> None:
-        self.events: list = []
-        self.ended = threading.Event()
-        self.job: ChatJob | None = None
-        self.cancel_after_tokens = cancel_after_tokens
-
-    def __call__(self, event) -> None:
-        self.events.append(event)
-        if sum(isinstance(e, Token) for e in self.events) == self.cancel_after_tokens:
-            self.job.cancel.set()  # the client goes away
-        if isinstance(event, (Done, KvchatError)):
-            self.ended.set()
-
-
-def _job(request: ChatRequest, recorder: Recorder) -> ChatJob:
-    recorder.job = ChatJob(request, recorder)
-    return recorder.job
-
-
-def test_the_scheduler_answers_every_job_and_empties_every_sequence(engine: Engine) -> None:
-    scheduler = Scheduler(engine, n_slots=2, slot_cells=512, max_waiting=8)
-    answered = [Recorder() for _ in range(4)]
-    dropped, stopped = Recorder(), Recorder(cancel_after_tokens=3)
-    jobs = [_job(_request(f"{LONG} {i}"), recorder) for i, recorder in enumerate(answered)]
-    jobs.append(_job(_request(LONG), dropped))
-    dropped.job.cancel.set()  # gone while still waiting
-    jobs.append(_job(_request(LONG, max_tokens=400), stopped))
-    try:
-        for job in jobs:
-            scheduler.submit(job)
-        assert all(recorder.ended.wait(60) for recorder in [*answered, stopped])
-        for recorder in answered:
-            done = recorder.events[-1]
-            assert isinstance(done, Done) and 1 <= done.stats.generated_tokens <= 8
-        assert dropped.events == []  # passed over: it was taken from the queue before `stopped`
-        stop, pieces = stopped.events[-1], [e.text for e in stopped.events if isinstance(e, Token)]
-        assert stop.stats.stop_reason == "cancelled" and stop.stats.generated_tokens < 400
-        assert len(pieces) in (3, 4) and stop.answer == "".join(pieces)  # 4: the detokenizer's flushed tail
-        # each answer's cells are dropped before its Done: nothing is kept for a follow-up
-        assert [(slot.busy, slot.cells) for slot in scheduler.decoder.slots] == [(False, 0), (False, 0)]
-    finally:
-        scheduler.close()
-
-
-def _failing(error: Exception):
-    def fail(*_args: object) -> None:
-        raise error
-    return fail
-
-
-def _events_of(scheduler: Scheduler, job_text: str) -> list:
-    recorder = Recorder()
-    scheduler.submit(_job(_request(job_text), recorder))
-    assert recorder.ended.wait(60), "the job never ended"
-    return recorder.events
-
-
-def test_a_state_llama_cpp_refuses_fails_that_request_and_the_server_goes_on(engine: Engine, monkeypatch) -> None:
-    scheduler = Scheduler(engine, n_slots=1, slot_cells=512, max_waiting=4)
-    load = scheduler.decoder.load
-    try:
-        with monkeypatch.context() as patch:
-            patch.setattr(scheduler.decoder, "load", _failing(KvchatError("failed to restore kv cache", "")))
-            refused = _events_of(scheduler, "first")
-        assert isinstance(refused[-1], KvchatError) and "restore" in str(refused[-1])
-        slot = scheduler.decoder.slots[0]
-        assert scheduler.decoder.load == load and not slot.busy and slot.cells == 0
-        assert isinstance(_events_of(scheduler, "second")[-1], Done)
-    finally:
-        scheduler.close()
-
-
-def test_a_failed_decode_step_fails_the_answers_in_progress_and_the_server_goes_on(engine: Engine, monkeypatch) -> None:
-    scheduler = Scheduler(engine, n_slots=1, slot_cells=512, max_waiting=4)
-    try:
-        with monkeypatch.context() as patch:
-            patch.setattr(scheduler.decoder, "step", _failing(RuntimeError("llama_decode returned -3")))
-            failed = _events_of(scheduler, "first")
-        assert isinstance(failed[-1], KvchatError) and "decoding failed" in str(failed[-1])
-        assert isinstance(_events_of(scheduler, "second")[-1], Done)
-    finally:
-        scheduler.close()
-
-
-def test_a_job_read_with_another_cache_layout_is_refused(engine: Engine) -> None:
-    scheduler = Scheduler(engine, n_slots=1, slot_cells=512, max_waiting=4)
-    try:
-        settings = AskSettings(method=SETTINGS.method, layout=KvLayout(flash_attn=True))
-        with pytest.raises(ValueError, match="cannot move into"):
-            scheduler.submit(ChatJob(ChatRequest(settings, messages=({"role": "user", "content": "hi"},)), lambda _event: None))
-    finally:
-        scheduler.close()
-
-
 def test_a_pasted_chat_reading_is_saved_and_loaded_for_the_follow_up(tiny_model_path: Path) -> None:
     with Engine(str(tiny_model_path), use_cache=True) as engine:
         first = _prepared(engine, LONG)
@@ -222,3 +123,250 @@ def test_a_pasted_chat_reading_is_saved_and_loaded_for_the_follow_up(tiny_model_
         ))
         assert second.selected.loaded_tokens == first.selected.n_prompt - SETTINGS.method.window
         assert second.selected.n_prompt > first.selected.n_prompt
+
+
+# ---- the scheduler on the fake engine (tests/fake_engine.py): exact, no model ------------------
+
+FAKE_SETTINGS = AskSettings(method=SETTINGS.method, max_tokens=64)
+
+
+@contextmanager
+def running(fake: FakeEngine, **sizes: int) -> Iterator[Scheduler]:
+    scheduler = fake.scheduler(**sizes)
+    try:
+        yield scheduler
+    finally:
+        scheduler.close()
+
+
+def _submit(scheduler: Scheduler, question: str) -> tuple[ChatJob, Emitted]:
+    emitted = Emitted()
+    job = ChatJob(ChatRequest(FAKE_SETTINGS, messages=({"role": "user", "content": question},)), emitted)
+    scheduler.submit(job)
+    return job, emitted
+
+
+def _questions(fake: FakeEngine) -> list[str]:
+    """The questions the scheduler read, in order."""
+    return [reading.request.messages[-1]["content"] for reading in fake.readings.items]
+
+
+def _steps(fake: FakeEngine) -> list[tuple[tuple[int, ...], str, tuple[int, ...]]]:
+    """Each decode step: its sequences, the tokens it fed them (as text) and their positions."""
+    assert fake.decoder is not None
+    return [(step.seqs, bytes(step.tokens).decode(), step.positions) for step in fake.decoder.steps.items]
+
+
+def _done(emitted: Emitted) -> Done:
+    done = emitted.ended()[-1]
+    assert isinstance(done, Done), done
+    return done
+
+
+def test_answers_in_progress_share_each_step_in_the_order_they_started() -> None:
+    fake = FakeEngine({"A": Script("abc", paced=True), "B": Script("de", chunks=0), "C": Script("fghi", chunks=0)})
+    with running(fake, n_slots=3) as scheduler:
+        _, a = _submit(scheduler, "A")
+        (reading,) = fake.readings.wait_len(1)
+        (_, b), (_, c) = _submit(scheduler, "B"), _submit(scheduler, "C")
+        reading.allow()  # A moves into a sequence; B and C, waiting, follow it before the first step
+        answers = {name: _done(emitted) for name, emitted in (("A", a), ("B", b), ("C", c))}
+    # one token each per step, in the order they started; an answer leaves once it sampled END
+    assert _steps(fake) == [((0, 1, 2), "adf", (100, 100, 100)), ((0, 1, 2), "beg", (101, 101, 101)),
+                            ((0, 2), "ch", (102, 102)), ((2,), "i", (103,))]
+    assert fake.decoder.releases.items == [1, 0, 2]  # B ended first, then A, then C
+    assert (a.tokens, b.tokens, c.tokens) == (list("abc"), list("de"), list("fghi"))
+    for name, steps in (("A", 3), ("B", 2), ("C", 4)):
+        stats = answers[name].stats
+        assert answers[name].answer == fake.scripts[name].answer
+        assert (stats.prompt_tokens, stats.loaded_tokens, stats.read_tokens, stats.kept_tokens) == (100, 0, 100, 40)
+        assert (stats.generated_tokens, stats.stop_reason, stats.peak_cells) == (steps, "stop", 40 + steps)
+    assert len(fake.samplers) == 3 and all(sampler.closed for sampler in fake.samplers)
+    assert [(slot.busy, slot.cells) for slot in fake.decoder.slots] == [(False, 0)] * 3
+
+
+def test_answers_in_progress_get_a_step_after_each_chunk_of_a_reading() -> None:
+    fake = FakeEngine({"A": Script("abcdef", paced=True), "B": Script("xy", prompt_tokens=300, loaded_tokens=200, chunks=3)})
+    with running(fake, n_slots=2) as scheduler:
+        _, a = _submit(scheduler, "A")
+        (reading,) = fake.readings.wait_len(1)
+        _, b = _submit(scheduler, "B")
+        reading.allow()
+        first, second = _done(a), _done(b)
+    assert [(seqs, tokens) for seqs, tokens, _ in _steps(fake)] == [
+        ((0,), "a"), ((0,), "b"), ((0,), "c"),  # one after each of B's three chunks
+        ((0, 1), "dx"), ((0, 1), "ey"), ((0,), "f"),
+    ]
+    assert (first.answer, second.answer) == ("abcdef", "xy")
+    stats = second.stats
+    assert (stats.prompt_tokens, stats.loaded_tokens, stats.read_tokens, stats.kept_tokens) == (300, 200, 100, 40)
+
+
+def test_a_full_waiting_line_refuses_the_next_job() -> None:
+    fake = FakeEngine({"A": Script("a", paced=True)})
+    with running(fake, n_slots=1, max_waiting=1) as scheduler:
+        _, a = _submit(scheduler, "A")
+        (reading,) = fake.readings.wait_len(1)
+        _, b = _submit(scheduler, "B")
+        assert scheduler.load == {"answering": 0, "reading": 1, "waiting": 1, "sequences": 1}
+        refused = Emitted()
+        with pytest.raises(QueueFull):
+            scheduler.submit(ChatJob(ChatRequest(FAKE_SETTINGS, messages=({"role": "user", "content": "C"},)), refused))
+        reading.allow()
+        assert (_done(a).answer, _done(b).answer) == ("a", "ok")
+    assert refused.items == [] and _questions(fake) == ["A", "B"]
+
+
+def test_a_job_cancelled_while_waiting_is_passed_over() -> None:
+    fake = FakeEngine({"A": Script("a", paced=True)})
+    with running(fake, n_slots=1) as scheduler:
+        _, a = _submit(scheduler, "A")
+        (reading,) = fake.readings.wait_len(1)
+        (dropped, b), (_, c) = _submit(scheduler, "B"), _submit(scheduler, "C")
+        dropped.cancel.set()  # its client went away before a sequence was free
+        reading.allow()
+        assert (_done(a).answer, _done(c).answer) == ("a", "ok")
+    assert b.items == [] and _questions(fake) == ["A", "C"] and len(fake.samplers) == 2
+
+
+def test_a_job_cancelled_while_read_stops_at_the_next_chunk() -> None:
+    fake = FakeEngine({"A": Script("a", chunks=3, paced=True)})
+    with running(fake, n_slots=1) as scheduler:
+        job, a = _submit(scheduler, "A")
+        (reading,) = fake.readings.wait_len(1)
+        reading.allow()
+        reading.chunks_read.wait_len(1)
+        job.cancel.set()
+        reading.allow()  # the chunk being read ends; the cancel is seen before the next
+        (error,) = a.ended()
+        _, b = _submit(scheduler, "B")
+        assert _done(b).answer == "ok"  # the scheduler goes on
+    assert isinstance(error, CancelledError) and reading.outcome == "cancelled" and reading.chunks_read.items == [1]
+    assert fake.decoder.loads.items == [(0, 40)]  # B's prompt only
+    assert all(sampler.closed for sampler in fake.samplers)
+
+
+def test_a_job_cancelled_while_answering_ends_after_its_current_step() -> None:
+    fake = FakeEngine({"A": Script("abcdefgh", paced=True), "B": Script("vwxyz", chunks=0)}, held_steps=True)
+    with running(fake, n_slots=2) as scheduler:
+        job, a = _submit(scheduler, "A")
+        (reading,) = fake.readings.wait_len(1)
+        _, b = _submit(scheduler, "B")
+        reading.allow()
+        fake.decoder.allow(2)
+        fake.decoder.steps.wait_len(2)
+        job.cancel.set()  # the client goes away while step 3 waits
+        fake.decoder.run_free()
+        stopped, finished = _done(a), _done(b)
+    assert [seqs for seqs, _, _ in _steps(fake)] == [(0, 1), (0, 1), (0, 1), (1,), (1,)]
+    assert (stopped.answer, stopped.stats.generated_tokens, stopped.stats.stop_reason) == ("abcd", 4, "cancelled")
+    assert (finished.answer, finished.stats.generated_tokens, finished.stats.stop_reason) == ("vwxyz", 5, "stop")
+    assert stopped.stats.peak_cells == 40 + 3  # its cells counted before they were dropped
+
+
+def test_stopping_ends_answers_as_cancelled_and_refuses_the_reading_and_waiting_jobs() -> None:
+    fake = FakeEngine({"A": Script("abc", paced=True), "B": Script(until_cancelled=True)})
+    with running(fake, n_slots=2) as scheduler:
+        _, a = _submit(scheduler, "A")
+        (reading,) = fake.readings.wait_len(1)
+        (_, b), (_, c) = _submit(scheduler, "B"), _submit(scheduler, "C")
+        reading.allow()  # A answers (its first token), then B's reading waits for its cancel
+        fake.readings.wait_len(2)
+        assert scheduler.load == {"answering": 1, "reading": 1, "waiting": 1, "sequences": 2}
+        scheduler.stop()
+        with pytest.raises(ShuttingDown):
+            _submit(scheduler, "D")
+        scheduler.join(WAIT_S)
+        events = {name: emitted.ended() for name, emitted in (("A", a), ("B", b), ("C", c))}
+    stopped = events["A"][-1]
+    assert events["A"][:-1] == [Token("a"), Token("b")] and isinstance(stopped, Done)  # its step once B's reading ended
+    assert (stopped.answer, stopped.stats.generated_tokens, stopped.stats.stop_reason) == ("ab", 2, "cancelled")
+    assert [type(item) for item in events["B"] + events["C"]] == [ShuttingDown, ShuttingDown]
+    assert _questions(fake) == ["A", "B"] and fake.readings.items[1].outcome == "cancelled"
+    assert [(seqs, tokens) for seqs, tokens, _ in _steps(fake)] == [((0,), "a")] and fake.decoder.releases.items == [0]
+    assert all(sampler.closed for sampler in fake.samplers) and fake.decoder.closed
+
+
+def test_stopping_between_steps_ends_every_answer_as_cancelled() -> None:
+    fake = FakeEngine({"A": Script("abcdef", paced=True), "B": Script("uvwxyz", chunks=0)}, held_steps=True)
+    with running(fake, n_slots=2) as scheduler:
+        _, a = _submit(scheduler, "A")
+        (reading,) = fake.readings.wait_len(1)
+        _, b = _submit(scheduler, "B")
+        reading.allow()
+        fake.decoder.allow()
+        fake.decoder.steps.wait_len(1)
+        scheduler.stop()  # while step 2 waits
+        fake.decoder.run_free()
+        answers = [_done(a), _done(b)]
+    assert [(done.answer, done.stats.generated_tokens, done.stats.stop_reason) for done in answers] == [
+        ("abc", 3, "cancelled"), ("uvw", 3, "cancelled")]
+    assert len(_steps(fake)) == 2
+
+
+def test_a_preparation_that_raises_fails_its_job_and_the_scheduler_goes_on(caplog: pytest.LogCaptureFixture) -> None:
+    refused = SettingsError("the request has no messages", "send at least one user message")
+    fake = FakeEngine({"bug": Script(error=RuntimeError("a bug")), "refused": Script(error=refused),
+                       "too long": Script(prompt_tokens=2000, kept_tokens=512)})
+    with running(fake, n_slots=1, slot_cells=512) as scheduler:
+        errors = {}
+        for question in ("bug", "refused", "too long"):
+            _, emitted = _submit(scheduler, question)
+            (errors[question],) = emitted.ended()
+        _, after = _submit(scheduler, "after")
+        assert _done(after).answer == "ok"
+    assert (errors["bug"].message, errors["bug"].hint) == ("internal error: a bug", "see the server's log file")
+    assert errors["refused"] is refused
+    assert isinstance(errors["too long"], PromptTooLongError)
+    assert errors["too long"].message == "the kept prompt is 512 tokens; a sequence holds 512"
+    assert [(record.message, record.exc_info[0]) for record in caplog.records if record.exc_info] == [
+        ("preparing a chat request failed", RuntimeError)]
+    assert fake.decoder.loads.items == [(0, 40)] and all(sampler.closed for sampler in fake.samplers)
+
+
+def _failing(error: Exception):
+    def fail(*_args: object) -> None:
+        raise error
+    return fail
+
+
+def test_a_state_the_decoder_refuses_fails_that_job_and_frees_its_sequence(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = FakeEngine()
+    with running(fake, n_slots=1) as scheduler:
+        load = fake.decoder.load
+        with monkeypatch.context() as patch:
+            patch.setattr(fake.decoder, "load", _failing(KvchatError("failed to restore kv cache", "")))
+            _, refused = _submit(scheduler, "first")
+            (error,) = refused.ended()
+        assert fake.decoder.load == load
+        _, after = _submit(scheduler, "second")
+        assert _done(after).answer == "ok"
+    assert error.message == "failed to restore kv cache"
+    assert fake.decoder.releases.items == [0, 0]  # emptied after the refusal, and after the answer
+
+
+def test_a_failed_decode_step_fails_the_answers_in_it_and_the_scheduler_goes_on(caplog: pytest.LogCaptureFixture) -> None:
+    fake = FakeEngine({"A": Script("abcd", paced=True), "B": Script("wxyz", chunks=0)},
+                      step_failures={2: RuntimeError("llama_decode returned -3")})
+    with running(fake, n_slots=2) as scheduler:
+        _, a = _submit(scheduler, "A")
+        (reading,) = fake.readings.wait_len(1)
+        _, b = _submit(scheduler, "B")
+        reading.allow()
+        failed = [a.ended(), b.ended()]
+        _, c = _submit(scheduler, "C")
+        assert _done(c).answer == "ok"
+    for emitted, tokens in zip(failed, (["a", "b"], ["w", "x"])):
+        *pieces, error = emitted
+        assert [piece.text for piece in pieces] == tokens and isinstance(error, KvchatError)
+        assert error.message == "decoding failed: llama_decode returned -3"
+    assert [seqs for seqs, _, _ in _steps(fake)] == [(0, 1), (0,), (0,)]  # step 1 (step 2 failed), then C's two
+    assert fake.decoder.releases.items == [0, 1, 0]
+    assert [record.message for record in caplog.records if record.exc_info] == ["a decode step failed"]
+
+
+def test_a_job_read_with_another_cache_layout_is_refused() -> None:
+    with running(FakeEngine()) as scheduler:
+        settings = AskSettings(method=SETTINGS.method, layout=KvLayout(flash_attn=True))
+        with pytest.raises(ValueError, match="cannot move into"):
+            scheduler.submit(ChatJob(ChatRequest(settings, messages=({"role": "user", "content": "hi"},)), Emitted()))

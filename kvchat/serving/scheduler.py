@@ -13,7 +13,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from kvchat.engine.engine import Engine
@@ -21,11 +21,17 @@ from kvchat.engine.generate import Generation, answer_stats
 from kvchat.engine.settings import KvLayout
 from kvchat.errors import CancelledError, KvchatError, PromptTooLongError
 from kvchat.events import Done, Event, Progress, Token
-from kvchat.llama import Sampler
+from kvchat.llama import LlamaModel, Sampler, SamplerSettings
 from kvchat.serving.requests import ChatRequest, PreparedPrompt, prepare
 from kvchat.serving.slots import Slot, SlotDecoder
 
 LOGGER = logging.getLogger(__name__)
+
+# What the scheduler runs the model with (a fake engine's, in tests): the reading and pruning of a
+# request, which returns its PreparedPrompt; the shared context's sequences; a sampler chain.
+Prepare = Callable[[Engine, ChatRequest, threading.Event, Sampler], Iterator[Event]]
+NewDecoder = Callable[[LlamaModel, int, int, int | None, KvLayout], SlotDecoder]
+NewSampler = Callable[[SamplerSettings], Sampler]
 
 
 class QueueFull(Exception):
@@ -62,10 +68,13 @@ class _Answer:
 class Scheduler:
     def __init__(
         self, engine: Engine, n_slots: int, slot_cells: int, max_waiting: int = 16, threads: int | None = None,
-        layout: KvLayout = KvLayout(),
+        layout: KvLayout = KvLayout(), *, prepare: Prepare = prepare, new_decoder: NewDecoder = SlotDecoder,
+        new_sampler: NewSampler = Sampler,
     ) -> None:
         self.engine = engine
-        self.decoder = SlotDecoder(engine.model, n_slots, slot_cells, threads, layout)
+        self._prepare_request = prepare
+        self._new_sampler = new_sampler
+        self.decoder = new_decoder(engine.model, n_slots, slot_cells, threads, layout)
         self._waiting: queue.Queue[ChatJob] = queue.Queue(max_waiting)
         self._answers: list[_Answer] = []
         self._reading: ChatJob | None = None  # the job being read and pruned
@@ -145,7 +154,7 @@ class Scheduler:
             return job.emit(ShuttingDown())
         if job.cancel.is_set():
             return
-        sampler = Sampler(job.request.settings.sampler)
+        sampler = self._new_sampler(job.request.settings.sampler)
         try:
             prepared = self._prepare(job, sampler)
             if len(prepared.positions) + 1 > self.decoder.slot_cells:
@@ -171,7 +180,7 @@ class Scheduler:
     def _prepare(self, job: ChatJob, sampler: Sampler) -> PreparedPrompt:
         """Read and prune `job`'s prompt, passing its events on; the answers in progress get a
         decode step after each chunk read, so a long reading does not stall them."""
-        events = prepare(self.engine, job.request, job.cancel, sampler)
+        events = self._prepare_request(self.engine, job.request, job.cancel, sampler)
         while True:
             try:
                 event = next(events)
