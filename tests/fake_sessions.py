@@ -1,9 +1,9 @@
-"""A fake engine for the chat app's tests: scripted events, real timing, real cancellation."""
+"""A fake engine for the chat app's tests: scripted events, real cancellation, and a pace the test
+sets (a paced reading or answer takes each chunk or token only when the test allows it)."""
 
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -26,24 +26,38 @@ def fake_stats(settings: AskSettings, generated: int) -> Stats:
     )
 
 
+WAIT_S = 10.0  # how long a paced session waits for the test to allow its next step
+
+
 @dataclass
 class FakeSession:
     document: Document
-    token_delay_s: float = 0.0
-    read_delay_s: float = 0.0
+    paced_reading: bool = False  # each chunk of the reading waits for allow()
+    paced_answer: bool = False  # each token of an answer waits for allow()
     answer: list[str] = field(default_factory=lambda: list(ANSWER))
     token_count: int = 2000
     asked: list[tuple[str, AskSettings]] = field(default_factory=list)
     turns: int = 0
     resets: int = 0
     closed: bool = False
+    chunks_read: int = 0
     tokens_sent: int = 0
+    _allowed: threading.Semaphore = field(default_factory=lambda: threading.Semaphore(0))
+
+    def allow(self, steps: int = 1) -> None:
+        """Let a paced reading read `steps` more chunks, or a paced answer send `steps` more tokens."""
+        self._allowed.release(steps)
+
+    def _wait_turn(self, paced: bool) -> None:
+        if paced and not self._allowed.acquire(timeout=WAIT_S):
+            raise AssertionError("the test never allowed the session's next step")
 
     def read(self, cancel: threading.Event) -> Iterator[Event]:
         for done in range(0, 2001, 500):
+            self._wait_turn(self.paced_reading)
             if cancel.is_set():
                 raise CancelledError("stopped", "")
-            time.sleep(self.read_delay_s)
+            self.chunks_read += 1
             yield Progress(done=done, total=2000, elapsed_s=done / 400)
         yield Notice("read notes.txt")
 
@@ -54,9 +68,9 @@ class FakeSession:
         yield Pruned(prompt_tokens=2000, kept_tokens=256, kept_positions=tuple(range(256)))
         sent: list[str] = []
         for piece in self.answer:
+            self._wait_turn(self.paced_answer)
             if cancel.is_set():  # stopped while answering: the engine ends the answer there
                 break
-            time.sleep(self.token_delay_s)
             self.tokens_sent += 1
             sent.append(piece)
             yield Token(piece)
@@ -80,8 +94,8 @@ class FakeSessions:
     """Opens FakeSessions; `error` (a KvchatError) is raised on open instead."""
 
     error: KvchatError | None = None
-    token_delay_s: float = 0.0
-    read_delay_s: float = 0.0
+    paced_reading: bool = False
+    paced_answer: bool = False
     answer: list[str] | None = None
     opened: list[FakeSession] = field(default_factory=list)
     closed: bool = False
@@ -90,7 +104,7 @@ class FakeSessions:
         if self.error is not None:
             raise self.error
         document = Document(path=path, kind="text", text=DOCUMENT_TEXT, pages=[Page(1, 0, len(DOCUMENT_TEXT))])
-        session = FakeSession(document, self.token_delay_s, self.read_delay_s)
+        session = FakeSession(document, self.paced_reading, self.paced_answer)
         if self.answer is not None:
             session.answer = list(self.answer)
         self.opened.append(session)

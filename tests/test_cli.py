@@ -149,8 +149,11 @@ def test_models_lists_the_registry(isolated_home) -> None:
 
 
 def test_ctrl_c_stops_cleanly_with_130(tmp_path, isolated_home) -> None:
+    """Ctrl-C while the document is read: stderr is a terminal, so the reading shows its progress
+    bar, and the signal goes once it shows."""
+    import pty
+    import select
     import signal
-    import time
 
     from tiny_gguf import write_tiny_gguf
 
@@ -158,15 +161,30 @@ def test_ctrl_c_stops_cleanly_with_130(tmp_path, isolated_home) -> None:
     document = tmp_path / "long.txt"
     document.write_text("All work and no play makes a dull model. " * 600)
     env = {**os.environ, "KVCHAT_HOME": str(isolated_home)}
+    terminal, stderr_end = pty.openpty()
     process = subprocess.Popen(
-        [sys.executable, "-m", "kvchat.cli", *ask_args(document, model)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        [sys.executable, "-m", "kvchat.cli", *ask_args(document, model)], stdout=subprocess.PIPE, stderr=stderr_end, env=env,
     )
-    time.sleep(4)
+    os.close(stderr_end)
+    shown = b""
+    while b"reading" not in shown:
+        assert select.select([terminal], [], [], 120)[0], f"no progress bar: {shown!r}"
+        shown += os.read(terminal, 4096)
     process.send_signal(signal.SIGINT)
-    stdout, stderr = process.communicate(timeout=120)
-    assert process.returncode == 130, stderr
+    while chunk := _read_or_closed(terminal):
+        shown += chunk
+    os.close(terminal)
+    assert process.wait(timeout=120) == 130 and process.stdout.read() == b""
+    stderr = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", shown.decode())  # the bar's cursor moves and colours
     assert "Traceback" not in stderr and stderr.strip().splitlines()[-1] == "kvchat: stopped"
+
+
+def _read_or_closed(terminal: int) -> bytes:
+    """What the program wrote next to its terminal; b"" once it closed it (Linux says EIO)."""
+    try:
+        return os.read(terminal, 4096)
+    except OSError:
+        return b""
 
 
 def test_second_ask_uses_the_saved_reading_and_no_cache_does_not(document, tiny_model_path, isolated_home) -> None:

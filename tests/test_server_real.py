@@ -1,11 +1,11 @@
 """`kvchat serve` on the real default model: answers from the right document, conversations that
-stay apart while interleaved, a full waiting line, and a client that goes away."""
+stay apart while interleaved, and a client that goes away mid-answer (the waiting line and the
+rest of the scheduling are tested on the fake engine, in test_server.py)."""
 
 from __future__ import annotations
 
 import concurrent.futures
 import json
-import time
 from pathlib import Path
 
 import httpx
@@ -13,7 +13,8 @@ import openai
 import pytest
 
 from kvchat.engine import KvLayout
-from server_harness import running_server
+from kvchat.events import Done
+from server_harness import running_server, watch_jobs
 
 pytestmark = pytest.mark.real_model
 MODEL = "kvchat-test"
@@ -77,18 +78,9 @@ def _open_stream(http: httpx.Client, url: str, question: str) -> httpx.Response:
     return http.send(request, stream=True)
 
 
-def _wait_for(url: str, condition, timeout_s: float) -> dict:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        health = httpx.get(f"{url}/health").json()
-        if condition(health):
-            return health
-        time.sleep(0.1)
-    raise AssertionError(f"health never got there: {health}")
-
-
-def test_a_client_that_goes_away_frees_its_sequence(server) -> None:
-    url, _ = server
+def test_a_client_that_goes_away_frees_its_sequence(server, monkeypatch: pytest.MonkeyPatch) -> None:
+    url, service = server
+    jobs = watch_jobs(service.scheduler, monkeypatch)
     with httpx.Client(timeout=120) as http:
         response = _open_stream(http, url, "Write a very long story about a lighthouse keeper.")
         lines = response.iter_lines()  # kept: a dropped line iterator closes the response
@@ -97,25 +89,10 @@ def test_a_client_that_goes_away_frees_its_sequence(server) -> None:
             line = next(lines)
             if line.startswith("data: {"):
                 chunks.append(json.loads(line[6:]))
-        assert _wait_for(url, lambda h: h["answering"] == 1, 10)
+        (watched,) = jobs.items
+        assert not any(isinstance(item, Done) for item in watched.emitted.items)  # still answering: 4 of 200 tokens
+        assert httpx.get(f"{url}/health").json()["answering"] == 1
         response.close()
-    started = time.monotonic()
-    _wait_for(url, lambda h: h["answering"] == 0, 10)
-    assert time.monotonic() - started < 5  # 200 tokens would take longer than that
-
-
-def test_a_full_waiting_line_gets_429_with_retry_after(default_model_path: Path) -> None:
-    with running_server(default_model_path, budget=256, max_tokens=200, sequences=1, max_waiting=1) as (url, _):
-        with httpx.Client(timeout=120) as http:
-            answering = _open_stream(http, url, "Write a very long story about a sailor.")
-            _wait_for(url, lambda h: h["answering"] == 1, 30)
-            with concurrent.futures.ThreadPoolExecutor(1) as pool:
-                waiting = pool.submit(httpx.post, f"{url}/v1/chat/completions", timeout=120,
-                                      json={"model": MODEL, "max_tokens": 4, "messages": [{"role": "user", "content": "Hi"}]})
-                _wait_for(url, lambda h: h["waiting"] == 1, 30)
-                refused = http.post(f"{url}/v1/chat/completions",
-                                    json={"model": MODEL, "messages": [{"role": "user", "content": "Hi"}]})
-                assert refused.status_code == 429 and refused.headers["Retry-After"] == "2"
-                assert refused.json()["error"]["type"] == "rate_limit_error"
-                answering.close()
-                assert waiting.result().status_code == 200
+    done = watched.emitted.ended(timeout_s=5)[-1]  # 200 tokens would take longer than that
+    assert isinstance(done, Done) and done.stats.stop_reason == "cancelled" and done.stats.generated_tokens < 200
+    assert httpx.get(f"{url}/health").json()["answering"] == 0

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from textual.message import Message
 from textual.widgets import Input, Label
 
 from fake_sessions import FakeSessions
 from kvchat.errors import DocumentError, ModelError
 from kvchat.tui.app import KvchatApp
+from kvchat.tui.messages import JobEnded
 from kvchat.tui.screens import DocumentTree, HelpScreen, KeptScreen, PickerScreen, SettingsScreen
 from kvchat.tui.widgets import AnswerView, KvPanel, QuestionView
 
@@ -18,13 +21,25 @@ DOCUMENT = Path("notes.txt")
 SIZE = (120, 40)
 
 
-async def wait_for(pilot, condition, timeout_s: float = 10.0) -> None:
-    """Let the app run until `condition()` holds."""
-    for _ in range(int(timeout_s / 0.02)):
-        if condition():
-            return
-        await pilot.pause(0.02)
-    raise AssertionError("the app did not get there in time")
+async def wait_for(pilot, condition: Callable[[], object], timeout_s: float = 10.0) -> None:
+    """Let the app run until `condition()` holds: checked now, then each time the app or its
+    current screen has handled a message (Textual publishes it on `message_signal` once its
+    handlers ran; the workers' events, their ends and the keys are such messages) and each time
+    the screen changes. Nothing is polled."""
+    app = pilot.app
+    reached = asyncio.Event()
+
+    def check(_what: object = None) -> None:
+        if not reached.is_set() and condition():
+            reached.set()
+
+    for signal in (app.message_signal, app.screen_change_signal, app.screen.message_signal):
+        signal.subscribe(app, check, immediate=True)  # left subscribed: once reached it does nothing
+    check()
+    try:
+        await asyncio.wait_for(reached.wait(), timeout_s)
+    except TimeoutError:
+        raise AssertionError("the app did not get there in time") from None
 
 
 def notifications(app: KvchatApp) -> list[str]:
@@ -38,9 +53,26 @@ async def submit(pilot, app: KvchatApp, question: str) -> None:
     await pilot.press("enter")
 
 
-async def ask(pilot, app: KvchatApp, question: str) -> None:
+def next_handled(app: KvchatApp, accept: Callable[[Message], bool]) -> asyncio.Future[Message]:
+    """The next message the app handles that `accept`s, once its handlers ran; listened for from
+    now on (before the action that leads to it)."""
+    handled: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
+
+    def check(message: Message) -> None:
+        if not handled.done() and accept(message):
+            handled.set_result(message)
+
+    app.message_signal.subscribe(app, check, immediate=True)  # left subscribed, as in wait_for
+    return handled
+
+
+async def ask(pilot, app: KvchatApp, question: str, timeout_s: float = 10.0) -> None:
+    """Submit `question` once the document is open; wait until the app has shown the whole answer."""
+    await wait_for(pilot, lambda: app.session is not None, timeout_s)
+    answered = next_handled(app, lambda message: isinstance(message, JobEnded) and message.job == "answering")
     await submit(pilot, app, question)
-    await wait_for(pilot, lambda: app.busy is None and app._answer is None)
+    ended = await asyncio.wait_for(answered, timeout_s)
+    assert ended.outcome == "done", ended.error
 
 
 async def test_a_question_gets_a_streamed_answer_and_the_panel_its_figures() -> None:
@@ -78,31 +110,36 @@ async def test_brackets_in_questions_and_errors_are_shown_as_typed() -> None:
 
 
 async def test_escape_stops_an_answer_midway() -> None:
-    sessions = FakeSessions(token_delay_s=0.05, answer=[f"word{i} " for i in range(200)])
+    sessions = FakeSessions(paced_answer=True, answer=[f"word{i} " for i in range(200)])
     app = KvchatApp(sessions, DOCUMENT)
     async with app.run_test(size=SIZE) as pilot:
         await submit(pilot, app, "Tell me everything.")
         session = sessions.opened[0]
-        await wait_for(pilot, lambda: session.tokens_sent >= 3)
+        session.allow(3)
+        await wait_for(pilot, lambda: session.tokens_sent == 3)
         assert app.query_one("#question", Input).border_subtitle == "answering… esc stops"
         await pilot.press("escape")
+        session.allow()  # the token being made ends, and the answer with it
         await wait_for(pilot, lambda: app.busy is None and app._answer is None)
-        answer = app.query_one(AnswerView).source
-        assert answer.endswith("*(stopped)*")
-        assert session.tokens_sent < 100
-        assert answer.startswith("word0 word1 word2")
+        assert app.query_one(AnswerView).source == "word0 word1 word2 \n\n*(stopped)*"
+        assert session.tokens_sent == 3
         assert app.query_one("#question", Input).border_subtitle == ""
 
 
 async def test_escape_stops_the_reading_and_closes_the_half_read_session() -> None:
-    sessions = FakeSessions(read_delay_s=0.3)
+    sessions = FakeSessions(paced_reading=True)
     app = KvchatApp(sessions, DOCUMENT)
     async with app.run_test(size=SIZE) as pilot:
-        await wait_for(pilot, lambda: app.query_one("ReadingBar").display and sessions.opened)
+        await wait_for(pilot, lambda: sessions.opened)
+        session = sessions.opened[0]
+        session.allow()
+        await wait_for(pilot, lambda: session.chunks_read == 1)
+        assert app.query_one("ReadingBar").display
         assert app.query_one("#question", Input).border_subtitle == "reading… esc stops"
         await pilot.press("escape")
+        session.allow()  # the chunk being read ends, and the reading with it
         await wait_for(pilot, lambda: app.busy is None)
-        assert app.session is None and sessions.opened[0].closed
+        assert app.session is None and session.closed and session.chunks_read == 1
         assert not app.query_one("ReadingBar").display
 
 
@@ -114,11 +151,11 @@ async def test_settings_refuse_a_budget_smaller_than_the_window() -> None:
         await pilot.press("ctrl+s")
         await wait_for(pilot, lambda: isinstance(app.screen, SettingsScreen))
         app.screen.query_one("#budget", Input).value = "20"
+        error = app.screen.query_one("#settings-error", Label)
         await pilot.click("#save")
-        await pilot.pause()
+        await wait_for(pilot, lambda: error.visual.plain)
         assert isinstance(app.screen, SettingsScreen)
-        error = app.screen.query_one("#settings-error", Label).visual.plain
-        assert "budget 20 is smaller than window 32" in error
+        assert "budget 20 is smaller than window 32" in error.visual.plain
         app.screen.query_one("#budget", Input).value = "256"
         kernel = app.screen.query_one("#kernel", Input)
         kernel.value = "5"
@@ -136,9 +173,10 @@ async def test_settings_refuse_an_even_kernel_and_text_in_a_number() -> None:
         await pilot.press("ctrl+s")
         await wait_for(pilot, lambda: isinstance(app.screen, SettingsScreen))
         app.screen.query_one("#kernel", Input).value = "4"
+        error = app.screen.query_one("#settings-error", Label)
         await pilot.click("#save")
-        await pilot.pause()
-        assert "kernel" in app.screen.query_one("#settings-error", Label).visual.plain
+        await wait_for(pilot, lambda: error.visual.plain)
+        assert isinstance(app.screen, SettingsScreen) and "kernel" in error.visual.plain
         await pilot.press("escape")
         await wait_for(pilot, lambda: not isinstance(app.screen, SettingsScreen))
         assert app.settings.method.kernel == 7
@@ -159,7 +197,7 @@ async def test_errors_become_notifications_with_their_hint(error) -> None:
         assert app.session is None and app.is_running
         app.query_one("#question", Input).value = "Anything?"
         await pilot.press("enter")
-        await pilot.pause()
+        await wait_for(pilot, lambda: len(notifications(app)) == 2)
         assert "no document is open" in notifications(app)[-1]
 
 
@@ -170,8 +208,7 @@ async def test_new_conversation_resets_the_session_and_clears_the_transcript() -
         await wait_for(pilot, lambda: app.session is not None)
         await ask(pilot, app, "First?")
         await pilot.press("ctrl+n")
-        await pilot.pause()
-        assert sessions.opened[0].resets == 1
+        await wait_for(pilot, lambda: sessions.opened[0].resets == 1)
         assert not app.query(QuestionView) and not app.query(AnswerView)
 
 
@@ -239,7 +276,7 @@ async def test_picker_lists_documents_only_and_opens_the_chosen_one(tmp_path: Pa
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: isinstance(app.screen, PickerScreen))
         tree = app.screen.query_one(DocumentTree)
-        await wait_for(pilot, lambda: len(tree.root.children) > 0)
+        await tree.reload()  # awaitable until the directory is listed
         assert sorted(child.label.plain for child in tree.root.children) == ["notes.txt", "report.pdf"]
         tree.focus()
         await pilot.press("down", "enter")
@@ -248,12 +285,14 @@ async def test_picker_lists_documents_only_and_opens_the_chosen_one(tmp_path: Pa
 
 
 async def test_quitting_while_answering_stops_the_worker_and_closes_the_engine() -> None:
-    sessions = FakeSessions(token_delay_s=0.05, answer=[f"w{i} " for i in range(400)])
+    sessions = FakeSessions(paced_answer=True, answer=[f"w{i} " for i in range(400)])
     app = KvchatApp(sessions, DOCUMENT)
     async with app.run_test(size=SIZE) as pilot:
         await submit(pilot, app, "Long answer please")
-        await wait_for(pilot, lambda: sessions.opened[0].tokens_sent >= 2)
+        session = sessions.opened[0]
+        session.allow(2)
+        await wait_for(pilot, lambda: session.tokens_sent == 2)
         await pilot.press("ctrl+q")
+        session.allow()  # the token being made ends, and the answer with it
     await asyncio.to_thread(app.close_engine, 10.0)
-    assert app.idle.is_set() and sessions.closed and sessions.opened[0].closed
-    assert sessions.opened[0].tokens_sent < 100
+    assert app.idle.is_set() and sessions.closed and session.closed and session.tokens_sent == 2

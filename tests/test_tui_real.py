@@ -4,20 +4,22 @@ from __future__ import annotations
 
 import asyncio
 import os
+import select
+import shlex
 import shutil
 import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from textual.widgets import Input
 
 from kvchat.tui.app import KvchatApp
 from kvchat.tui.sessions import EngineSessions
 from kvchat.tui.widgets import AnswerView
-from test_tui import wait_for
+from test_tui import ask
 
 pytestmark = pytest.mark.real_model
 
@@ -48,10 +50,7 @@ def notes(tmp_path: Path) -> Path:
 async def test_pilot_on_the_default_model_answers_from_the_document(default_model_path: Path, notes: Path) -> None:
     app = KvchatApp(EngineSessions(str(default_model_path), use_cache=False), notes)
     async with app.run_test(size=(120, 40)) as pilot:
-        await wait_for(pilot, lambda: app.session is not None, timeout_s=300)
-        app.query_one("#question", Input).value = "What was the name of the boat?"
-        await pilot.press("enter")
-        await wait_for(pilot, lambda: app.busy is None and app._answer is None, timeout_s=300)
+        await ask(pilot, app, "What was the name of the boat?", timeout_s=300)
         assert "Grey Heron" in app.query_one(AnswerView).source
         assert app.query_one("KvPanel").figures.ttft_s > 0
     await asyncio.to_thread(app.close_engine)
@@ -72,47 +71,65 @@ def _tmux() -> str:
 
 
 class Terminal:
-    """One tmux session on its own server socket, read with capture-pane."""
+    """A program in a tmux session on its own server socket. What it writes to its terminal is
+    piped (pipe-pane) into a FIFO the test blocks on: the screen (capture-pane) is looked at each
+    time the program wrote to it, never on a timer. The program starts once the pipe is in place
+    and signals the tmux channel `exited` when it ends (tmux wait-for)."""
 
-    def __init__(self, tmux: str, command: str, env: dict[str, str]) -> None:
+    def __init__(self, tmux: str, command: str, env: dict[str, str], fifo: Path) -> None:
         self.base = [tmux, "-L", f"kvchat-test-{uuid.uuid4().hex[:8]}"]
         self.env = env
-        subprocess.run([*self.base, "new-session", "-d", "-s", "main", "-x", "120", "-y", "36", command], env=env, check=True)
         self.screens: list[str] = []
+        os.mkfifo(fifo)
+        self._output = os.open(fifo, os.O_RDWR)  # read and write: never at end of file while the pipe is swapped
+        script = f"{tmux} wait-for started; {command}; echo KVCHAT-EXITED $?; {tmux} wait-for -S exited"
+        self._tmux("new-session", "-d", "-s", "main", "-x", "120", "-y", "36", script)
+        self._tmux("set-option", "-w", "-t", "main", "remain-on-exit", "on")  # its last screen stays to be read
+        self._tmux("pipe-pane", "-O", "-t", "main", f"cat > {shlex.quote(str(fifo))}")
+        self._tmux("wait-for", "-S", "started")
+
+    def _tmux(self, *args: str, timeout_s: float = 30) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*self.base, *args], env=self.env, check=True, capture_output=True, text=True, timeout=timeout_s)
 
     def keys(self, *keys: str) -> None:
-        subprocess.run([*self.base, "send-keys", "-t", "main", *keys], env=self.env, check=True)
+        self._tmux("send-keys", "-t", "main", *keys)
 
     def screen(self) -> str:
-        result = subprocess.run([*self.base, "capture-pane", "-p", "-t", "main"], env=self.env, capture_output=True, text=True)
-        self.screens.append(result.stdout)
-        return result.stdout
+        self.screens.append(self._tmux("capture-pane", "-p", "-t", "main").stdout)
+        return self.screens[-1]
 
-    def wait_for(self, condition, timeout_s: float, step: str = "") -> str:
+    def wait_for(self, condition: Callable[[str], bool], timeout_s: float, step: str = "") -> str:
+        """The screen once `condition(screen)` holds, looked at again after each write."""
         deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            text = self.screen()
-            if condition(text):
-                return text
-            time.sleep(0.5)
-        raise AssertionError(f"{step}: not on screen after {timeout_s} s:\n{self.screen()}")
+        while not condition(screen := self.screen()):
+            written, _, _ = select.select([self._output], [], [], max(deadline - time.monotonic(), 0))
+            if not written:
+                raise AssertionError(f"{step}: not on screen after {timeout_s} s:\n{screen}")
+            os.read(self._output, 1 << 16)
+        return screen
+
+    def wait_exited(self, timeout_s: float) -> str:
+        """The last screen, once the program ended."""
+        self._tmux("wait-for", "exited", timeout_s=timeout_s)
+        return self.screen()
 
     def close(self) -> None:
         subprocess.run([*self.base, "kill-server"], env=self.env, capture_output=True)
+        os.close(self._output)
 
 
 def _answer_after(screen: str, question: str) -> str:
     return screen.split(question, 1)[1] if question in screen else ""
 
 
-def test_a_real_terminal_session(default_model_path: Path, notes: Path) -> None:
+def test_a_real_terminal_session(default_model_path: Path, notes: Path, tmp_path: Path) -> None:
     """As a new user would: open, two questions about different parts, Esc one answer, settings, quit."""
     kvchat = Path(sys.executable).parent / "kvchat"
     program = str(kvchat) if kvchat.exists() else shutil.which("kvchat")
     assert program, "the kvchat command is not installed"
     env = {**os.environ, "TERM": "xterm-256color"}
-    command = f"'{program}' chat '{notes}' --model '{default_model_path}' --max-tokens 300; echo KVCHAT-EXITED $?; sleep 60"
-    terminal = Terminal(_tmux(), command, env)
+    command = f"'{program}' chat '{notes}' --model '{default_model_path}' --max-tokens 300"
+    terminal = Terminal(_tmux(), command, env, tmp_path / "terminal-output")
     try:
         terminal.wait_for(lambda s: "Ready: ask about trip.txt" in s, timeout_s=300, step="ready")
         terminal.keys("What was the name of the boat?", "Enter")
@@ -131,7 +148,7 @@ def test_a_real_terminal_session(default_model_path: Path, notes: Path) -> None:
         terminal.keys("Escape")
         terminal.wait_for(lambda s: "KV budget" not in s, timeout_s=30, step="settings closed")
         terminal.keys("C-q")
-        terminal.wait_for(lambda s: "KVCHAT-EXITED 0" in s, timeout_s=60, step="exit")
+        assert "KVCHAT-EXITED 0" in terminal.wait_exited(timeout_s=60)
     finally:
         terminal.close()
     seen = "\n".join(terminal.screens)
