@@ -127,15 +127,16 @@ class Scheduler:
 
     def _run(self) -> None:
         while not self._stopping:
+            self._wake.clear()  # before looking: a submit() from now on wakes the wait below
             self._admit()
             if self._answers:
                 self._step()
             else:
-                self._wake.wait(0.2)
-                self._wake.clear()
+                self._wake.wait()
         for answer in list(self._answers):
             answer.job.cancel.set()
-            self._finish(answer, "cancelled")
+            answer.generation.stop("cancelled")
+            self._finish(answer)
         while not self._waiting.empty():
             self._waiting.get_nowait().emit(ShuttingDown())
 
