@@ -50,6 +50,11 @@ class KvCacheFullError(DecodeError):
     """No free KV cell was left for the batch (llama_decode returned 1)."""
 
 
+class InternalError(KvchatError):
+    """A bug, or llama.cpp failing where it should not: nothing the request or the user changes
+    fixes it (the server answers 500, not 400)."""
+
+
 class CancelledError(KvchatError):
     """The user stopped the work (Ctrl-C, Esc, a closed connection)."""
 

@@ -13,7 +13,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from kvchat.errors import KvchatError, PromptTooLongError
+from kvchat.errors import InternalError, KvchatError, PromptTooLongError
 from kvchat.serving.scheduler import ShuttingDown
 
 LOGGER = logging.getLogger(__name__)
@@ -47,6 +47,8 @@ def api_error(error: KvchatError) -> ApiError:
     left out."""
     if isinstance(error, ShuttingDown):
         return ApiError(503, error.message, "server_shutting_down", error_type="server_error")
+    if isinstance(error, InternalError):
+        return ApiError(500, f"{error.message} (hint: {error.hint})", "internal_error", error_type="server_error")
     hint = error.hint
     if CLI_OPTION.search(hint):
         hint = PROMPT_TOO_LONG_HINT if isinstance(error, PromptTooLongError) else ""

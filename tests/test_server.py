@@ -26,6 +26,7 @@ from conftest import REPO_DIR
 from fake_engine import WAIT_S, FakeEngine, Script
 from kvchat.cli.serve import PYTHON_EXAMPLE
 from kvchat.engine import KvLayout
+from kvchat.errors import SettingsError
 from kvchat.events import Event, Notice, Progress
 from kvchat.server.service import NewScheduler
 from kvchat.serving.requests import ChatRequest, PreparedPrompt, prepare
@@ -304,6 +305,19 @@ def test_an_answer_reports_its_prompt_tokens_loaded_read_and_kept() -> None:
     deltas = [(chunk.choices[0].delta.content, chunk.choices[0].finish_reason) for chunk in chunks if chunk.choices]
     assert deltas == [("", None), *((piece, None) for piece in "Grey Héron"), (None, "stop")]
     assert chunks[-1].usage.completion_tokens == 11
+
+
+def test_a_bug_while_reading_is_a_500_and_a_bad_request_a_400() -> None:
+    fake = FakeEngine({"bug": Script(error=RuntimeError("a bug")),
+                       "bad": Script(error=SettingsError("the request has no messages", "send at least one user message"))})
+    with serving(fake.service()) as url:
+        replies = {question: httpx.post(f"{url}/v1/chat/completions", timeout=30, json={
+            "model": MODEL, "messages": [{"role": "user", "content": question}]}) for question in ("bug", "bad")}
+    assert replies["bug"].status_code == 500 and replies["bug"].json()["error"] == {
+        "message": "internal error: a bug (hint: see the server's log file)", "type": "server_error",
+        "code": "internal_error", "param": None}
+    assert replies["bad"].status_code == 400
+    assert replies["bad"].json()["error"]["message"] == "the request has no messages (hint: send at least one user message)"
 
 
 def test_a_full_waiting_line_gets_429_with_retry_after(monkeypatch: pytest.MonkeyPatch) -> None:

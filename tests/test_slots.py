@@ -17,7 +17,7 @@ from inspect_helpers import last_logits
 from kvchat.engine import AskSettings, Engine, KvLayout
 from kvchat.engine.prompt import chat_tokens
 from kvchat.engine.prompt_run import PromptRun
-from kvchat.errors import CancelledError, KvchatError, PromptTooLongError, SettingsError
+from kvchat.errors import CancelledError, InternalError, KvchatError, PromptTooLongError, SettingsError
 from kvchat.events import Done, Token
 from kvchat.llama import Sampler
 from kvchat.policy import SnapKV
@@ -315,6 +315,7 @@ def test_a_preparation_that_raises_fails_its_job_and_the_scheduler_goes_on(caplo
             (errors[question],) = emitted.ended()
         _, after = _submit(scheduler, "after")
         assert _done(after).answer == "ok"
+    assert isinstance(errors["bug"], InternalError) and not isinstance(errors["refused"], InternalError)
     assert (errors["bug"].message, errors["bug"].hint) == ("internal error: a bug", "see the server's log file")
     assert errors["refused"] is refused
     assert isinstance(errors["too long"], PromptTooLongError)
@@ -358,7 +359,7 @@ def test_a_failed_decode_step_fails_the_answers_in_it_and_the_scheduler_goes_on(
         assert _done(c).answer == "ok"
     for emitted, tokens in zip(failed, (["a", "b"], ["w", "x"])):
         *pieces, error = emitted
-        assert [piece.text for piece in pieces] == tokens and isinstance(error, KvchatError)
+        assert [piece.text for piece in pieces] == tokens and isinstance(error, InternalError)
         assert error.message == "decoding failed: llama_decode returned -3"
     assert [seqs for seqs, _, _ in _steps(fake)] == [(0, 1), (0,), (0,)]  # step 1 (step 2 failed), then C's two
     assert fake.decoder.releases.items == [0, 1, 0]

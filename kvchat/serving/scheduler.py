@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from kvchat.engine.engine import Engine
 from kvchat.engine.generate import Generation, answer_stats
 from kvchat.engine.settings import KvLayout
-from kvchat.errors import CancelledError, KvchatError, PromptTooLongError
+from kvchat.errors import CancelledError, InternalError, KvchatError, PromptTooLongError
 from kvchat.events import Done, Event, Progress, Token
 from kvchat.llama import LlamaModel, Sampler, SamplerSettings
 from kvchat.serving.requests import ChatRequest, PreparedPrompt, prepare
@@ -175,7 +175,7 @@ class Scheduler:
             return ShuttingDown()
         if not isinstance(error, KvchatError):  # a bug: the job fails, the server goes on
             LOGGER.exception("preparing a chat request failed")
-            return KvchatError(f"internal error: {error}", "see the server's log file")
+            return InternalError(f"internal error: {error}", "see the server's log file")
         return error
 
     def _prepare(self, job: ChatJob, sampler: Sampler) -> PreparedPrompt:
@@ -217,7 +217,7 @@ class Scheduler:
             self.decoder.step([a.slot for a in answers], [a.next_token for a in answers])
         except Exception as error:  # the answers in progress fail; the server goes on
             LOGGER.exception("a decode step failed")
-            return self._fail_answers(KvchatError(f"decoding failed: {error}", "see the server's log file"))
+            return self._fail_answers(InternalError(f"decoding failed: {error}", "see the server's log file"))
         elapsed = time.perf_counter() - started
         for row, answer in enumerate(answers):
             answer.generation.count_step(elapsed)
