@@ -12,6 +12,7 @@ from textual.widgets import Input
 
 from fake_sessions import FakeSessions
 from kvchat.tui.app import KvchatApp
+from kvchat.tui.screens import SettingsScreen
 from test_tui import wait_for
 
 SIZE = (110, 32)
@@ -23,7 +24,7 @@ async def _answered(pilot) -> None:
     app.query_one("#question", Input).value = "What was the boat called?"
     await pilot.press("enter")
     await wait_for(pilot, lambda: app.busy is None and app._answer is None)
-    await pilot.pause(0.2)
+    await pilot.wait_for_scheduled_animations()
 
 
 def test_chat_after_an_answer(snap_compare) -> None:
@@ -34,6 +35,7 @@ def test_settings_dialog(snap_compare) -> None:
     async def open_settings(pilot) -> None:
         await _answered(pilot)
         await pilot.press("ctrl+s")
-        await pilot.pause(0.3)
+        await wait_for(pilot, lambda: isinstance(pilot.app.screen, SettingsScreen))
+        await pilot.wait_for_scheduled_animations()
 
     assert snap_compare(KvchatApp(FakeSessions(), Path("notes.txt")), terminal_size=SIZE, run_before=open_settings)
