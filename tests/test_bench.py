@@ -15,7 +15,7 @@ import pytest
 from kvchat.bench.answers import answer_matches, mentions
 from kvchat.bench.cuad import CUAD_CONTRACTS, OMISSION, contract_text, cuad_cases, cuad_questions
 from kvchat.bench.report import SCHEMA, summarize
-from kvchat.bench.runner import QUICK, BenchConfig, build_cases, run_bench
+from kvchat.bench.runner import QUICK, QUICK_CUAD, BenchConfig, build_cases, run_bench
 from kvchat.bench.tasks import (
     Case,
     case_score,
@@ -161,11 +161,14 @@ def test_cuad_cuts_long_contracts_in_the_middle_and_drops_what_the_cut_removed()
                                                         "msl.cap", "msl.law"}
 
 
-def test_quick_cuad_is_the_shortest_contract() -> None:
+def test_quick_cuad_asks_seven_questions_about_the_shortest_contract() -> None:
     cases = build_cases(replace(QUICK, tasks=("cuad",)), count_words, 30_000)
-    assert [case.meta["id"] for case in cases] == [
-        q.id for q in cuad_questions() if q.contract == "cuad_todos_medical_marketing_reseller"]
-    assert CUAD_CONTRACTS[0] == "cuad_todos_medical_marketing_reseller"
+    assert [case.meta["id"] for case in cases] == list(QUICK_CUAD)
+    assert {case.meta["contract"] for case in cases} == {CUAD_CONTRACTS[0]} == {"cuad_todos_medical_marketing_reseller"}
+    assert [case.meta["id"] for case in cuad_cases(count_words, 30_000, ("corio.law", "todos.law"))] == [
+        "todos.law", "corio.law"]
+    with pytest.raises(ValueError, match="todos.colour"):
+        cuad_cases(count_words, 30_000, ("todos.colour",))
 
 
 def test_scoring_is_case_insensitive_substring() -> None:

@@ -92,18 +92,22 @@ def cut_to_tokens(text: str, count_tokens: CountTokens, max_tokens: int) -> str:
         half -= max(1, half // 100)  # the halves' tokens did not quite add up: shrink a little
 
 
-def cuad_cases(count_tokens: CountTokens, max_document_tokens: int,
-               contracts: tuple[str, ...] = CUAD_CONTRACTS) -> list[Case]:
-    """One case per question about `contracts`, each contract cut to `max_document_tokens`;
-    questions whose evidence the cut removed are left out."""
+def cuad_cases(count_tokens: CountTokens, max_document_tokens: int, ids: tuple[str, ...] | None = None) -> list[Case]:
+    """One case per question (those of `ids`, or all), contract by contract, each contract cut to
+    `max_document_tokens`; questions whose evidence the cut removed are left out."""
+    unknown = set(ids or ()) - {item.id for item in cuad_questions()}
+    if unknown:
+        raise ValueError(f"unknown cuad question(s) {sorted(unknown)}")
+    asked = [item for item in cuad_questions() if ids is None or item.id in ids]
     cases = []
-    for contract in contracts:
+    for contract in CUAD_CONTRACTS:
+        questions = [item for item in asked if item.contract == contract]
+        if not questions:
+            continue
         full = contract_text(contract)
         document = cut_to_tokens(full, count_tokens, max_document_tokens)
-        for item in cuad_questions():
-            if item.contract == contract and item.evidence in document:
-                cases.append(Case("cuad", document, item.question, item.answers,
-                                  {"contract": contract, "category": item.category, "id": item.id,
-                                   "cut": document != full},
-                                  scoring="normalized", refuse=item.refuse))
+        cases += [Case("cuad", document, item.question, item.answers,
+                       {"contract": contract, "category": item.category, "id": item.id, "cut": document != full},
+                       scoring="normalized", refuse=item.refuse)
+                  for item in questions if item.evidence in document]
     return cases
