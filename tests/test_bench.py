@@ -139,6 +139,7 @@ def test_every_cuad_gold_is_stated_by_its_clause() -> None:
         assert question.evidence in contract_text(question.contract), question.id
         assert mentions(question.evidence, question.answers[0]), question.id
         assert not question.question.startswith("Highlight"), question.id
+        assert not any(mentions(question.question, wrong) for wrong in question.refuse), question.id  # echoes pass
 
 
 def test_cuad_cases_read_whole_contracts_when_they_fit() -> None:
