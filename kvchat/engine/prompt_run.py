@@ -98,17 +98,21 @@ class PromptRun:
         label: str,
         cancel: threading.Event | None = None,
         min_saved: int = 1,
+        restore_point: bool = True,
     ) -> Iterator[Event]:
-        """Bring tokens[:upto] into the cache and make them the restore point: load the longest
-        saved reading of a prefix of them from `states`, decode the rest, and save the reading
-        under `label` when at least `min_saved` tokens of it were new."""
+        """Bring tokens[:upto] into the cache: load the longest saved reading of a prefix of them
+        from `states`, decode the rest, and save the reading under `label` when at least
+        `min_saved` tokens of it were new. With `restore_point` it is what restore() returns to
+        (a prompt answered once leaves it off: copying a long state has its cost)."""
         if states is not None:
             yield from self._load_longest(states, tokens[:upto], label)
         if self.read_upto == upto and self._at_saved:
             return  # all of it was loaded, and is the restore point already
         yield from self.read(tokens, upto, cancel)
-        state = self.save()
-        if states is not None and upto - self.loaded_upto >= min_saved:
+        new_reading = states is not None and upto - self.loaded_upto >= min_saved
+        if restore_point or new_reading:
+            state = self.save()
+        if new_reading:
             yield from states.save(tokens[:upto], state, label)
 
     def _load_longest(self, states: DocumentStates, tokens: list[int], label: str) -> Iterator[Event]:
@@ -118,9 +122,7 @@ class PromptRun:
         damaged one, and the cache emptied, so the tokens are read again and saved anew.
         """
         started = time.perf_counter()
-        # the whole prefix is looked up even when no listed reading has its length: a damaged
-        # file of it (no readable header) is then found, reported and deleted
-        for length in sorted({len(tokens), *states.saved_lengths(len(tokens))}, reverse=True):
+        for length in _candidate_lengths(states, len(tokens)):
             found = yield from states.load(tokens[:length])
             if found is None:
                 continue
@@ -223,3 +225,11 @@ class PromptRun:
 
     def __exit__(self, *_exc: object) -> None:
         self.close()
+
+
+def _candidate_lengths(states: DocumentStates, n_tokens: int) -> Iterator[int]:
+    """Prefix lengths to look up, longest first. The whole prefix comes first and alone: a
+    document's own reading is found without listing the store, and a damaged file of it (no
+    readable header, so never listed) is found, reported and deleted."""
+    yield n_tokens
+    yield from (length for length in states.saved_lengths(n_tokens) if length != n_tokens)

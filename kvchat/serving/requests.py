@@ -76,7 +76,7 @@ def _prepare_messages(engine: Engine, request: ChatRequest, cancel: threading.Ev
     prefix = max(len(tokens) - settings.method.window, 0)
     states = engine.states.for_settings(settings) if engine.states is not None else None
     with PromptRun(model, context_size(model, len(tokens), settings, 64), settings, engine.model_name) as run:
-        yield from run.open(tokens, prefix, states, "(chat messages)", cancel, min_saved=MIN_SAVED_READING)
+        yield from run.open(tokens, prefix, states, "(chat messages)", cancel, MIN_SAVED_READING, restore_point=False)
         selected = yield from run.select(tokens, settings, 0, cancel)
         return _taken(run, selected, sampler)
 
