@@ -86,3 +86,18 @@ def test_no_print_in_the_library() -> None:
             tree = ast.parse(file.read_text(encoding="utf-8"))
             calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "print"]
             assert not calls, f"print() in {file}"
+
+
+def test_every_package_directory_is_installed() -> None:
+    """A wheel holds only the packages pyproject lists: a new subpackage left out of the list works
+    in the editable checkout and is missing from `pip install .`."""
+    import tomllib
+
+    setuptools = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+    roots = {name: REPO / folder for name, folder in setuptools["package-dir"].items()}
+    found = set()
+    for name, root in roots.items():
+        for init in root.rglob("__init__.py"):
+            relative = init.parent.relative_to(root).parts
+            found.add(".".join((name, *relative)))
+    assert found == set(setuptools["packages"])

@@ -73,16 +73,19 @@ def _tmux() -> str:
 class Terminal:
     """A program in a tmux session on its own server socket. What it writes to its terminal is
     piped (pipe-pane) into a FIFO the test blocks on: the screen (capture-pane) is looked at each
-    time the program wrote to it, never on a timer. The program starts once the pipe is in place
-    and signals the tmux channel `exited` when it ends (tmux wait-for)."""
+    time the program wrote to it, never on a timer. The program starts once the pipe is in place;
+    when it ends, its exit status is written to a file and the tmux channel `exited` is signalled
+    (tmux wait-for). The status goes through a file, not the screen: tmux may mark the pane dead
+    before it has drawn the last bytes the shell wrote."""
 
     def __init__(self, tmux: str, command: str, env: dict[str, str], fifo: Path) -> None:
         self.base = [tmux, "-L", f"kvchat-test-{uuid.uuid4().hex[:8]}"]
         self.env = env
         self.screens: list[str] = []
+        self._status = fifo.with_suffix(".status")
         os.mkfifo(fifo)
         self._output = os.open(fifo, os.O_RDWR)  # read and write: never at end of file while the pipe is swapped
-        script = f"{tmux} wait-for started; {command}; echo KVCHAT-EXITED $?; {tmux} wait-for -S exited"
+        script = f"{tmux} wait-for started; {command}; echo $? > {shlex.quote(str(self._status))}; {tmux} wait-for -S exited"
         self._tmux("new-session", "-d", "-s", "main", "-x", "120", "-y", "36", script)
         self._tmux("set-option", "-w", "-t", "main", "remain-on-exit", "on")  # its last screen stays to be read
         self._tmux("pipe-pane", "-O", "-t", "main", f"cat > {shlex.quote(str(fifo))}")
@@ -108,10 +111,11 @@ class Terminal:
             os.read(self._output, 1 << 16)
         return screen
 
-    def wait_exited(self, timeout_s: float) -> str:
-        """The last screen, once the program ended."""
+    def wait_exited(self, timeout_s: float) -> int:
+        """The program's exit status, once it ended (its last screen joins `screens`)."""
         self._tmux("wait-for", "exited", timeout_s=timeout_s)
-        return self.screen()
+        self.screen()
+        return int(self._status.read_text())
 
     def close(self) -> None:
         subprocess.run([*self.base, "kill-server"], env=self.env, capture_output=True)
@@ -148,7 +152,7 @@ def test_a_real_terminal_session(default_model_path: Path, notes: Path, tmp_path
         terminal.keys("Escape")
         terminal.wait_for(lambda s: "KV budget" not in s, timeout_s=30, step="settings closed")
         terminal.keys("C-q")
-        assert "KVCHAT-EXITED 0" in terminal.wait_exited(timeout_s=60)
+        assert terminal.wait_exited(timeout_s=60) == 0
     finally:
         terminal.close()
     seen = "\n".join(terminal.screens)
