@@ -92,7 +92,7 @@ def bench_command(
     console = Console(stderr=True)
     records: list[dict] = []
     with Engine(model, use_cache=False) as engine, Progress(
-        TextColumn("bench"), BarColumn(), MofNCompleteColumn(), TextColumn("cases"), TimeElapsedColumn(),
+        TextColumn("bench"), BarColumn(), MofNCompleteColumn(), TextColumn("answers"), TimeElapsedColumn(),
         console=console, transient=True,
     ) as progress:
         task = progress.add_task("bench")

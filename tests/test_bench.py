@@ -197,6 +197,30 @@ def test_records_and_summary_on_the_tiny_model(tiny_model_path) -> None:
     assert summary["snapkv@128"]["kv_saving"] > 3
 
 
+def test_a_document_is_read_once_for_all_its_questions(tiny_model_path, count_tokens) -> None:
+    """One reading serves every question for the methods that prune after reading, and another
+    for StreamingLLM; SnapStream reads once per question (its question observes the reading).
+    Every answer starts from the restored reading: the same as from a reading of its own."""
+    from kvchat.bench.compare import answer_of, compare
+    from kvchat.engine import AskSettings, Engine
+    from kvchat.policy import method_named
+
+    first = needle_case(count_tokens, 700, 0.5, seed=1)
+    second = replace(first, question="What is the first word of the provided text?")
+    variants = [AskSettings(max_tokens=6, stop_at_end=False, method=method_named(name, budget=128))
+                for name in ("full", "snapkv", "streamingllm", "snapstream")]
+    with Engine(str(tiny_model_path), use_cache=False) as engine:
+        opened = []
+        conversation = engine.conversation
+        engine.conversation = lambda document, settings, **kw: opened.append(settings.method.name) or conversation(
+            document, settings, **kw)
+        answers = {(c, v): answer_of(events).answer for c, v, events in compare(engine, [first, second], variants)}
+        assert sorted(opened) == ["full", "snapstream", "snapstream", "streamingllm"]
+        assert sorted(answers) == [(c, v) for c in range(2) for v in range(4)]
+        alone = {v: answer_of(events).answer for _, v, events in compare(engine, [second], variants)}
+    assert all(answers[1, v] == alone[v] for v in range(4))
+
+
 def test_bench_command_writes_json_and_plots(tiny_model_path, tmp_path, isolated_home) -> None:
     env = {**os.environ, "KVCHAT_HOME": str(isolated_home)}
     result = subprocess.run(

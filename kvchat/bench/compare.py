@@ -1,4 +1,4 @@
-"""Answer one case under several settings, reading its document as few times as possible."""
+"""Answer the questions about one document under several settings, reading it as few times as possible."""
 
 from __future__ import annotations
 
@@ -10,41 +10,47 @@ from kvchat.documents import Document
 from kvchat.engine import AskSettings, Engine
 from kvchat.events import Done, Event
 
+Answer = tuple[int, int, list[Event]]  # (case index, variant index, the events of that answer)
+
 
 def case_document(case: Case) -> Document:
     return Document(path=Path(f"{case.task}.txt"), kind="text", text=case.document)
 
 
-def _shared_reading(engine: Engine, case: Case, variants: list[AskSettings]) -> Iterator[list[Event]]:
-    widest = max(variants, key=lambda settings: settings.max_tokens)
-    conversation = engine.conversation(case_document(case), widest)
+def _one_reading(engine: Engine, cases: list[Case], variants: dict[int, AskSettings], observer: str | None) -> Iterator[Answer]:
+    """Read the cases' document once, then answer every case under every variant, each from the
+    restored reading. An answer's events include the reading's (a streamed reading prunes there)."""
+    widest = max(variants.values(), key=lambda settings: settings.max_tokens)
+    conversation = engine.conversation(case_document(cases[0]), widest)
     try:
-        for _ in conversation.open():
-            pass
-        for settings in variants:
-            conversation.reset()
-            yield list(conversation.ask(case.question, settings=settings))
+        reading = list(conversation.open(question=observer))
+        for case_index, case in enumerate(cases):
+            for variant_index, settings in variants.items():
+                conversation.reset()
+                yield case_index, variant_index, reading + list(conversation.ask(case.question, settings=settings))
     finally:
         conversation.close()
 
 
-def _own_reading(engine: Engine, case: Case, settings: AskSettings) -> list[Event]:
-    conversation = engine.conversation(case_document(case), settings)
-    try:
-        events = list(conversation.open(question=case.question))
-        return events + list(conversation.ask(case.question))
-    finally:
-        conversation.close()
+def compare(engine: Engine, cases: list[Case], variants: list[AskSettings]) -> Iterator[Answer]:
+    """Every variant's answer to every case; the cases share one document.
 
-
-def compare(engine: Engine, case: Case, variants: list[AskSettings]) -> Iterator[list[Event]]:
-    """The events of each variant's answer, in order. Methods that prune after reading share one
-    reading (each starts from a restored copy, so they differ only in what they keep); streamed
-    methods read the document their own way."""
-    shared = [settings for settings in variants if not settings.method.streams]
-    shared_events = iter(_shared_reading(engine, case, shared) if shared else [])
-    for settings in variants:
-        yield _own_reading(engine, case, settings) if settings.method.streams else next(shared_events)
+    Methods that prune after reading share one reading for all cases and variants, so they differ
+    only in what they keep. A method that streams reads its own way: once for all cases when the
+    question plays no part in what it keeps (StreamingLLM), once per case when the question observes
+    the reading (SnapStream)."""
+    after_reading = {index: settings for index, settings in enumerate(variants) if not settings.method.streams}
+    if after_reading:
+        yield from _one_reading(engine, cases, after_reading, None)
+    for index, settings in enumerate(variants):
+        if not settings.method.streams:
+            continue
+        if not settings.method.scores:
+            yield from _one_reading(engine, cases, {index: settings}, None)
+            continue
+        for case_index, case in enumerate(cases):
+            for _, variant_index, events in _one_reading(engine, [case], {index: settings}, case.question):
+                yield case_index, variant_index, events
 
 
 def answer_of(events: list[Event]) -> Done:

@@ -107,15 +107,25 @@ def _record(case: Case, variant: Variant, events: list) -> dict[str, object]:
     }
 
 
+def _by_document(cases: list[Case]) -> list[list[Case]]:
+    """The cases grouped by the document they ask about, in order of first appearance."""
+    groups: dict[tuple[str, str], list[Case]] = {}
+    for case in cases:
+        groups.setdefault((case.task, case.document), []).append(case)
+    return list(groups.values())
+
+
 def run_bench(engine: Engine, config: BenchConfig) -> Iterator[tuple[int, int, dict[str, object] | None]]:
-    """Yields (cases done, cases in all, record or None); one record per variant x case."""
+    """Yields (answers done, answers in all, record or None); one record per variant x case. Each
+    document is read once for all its questions (see `compare`)."""
     cases = build_cases(config, lambda text: len(engine.model.tokenize(text)),
                         engine.model.shape.n_ctx_train - PROMPT_ROOM)
     variants = config.variants()
     base = AskSettings(max_tokens=config.decode_tokens, stop_at_end=False, method=SnapKV())
-    yield 0, len(cases), None
-    for index, case in enumerate(cases):
-        all_settings = [variant.settings(base) for variant in variants]
-        for variant, events in zip(variants, compare(engine, case, all_settings)):
-            yield index, len(cases), _record(case, variant, events)
-        yield index + 1, len(cases), None
+    all_settings = [variant.settings(base) for variant in variants]
+    total, done = len(cases) * len(variants), 0
+    yield done, total, None
+    for group in _by_document(cases):
+        for case_index, variant_index, events in compare(engine, group, all_settings):
+            done += 1
+            yield done, total, _record(group[case_index], variants[variant_index], events)
