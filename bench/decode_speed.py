@@ -22,10 +22,10 @@ def measure(engine: Engine, length: int, budget: int, tokens: int) -> dict[str, 
     snapkv = AskSettings(method=SnapKV(budget=budget), max_tokens=tokens, stop_at_end=False)
     results: dict[str, object] = {"length": length, "budget": budget}
     variants = [replace(snapkv, method=Full(budget=budget)), snapkv]
-    for settings, events in zip(variants, compare(engine, case, variants)):
+    for _, index, events in compare(engine, [case], variants):
         done = answer_of(events)
         results["length"] = done.stats.prompt_tokens
-        results[settings.method] = {
+        results[variants[index].method.name] = {
             "decode_tokens_per_s": round(done.stats.decode_tokens_per_s, 2),
             "generated": done.stats.generated_tokens,
             "kv_mib_kept": round(done.stats.kv_bytes_kept / 2**20, 1),

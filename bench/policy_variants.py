@@ -53,7 +53,8 @@ def main() -> None:
             for name, policy in [("full", Full())] + list(chosen.items())
             for budget in (budgets if name != "full" else budgets[:1])
         ]
-        for (name, budget, _), events in zip(labelled, compare(engine, case, [s for *_, s in labelled])):
+        for _, index, events in compare(engine, [case], [s for *_, s in labelled]):
+            name, budget, _ = labelled[index]
             done = answer_of(events)
             value = score(done.answer, case.answers)
             totals[(case.task, name, budget)].append(value)
