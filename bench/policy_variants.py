@@ -19,11 +19,11 @@ from kvchat.engine import AskSettings, Engine
 from kvchat.policy import Full, HeadReduction, SnapKV
 
 VARIANTS = {
-    f"{heads.value}{'+spans' if spans else ''}": SnapKV(heads=heads, spans=spans)
+    f"{heads.value}{'' if spans == 'none' else '+' + spans}": SnapKV(heads=heads, spans=spans)
     for heads in HeadReduction
-    for spans in (False, True)
+    for spans in ("none", "words", "sentences")
 }
-VARIANTS["normalized+spans+avg5"] = SnapKV(heads=HeadReduction.NORMALIZED, spans=True, pool="avg", kernel=5)
+VARIANTS["normalized+words+avg5"] = SnapKV(heads=HeadReduction.NORMALIZED, spans="words", pool="avg", kernel=5)
 
 
 def cases(engine: Engine, count: int, length: int, first_seed: int) -> list:

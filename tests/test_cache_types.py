@@ -20,7 +20,7 @@ from kvchat.policy import SnapKV
 
 from inspect_helpers import last_logits
 
-POLICY = SnapKV(budget=96, window=16, spans=False)
+POLICY = SnapKV(budget=96, window=16, spans="none")
 
 
 @pytest.fixture

@@ -118,7 +118,7 @@ def test_kept_count_and_positions_match_plan(tiny_model, prompt) -> None:
     with cache.ctx as ctx:
         prefix = _read_prefix(cache, prompt)
         votes = cache.observe(prompt[prefix:])
-        plan = SnapKV(budget=100, window=WINDOW, spans=False).plan(votes.shape[-1], WINDOW, votes)
+        plan = SnapKV(budget=100, window=WINDOW, spans="none").plan(votes.shape[-1], WINDOW, votes)
         cache.keep_cells(plan.kept)  # verifies positions itself; check again from outside
         positions = ctx.positions()
         assert len(positions) == 100

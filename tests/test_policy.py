@@ -27,7 +27,7 @@ def synthetic_votes(n_tokens: int, seed: int = 0) -> np.ndarray:
 def test_planted_needle_column_survives(heads: HeadReduction) -> None:
     votes = synthetic_votes(2000)
     votes[:, :2, 1234] += 5.0  # two heads of every layer look hard at position 1234
-    plan = plan_of(SnapKV(budget=64, window=16, heads=heads, spans=False), votes)
+    plan = plan_of(SnapKV(budget=64, window=16, heads=heads, spans="none"), votes)
     assert 1234 in plan.kept
 
 
@@ -35,7 +35,7 @@ def test_planted_needle_column_survives(heads: HeadReduction) -> None:
 def test_pooling_keeps_neighbours(mode: str) -> None:
     votes = synthetic_votes(500)
     votes[:, :, 300] += 10.0
-    plan = plan_of(SnapKV(budget=4 + 16 + 7, window=16, kernel=7, pool=mode, spans=False), votes)
+    plan = plan_of(SnapKV(budget=4 + 16 + 7, window=16, kernel=7, pool=mode, spans="none"), votes)
     assert set(range(297, 304)) <= set(plan.kept.tolist())
 
 
@@ -63,12 +63,12 @@ def test_pool_scores_match_a_sliding_window(kernel: int, length: int) -> None:
 
 
 @pytest.mark.parametrize("budget", [36, 100, 777])
-@pytest.mark.parametrize("spans", [False, True])
-def test_exact_budget_and_pins(budget: int, spans: bool) -> None:
+@pytest.mark.parametrize("spans", ["none", "words", "sentences"])
+def test_exact_budget_and_pins(budget: int, spans: str) -> None:
     n_tokens = 3000
     votes = synthetic_votes(n_tokens, seed=budget)
     votes[:, :, :4] = 0.0  # sinks get no votes: they must be kept anyway
-    span_ids = np.arange(n_tokens) // 5 if spans else None
+    span_ids = np.arange(n_tokens) // (40 if spans == "sentences" else 5)
     policy = SnapKV(budget=budget, window=32, spans=spans)
     plan = plan_of(policy, votes, span_ids=span_ids)
     assert len(plan.kept) == budget
@@ -107,8 +107,8 @@ def test_span_aware_keeps_whole_number() -> None:
     votes = synthetic_votes(n_tokens)
     votes[:, :, 6] += 3.0  # only one digit wins the vote
     span_ids = spans_from_pieces(pieces)
-    with_spans = plan_of(SnapKV(budget=4 + 8 + 10, window=8, kernel=1, spans=True), votes, span_ids=span_ids)
-    without = plan_of(SnapKV(budget=4 + 8 + 10, window=8, kernel=1, spans=False), votes, span_ids=span_ids)
+    with_spans = plan_of(SnapKV(budget=4 + 8 + 10, window=8, kernel=1, spans="words"), votes, span_ids=span_ids)
+    without = plan_of(SnapKV(budget=4 + 8 + 10, window=8, kernel=1, spans="none"), votes, span_ids=span_ids)
     digits = set(range(5, 12))
     assert digits <= set(with_spans.kept.tolist())
     assert not digits <= set(without.kept.tolist())
@@ -119,7 +119,7 @@ def test_spans_from_pieces() -> None:
     assert ids[2] == ids[3] == ids[4] == ids[5] == ids[6]  # " 12,34" is one number
     assert ids[8] == ids[9] == ids[10]  # " unbelievable" is one word
     assert len(set(ids.tolist())) == 6
-    assert spans_from_pieces(["7"] * 40, max_span=16).max() == 2  # long runs are capped
+    assert spans_from_pieces(["7"] * 40).max() == 2  # long runs are capped at 16 tokens
 
 
 @pytest.mark.parametrize(
@@ -169,3 +169,32 @@ def test_settings_errors_name_the_setting_and_no_cli_flag(setting: str, settings
         settings_class(**kwargs)
     assert setting in refused.value.message and refused.value.hint
     assert "--" not in refused.value.one_line()
+
+
+def test_sentence_spans_end_at_sentence_ends_and_line_breaks() -> None:
+    pieces = ["The", " term", " is", " one", " (", "1", ")", " year", ".", " Notice", " is", " 60", " days", ";",
+              " or", "\n", "Clause", " 3", ".", "5", " applies"] + [" word"] * 100
+    span_ids = spans_from_pieces(pieces, "sentences")
+    groups = ["".join(p for p, s in zip(pieces, span_ids) if s == span) for span in dict.fromkeys(span_ids.tolist())]
+    assert groups[:4] == ["The term is one (1) year.", " Notice is 60 days;", " or", "\n"]
+    assert groups[4].startswith("Clause 3.5 applies word")  # "3.5" is no sentence end
+    assert np.bincount(span_ids)[4:].tolist() == [48, 48, 9]  # long runs are cut at 48 tokens
+    assert spans_from_pieces(pieces, "none").tolist() == list(range(len(pieces)))
+
+
+def test_sentence_spans_keep_the_words_around_a_winner() -> None:
+    pieces = ["Warranty", ":", " one", " (", "1", ")", " year", " from", " delivery", "."] + [" filler", "."] * 100
+    votes = synthetic_votes(len(pieces))
+    votes[:, :, 6] += 3.0  # only "year" wins the vote
+    budget = 4 + 8 + 10
+    kept = set(plan_of(SnapKV(budget=budget, window=8, kernel=1, spans="sentences"), votes,
+                       span_ids=spans_from_pieces(pieces, "sentences")).kept.tolist())
+    assert set(range(10)) <= kept
+    words = set(plan_of(SnapKV(budget=budget, window=8, kernel=1, spans="words"), votes,
+                        span_ids=spans_from_pieces(pieces, "words")).kept.tolist())
+    assert 6 in words and not set(range(10)) <= words
+
+
+def test_snapkv_refuses_an_unknown_span_mode() -> None:
+    with pytest.raises(SettingsError, match="spans must be one of none, words, sentences"):
+        SnapKV(spans="paragraphs")  # type: ignore[arg-type]

@@ -44,7 +44,7 @@ def test_on_one_context_the_query_probe_gives_the_softmax_probes_votes(tiny_mode
     rng = np.random.default_rng(4)
     text = " ".join(rng.choice(["the", "cat", "sat", "on", "7", "42", "mat", "then"], size=400))
     tokens = _prompt(tiny_model, text, 600)
-    policy = SnapKV(budget=128, window=WINDOW, spans=False)
+    policy = SnapKV(budget=128, window=WINDOW, spans="none")
     softmax_votes, softmax_kept = _votes(tiny_model, tokens, False, policy)
     query_votes, query_kept = _votes(tiny_model, tokens, False, policy, query_scores=True)
     np.testing.assert_allclose(query_votes, softmax_votes, rtol=1e-2, atol=1e-5)  # llama.cpp rounds q to f16
@@ -55,7 +55,7 @@ def test_both_probes_give_the_same_kept_set_on_the_tiny_model(tiny_model) -> Non
     rng = np.random.default_rng(3)
     text = " ".join(rng.choice(["the", "cat", "sat", "on", "7", "42", "mat", "then"], size=400))
     tokens = _prompt(tiny_model, text, 600)
-    policy = SnapKV(budget=128, window=WINDOW, spans=False)
+    policy = SnapKV(budget=128, window=WINDOW, spans="none")
     softmax_votes, softmax_kept = _votes(tiny_model, tokens, False, policy)
     query_votes, query_kept = _votes(tiny_model, tokens, True, policy)
     assert query_votes.shape == softmax_votes.shape

@@ -99,7 +99,8 @@ class KvCache:
         n_cells = self.cells if votes is None else votes.shape[-1]
         span_ids = None
         if votes is not None and method.needs_spans:
-            span_ids = spans_from_pieces(self.ctx.model.pieces_text([int(t) for t in self.tokens[:n_cells]]))
+            pieces = self.ctx.model.pieces_text([int(t) for t in self.tokens[:n_cells]])
+            span_ids = spans_from_pieces(pieces, method.span_mode)
         extra = None
         if pinned is not None and pinned[1] > pinned[0]:
             extra = np.zeros(n_cells, dtype=bool)

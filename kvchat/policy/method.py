@@ -19,6 +19,7 @@ import numpy as np
 
 from kvchat.errors import SettingsError
 from kvchat.policy.plan import PrunePlan
+from kvchat.policy.spans import SpanMode
 
 DEFAULT_BUDGET = 1024
 DEFAULT_WINDOW = 32
@@ -53,9 +54,13 @@ class Method:
         return self.streams or self.scores
 
     @property
+    def span_mode(self) -> SpanMode:
+        """How plan() wants the tokens grouped (`span_ids`): not at, into words, into sentences."""
+        return "none"
+
+    @property
     def needs_spans(self) -> bool:
-        """Whether plan() wants the tokens grouped into numbers and words (`span_ids`)."""
-        return False
+        return self.span_mode != "none"
 
     def pinned_mask(self, n_tokens: int, window: int) -> np.ndarray:
         """Positions always kept within the budget: the first `sinks` and the last `window`."""
@@ -74,6 +79,6 @@ class Method:
     ) -> PrunePlan:
         """Which of `n_tokens` positions to keep; the last `window` observed. `votes`
         (n_layers, n_heads, n_tokens) is given to methods that score; `span_ids` groups tokens
-        of one number or word; `extra_pins` (a conversation's earlier turns) are kept on top of
+        of one span (see span_mode); `extra_pins` (a conversation's earlier turns) are kept on top of
         the budget: the budget bounds what is chosen from the document, never the conversation."""
         raise NotImplementedError

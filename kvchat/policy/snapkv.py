@@ -17,6 +17,7 @@ from kvchat.policy.method import Method
 from kvchat.policy.plan import PrunePlan
 from kvchat.policy.pooling import PoolMode, pool_scores
 from kvchat.policy.scoring import HeadReduction, reduce_votes
+from kvchat.policy.spans import SPAN_MODES, SpanMode
 
 
 @dataclass(frozen=True)
@@ -30,7 +31,7 @@ class SnapKV(Method):
     kernel: int = 7
     pool: PoolMode = "max"
     heads: HeadReduction = HeadReduction.SUM
-    spans: bool = True
+    spans: SpanMode = "words"
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -38,9 +39,12 @@ class SnapKV(Method):
             raise SettingsError(f"kernel must be an odd number, got {self.kernel}", "use an odd kernel such as 7")
         if self.pool not in ("max", "avg"):
             raise SettingsError(f"pool must be max or avg, got {self.pool!r}", "use max (the default) or avg")
+        if self.spans not in SPAN_MODES:
+            raise SettingsError(f"spans must be one of {', '.join(SPAN_MODES)}, got {self.spans!r}",
+                                "use words (the default), sentences or none")
 
     @property
-    def needs_spans(self) -> bool:
+    def span_mode(self) -> SpanMode:
         return self.spans
 
     def plan(
@@ -61,7 +65,7 @@ class SnapKV(Method):
         pinned |= extra
         pooled = pool_scores(votes, self.kernel, self.pool)
         scores = reduce_votes(pooled, ~pinned, self.heads, capacity)
-        if self.spans and span_ids is not None:
+        if self.needs_spans and span_ids is not None:
             keep = _keep_spans(scores, pinned, capacity, span_ids)
         else:
             keep = _keep_top(scores, pinned, capacity)

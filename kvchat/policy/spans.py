@@ -1,18 +1,26 @@
-"""Spans of tokens that only make sense together: the digits of a number, the pieces of a word.
+"""Spans of tokens that only make sense together: the pieces of a number or a word, or a sentence.
 
 Qwen and Llama tokenizers split numbers into single digits, so a value like 7007071 is seven
 tokens; keeping only the ones that won the vote truncates the answer ("700."). Span-aware
-selection keeps a span whole once one of its tokens is chosen.
+selection keeps a span whole once one of its tokens is chosen. `words` spans hold a number or a
+word; `sentences` spans hold a sentence or clause (up to MAX_SENTENCE_TOKENS), so that a chosen
+word keeps the words around it ("one (1) year from delivery", not "year delivery").
 """
 
 from __future__ import annotations
 
+from typing import Literal
+
 import numpy as np
 
-MAX_SPAN_TOKENS = 16
+SpanMode = Literal["none", "words", "sentences"]
+SPAN_MODES: tuple[SpanMode, ...] = ("none", "words", "sentences")
+MAX_WORD_TOKENS = 16
+MAX_SENTENCE_TOKENS = 48
+SENTENCE_ENDS = ".;!?"
 
 
-def _continues(previous: str, piece: str) -> bool:
+def _continues_word(previous: str, piece: str) -> bool:
     if not piece or not previous or piece[0].isspace():
         return False
     if piece[0].isdigit():
@@ -22,12 +30,22 @@ def _continues(previous: str, piece: str) -> bool:
     return piece[0].isalpha() and previous[-1].isalnum()
 
 
-def spans_from_pieces(pieces: list[str], max_span: int = MAX_SPAN_TOKENS) -> np.ndarray:
+def _continues_sentence(previous: str, piece: str) -> bool:
+    if "\n" in previous or piece.startswith("\n"):
+        return False
+    ends = previous.rstrip()[-1:] in SENTENCE_ENDS and (previous[-1].isspace() or piece[:1].isspace())
+    return not ends
+
+
+def spans_from_pieces(pieces: list[str], mode: SpanMode = "words") -> np.ndarray:
     """Span id per token (non-decreasing), from each token's decoded text."""
+    if mode == "none":
+        return np.arange(len(pieces), dtype=np.int64)
+    continues, max_span = (_continues_sentence, MAX_SENTENCE_TOKENS) if mode == "sentences" else (_continues_word, MAX_WORD_TOKENS)
     span_ids = np.zeros(len(pieces), dtype=np.int64)
     current, length = 0, 0
     for index, piece in enumerate(pieces):
-        if index > 0 and not (_continues(pieces[index - 1], piece) and length < max_span):
+        if index > 0 and not (continues(pieces[index - 1], piece) and length < max_span):
             current += 1
             length = 0
         span_ids[index] = current
