@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from kvchat.bench.cuad import cuad_ids_named
 from kvchat.bench.report import summarize, write_json
 from kvchat.cli.options import DEFAULTS, MODEL
 from kvchat.bench.runner import QUICK, TASKS, BenchConfig, run_bench
@@ -38,7 +39,7 @@ def _overrides(text: str) -> tuple[tuple[str, str], ...]:
 
 
 def _config(quick: bool, tasks: str | None, lengths: str | None, depths: str | None, budgets: list[int],
-            methods: str | None, variants: list[str]) -> BenchConfig:
+            methods: str | None, variants: list[str], questions: str | None) -> BenchConfig:
     config = QUICK if quick else BenchConfig()
     changes: dict[str, object] = {"budgets": tuple(budgets) or config.budgets,
                                   "policy_variants": tuple(_overrides(v) for v in variants)}
@@ -56,6 +57,8 @@ def _config(quick: bool, tasks: str | None, lengths: str | None, depths: str | N
         if unknown:
             raise SettingsError(f"unknown method(s) {sorted(unknown)}", f"use {', '.join(METHODS)}")
         changes["methods"] = tuple(_split(methods))
+    if questions:
+        changes["cuad_ids"] = cuad_ids_named(tuple(_split(questions)))
     return replace(config, **changes)  # type: ignore[arg-type]
 
 
@@ -79,6 +82,7 @@ def bench_command(
     lengths: str | None = typer.Option(None, help="Context lengths, e.g. 2k,4k,8k,16k."),
     depths: str | None = typer.Option(None, help="Needle depths in 0..1, e.g. 0.1,0.5,0.9."),
     methods: str | None = typer.Option(None, help=f"Comma-separated: {', '.join(METHODS)}."),
+    questions: str | None = typer.Option(None, help="cuad: the questions asked, by id or contract, e.g. todos,corio.law."),
     variant: list[str] = typer.Option([], "--variant", help="Extra snapkv policy, e.g. pool=avg,kernel=5."),
     model: str = MODEL,
     json_path: Path | None = typer.Option(None, "--json", help="Write every record and the summary here."),
@@ -86,7 +90,7 @@ def bench_command(
     quick: bool = typer.Option(False, help="A small grid that finishes in a few minutes."),
 ) -> None:
     """Measure accuracy, decode speed and KV memory of each method side by side, in one run."""
-    config = _config(quick, tasks, lengths, depths, budget, methods, variant)
+    config = _config(quick, tasks, lengths, depths, budget, methods, variant, questions)
     for each in config.variants():  # refuse bad settings before loading anything
         each.settings(AskSettings())
     console = Console(stderr=True)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from kvchat.bench.answers import answer_matches, mentions
-from kvchat.bench.cuad import CUAD_CONTRACTS, OMISSION, contract_text, cuad_cases, cuad_questions
+from kvchat.bench.cuad import CUAD_CONTRACTS, OMISSION, contract_text, cuad_cases, cuad_ids_named, cuad_questions
 from kvchat.bench.report import SCHEMA, summarize
 from kvchat.bench.runner import QUICK, QUICK_CUAD, BenchConfig, build_cases, run_bench
 from kvchat.bench.tasks import (
@@ -25,6 +25,7 @@ from kvchat.bench.tasks import (
     score,
     variable_tracking_case,
 )
+from kvchat.errors import SettingsError
 
 RECORD_KEYS = {
     "task", "meta", "method", "variant", "budget", "accuracy", "answer", "golds", "prompt_tokens", "kept_tokens",
@@ -172,6 +173,14 @@ def test_quick_cuad_asks_five_questions_about_the_shortest_contract() -> None:
         cuad_cases(count_words, 30_000, ("todos.colour",))
 
 
+def test_cuad_questions_are_named_by_id_or_contract() -> None:
+    todos = [q.id for q in cuad_questions() if q.contract == "cuad_todos_medical_marketing_reseller"]
+    assert cuad_ids_named(("corio.law", "todos")) == (*todos, "corio.law")  # in the task's order
+    assert len(todos) == 9
+    with pytest.raises(SettingsError, match=r"unknown cuad question\(s\) \['todo'\]"):
+        cuad_ids_named(("todo",))  # a prefix of a name is no name
+
+
 def test_scoring_is_case_insensitive_substring() -> None:
     assert score("The number is 7007071.", ("7007071",)) == 1.0
     assert score("the state of ISRAEL", ("Israel",)) == 1.0
@@ -248,7 +257,8 @@ def test_quick_sized_run_on_the_default_model(real_engine) -> None:
     assert records["snapstream"]["kept_tokens"] <= 256
 
 
-@pytest.mark.parametrize("extra", [["--budget", "10"], ["--variant", "pool=median"], ["--tasks", "poetry"]])
+@pytest.mark.parametrize("extra", [["--budget", "10"], ["--variant", "pool=median"], ["--tasks", "poetry"],
+                                   ["--tasks", "cuad", "--questions", "todos,bogus"]])
 def test_bench_refuses_bad_settings_with_one_line(extra, tiny_model_path, isolated_home) -> None:
     env = {**os.environ, "KVCHAT_HOME": str(isolated_home)}
     result = subprocess.run([sys.executable, "-m", "kvchat.cli", "bench", "--quick", "--model", str(tiny_model_path),

@@ -15,6 +15,7 @@ from functools import cache
 from importlib import resources
 
 from kvchat.bench.tasks import Case, CountTokens
+from kvchat.errors import SettingsError
 
 CUAD_CONTRACTS = (  # shortest first
     "cuad_todos_medical_marketing_reseller",
@@ -52,6 +53,17 @@ def cuad_questions() -> tuple[CuadQuestion, ...]:
                      tuple(item.get("refuse", ())), item["evidence"], item["cuad_answer"])
         for item in spec["questions"]
     )
+
+
+def cuad_ids_named(names: tuple[str, ...]) -> tuple[str, ...]:
+    """The ids of the questions `names` names: a question's id (`todos.law`) or a contract's short
+    name, all of its questions (`todos`)."""
+    known = [item.id for item in cuad_questions()]
+    unknown = [name for name in names if not any(i == name or i.startswith(f"{name}.") for i in known)]
+    if unknown:
+        contracts = ", ".join(dict.fromkeys(i.split(".")[0] for i in known))
+        raise SettingsError(f"unknown cuad question(s) {unknown}", f"name a question such as todos.law or a contract: {contracts}")
+    return tuple(i for i in known if any(i == name or i.startswith(f"{name}.") for name in names))
 
 
 @cache
