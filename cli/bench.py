@@ -12,10 +12,11 @@ from rich.table import Table
 
 from kvchat.bench.cuad import cuad_ids_named
 from kvchat.bench.report import summarize, write_json
-from kvchat.cli.options import DEFAULTS, MODEL
+from kvchat.cli.options import DEFAULTS
 from kvchat.bench.runner import QUICK, TASKS, BenchConfig, run_bench
 from kvchat.engine import AskSettings, Engine
 from kvchat.errors import SettingsError
+from kvchat.models import resolve_model
 from kvchat.policy import METHODS
 
 
@@ -64,16 +65,35 @@ def _config(quick: bool, tasks: str | None, lengths: str | None, depths: str | N
 
 def _table(summary: list[dict]) -> Table:
     tasks = list(dict.fromkeys(task for row in summary for task in row["accuracy_by_task"]))
+    several_models = len({row["model"] for row in summary}) > 1
     table = Table(title="kvchat bench: accuracy per task, memory and speed")
+    if several_models:
+        table.add_column("model", no_wrap=True)
     table.add_column("variant", no_wrap=True, min_width=12)
-    for column in tasks + ["compr.", "KV MiB", "tok/s", "speedup", "TTFT s"]:
+    for column in tasks + ["compr.", "KV MiB", "tok/s", "speedup", "read s", "TTFT s"]:
         table.add_column(column, justify="right")
     for row in summary:
         speedup = "—" if row["decode_speedup"] is None else f"{row['decode_speedup']:.2f}x"
         accuracy = [f"{row['accuracy_by_task'].get(task, float('nan')):.2f}" for task in tasks]
-        table.add_row(row["variant"], *accuracy, f"{row['compression']:.1f}x", f"{row['kv_bytes_kept'] / 2**20:.1f}",
-                      f"{row['decode_tokens_per_s']:.1f}", speedup, f"{row['ttft_s']:.1f}")
+        names = [Path(row["model"]).name, row["variant"]] if several_models else [row["variant"]]
+        table.add_row(*names, *accuracy, f"{row['compression']:.1f}x", f"{row['kv_bytes_kept'] / 2**20:.1f}",
+                      f"{row['decode_tokens_per_s']:.1f}", speedup, f"{row['read_s']:.1f}", f"{row['ttft_s']:.1f}")
     return table
+
+
+def _run(model: str, config: BenchConfig, console: Console) -> list[dict]:
+    """Every record of one model's run, with a progress bar."""
+    records = []
+    with Engine(model, use_cache=False) as engine, Progress(
+        TextColumn(f"bench {model}"), BarColumn(), MofNCompleteColumn(), TextColumn("answers"), TimeElapsedColumn(),
+        console=console, transient=True,
+    ) as progress:
+        task = progress.add_task("bench")
+        for done, total, record in run_bench(engine, config):
+            progress.update(task, completed=done, total=total)
+            if record is not None:
+                records.append(record)
+    return records
 
 
 def bench_command(
@@ -84,7 +104,7 @@ def bench_command(
     methods: str | None = typer.Option(None, help=f"Comma-separated: {', '.join(METHODS)}."),
     questions: str | None = typer.Option(None, help="cuad: the questions asked, by id or contract, e.g. todos,corio.law."),
     variant: list[str] = typer.Option([], "--variant", help="Extra snapkv policy, e.g. pool=avg,kernel=5."),
-    model: str = MODEL,
+    models: list[str] = typer.Option([], "--model", "-m", help="Registry name (see `kvchat models`) or a GGUF path; repeat to compare models in one run (default: default)."),
     json_path: Path | None = typer.Option(None, "--json", help="Write every record and the summary here."),
     plot: Path | None = typer.Option(None, "--plot", help="Write PNG figures into this folder."),
     quick: bool = typer.Option(False, help="A small grid that finishes in a few minutes."),
@@ -93,27 +113,25 @@ def bench_command(
     config = _config(quick, tasks, lengths, depths, budget, methods, variant, questions)
     for each in config.variants():  # refuse bad settings before loading anything
         each.settings(AskSettings())
+    models = list(dict.fromkeys(models)) or ["default"]
+    for name in models:  # a missing second model is refused before the first one's run
+        resolve_model(name)
     console = Console(stderr=True)
     records: list[dict] = []
-    with Engine(model, use_cache=False) as engine, Progress(
-        TextColumn("bench"), BarColumn(), MofNCompleteColumn(), TextColumn("answers"), TimeElapsedColumn(),
-        console=console, transient=True,
-    ) as progress:
-        task = progress.add_task("bench")
-        for done, total, record in run_bench(engine, config):
-            progress.update(task, completed=done, total=total)
-            if record is not None:
-                records.append(record)
+    for name in models:
+        records += _run(name, config, console)
     summary = summarize(records)
     output = Console()
     if not output.is_terminal:
         output.width = 140  # files and pipes get the whole table, not 80 columns
     output.print(_table(summary))
     if json_path is not None:
-        write_json(json_path, model, asdict(config), records)
+        write_json(json_path, models, asdict(config), records)
         console.print(f"wrote {json_path}")
     if plot is not None:
         from kvchat.bench.plots import write_plots  # matplotlib: imported only when plotting
 
-        for path in write_plots(records, plot):
-            console.print(f"wrote {path}")
+        for name in models:  # one folder per model when several
+            folder = plot if len(models) == 1 else plot / Path(name).stem
+            for path in write_plots([r for r in records if r["model"] == name], folder):
+                console.print(f"wrote {path}")

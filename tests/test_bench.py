@@ -28,7 +28,7 @@ from kvchat.bench.tasks import (
 from kvchat.errors import SettingsError
 
 RECORD_KEYS = {
-    "task", "meta", "method", "variant", "budget", "accuracy", "answer", "golds", "prompt_tokens", "kept_tokens",
+    "model", "read_s", "task", "meta", "method", "variant", "budget", "accuracy", "answer", "golds", "prompt_tokens", "kept_tokens",
     "compression", "kv_bytes_full", "kv_bytes_kept", "prefill_tokens_per_s", "decode_tokens_per_s", "ttft_s",
     "snapkv_overhead", "peak_cells", "peak_rss_mib",
 }
@@ -230,22 +230,38 @@ def test_a_document_is_read_once_for_all_its_questions(tiny_model_path, count_to
     assert all(answers[1, v] == alone[v] for v in range(4))
 
 
-def test_bench_command_writes_json_and_plots(tiny_model_path, tmp_path, isolated_home) -> None:
+def test_bench_command_compares_two_models_and_writes_json_and_plots(tiny_model_path, tmp_path, isolated_home) -> None:
     env = {**os.environ, "KVCHAT_HOME": str(isolated_home)}
+    other = tmp_path / "other.gguf"
+    other.write_bytes(tiny_model_path.read_bytes())
     result = subprocess.run(
-        [sys.executable, "-m", "kvchat.cli", "bench", "--quick", "--model", str(tiny_model_path),
+        [sys.executable, "-m", "kvchat.cli", "bench", "--quick", "--model", str(tiny_model_path), "--model", str(other),
          "--lengths", "600", "--budget", "96", "--json", str(tmp_path / "out.json"), "--plot", str(tmp_path / "plots")],
         capture_output=True, text=True, env=env, timeout=600,
     )
     assert result.returncode == 0, result.stderr
     document = json.loads((tmp_path / "out.json").read_text())
-    assert document["schema"] == SCHEMA
-    methods = {row["method"] for row in document["summary"]}
-    assert methods == {"full", "snapkv", "streamingllm", "snapstream"}
-    assert all("accuracy" in row and row["decode_tokens_per_s"] > 0 for row in document["summary"])
-    for name in ("needle_heatmap.png", "accuracy_vs_budget.png", "decode_speed_vs_length.png"):
-        assert (tmp_path / "plots" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert "snapkv@96" in result.stdout
+    assert document["schema"] == SCHEMA and document["models"] == [str(tiny_model_path), str(other)]
+    rows = {(row["model"], row["method"]) for row in document["summary"]}
+    methods = {"full", "snapkv", "streamingllm", "snapstream"}
+    assert rows == {(model, method) for model in document["models"] for method in methods}
+    assert all(row["decode_tokens_per_s"] > 0 and row["read_s"] > 0 for row in document["summary"])
+    for folder in (tiny_model_path.stem, "other"):
+        for name in ("needle_heatmap.png", "accuracy_vs_budget.png", "decode_speed_vs_length.png"):
+            assert (tmp_path / "plots" / folder / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    table = result.stdout
+    assert "snapkv@96" in table and "read s" in table and table.count("other.gguf") == 4
+
+
+def test_bench_refuses_a_missing_model_before_running_the_first(tiny_model_path, tmp_path, isolated_home) -> None:
+    env = {**os.environ, "KVCHAT_HOME": str(isolated_home)}
+    result = subprocess.run(
+        [sys.executable, "-m", "kvchat.cli", "bench", "--quick", "--model", str(tiny_model_path),
+         "--model", str(tmp_path / "missing.gguf"), "--json", str(tmp_path / "out.json")],
+        capture_output=True, text=True, env=env, timeout=120,
+    )
+    assert result.returncode == 2 and "missing.gguf" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and not (tmp_path / "out.json").exists()
 
 
 @pytest.mark.real_model

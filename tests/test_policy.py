@@ -180,6 +180,7 @@ def test_sentence_spans_end_at_sentence_ends_and_line_breaks() -> None:
     assert groups[4].startswith("Clause 3.5 applies word")  # "3.5" is no sentence end
     assert np.bincount(span_ids)[4:].tolist() == [48, 48, 9]  # long runs are cut at 48 tokens
     assert spans_from_pieces(pieces, "none").tolist() == list(range(len(pieces)))
+    assert spans_from_pieces(["", "a", "", " b.", " c"], "sentences").tolist() == [0, 0, 0, 0, 1]  # empty pieces (special tokens)
 
 
 def test_sentence_spans_keep_the_words_around_a_winner() -> None:

@@ -1,14 +1,15 @@
 """Bench results: a summary per variant with ratios against the full cache, and the JSON file.
 
-JSON schema (version 1): {"schema": "kvchat-bench/1", "model": str, "config": {...},
-"records": [record...], "summary": [summary...]}. A record is one variant on one case: task,
-meta, method, variant, budget, accuracy (0..1, RULER substring scoring), answer, golds,
-prompt_tokens, kept_tokens, compression, kv_bytes_full, kv_bytes_kept, prefill_tokens_per_s,
-decode_tokens_per_s, ttft_s, snapkv_overhead (observe + compact time / reading time),
-peak_cells, peak_rss_mib. A summary is one variant over all cases: variant, method, budget,
-cases, accuracy, accuracy_by_task, compression, kv_bytes_kept, decode_tokens_per_s,
-decode_speedup (mean over cases of decode tok/s / full's on the same case), kv_saving
-(kv_bytes_full / kv_bytes_kept), ttft_s, snapkv_overhead.
+JSON schema (version 2): {"schema": "kvchat-bench/2", "models": [str...], "config": {...},
+"records": [record...], "summary": [summary...]}. A record is one variant of one model on one
+case: model, task, meta, method, variant, budget, accuracy (0..1, by the task's scoring: RULER's
+substring match, cuad's normalized match), answer, golds, prompt_tokens, kept_tokens,
+compression, kv_bytes_full, kv_bytes_kept, prefill_tokens_per_s, decode_tokens_per_s, ttft_s,
+read_s (the prompt's reading time), snapkv_overhead (observe + compact time / reading time),
+peak_cells, peak_rss_mib. A summary is one variant of one model over all cases: model, variant,
+method, budget, cases, accuracy, accuracy_by_task, compression, kv_bytes_kept,
+decode_tokens_per_s, decode_speedup (mean over cases of decode tok/s / full's on the same case
+and model), kv_saving (kv_bytes_full / kv_bytes_kept), ttft_s, read_s, snapkv_overhead.
 """
 
 from __future__ import annotations
@@ -20,26 +21,26 @@ from statistics import mean
 
 from kvchat.atomic import atomic_file
 
-SCHEMA = "kvchat-bench/1"
+SCHEMA = "kvchat-bench/2"
 
 
 def _case_key(record: dict) -> str:
-    return json.dumps([record["task"], record["meta"]], sort_keys=True)
+    return json.dumps([record["model"], record["task"], record["meta"]], sort_keys=True)
 
 
 def summarize(records: list[dict]) -> list[dict]:
     full_speed = {_case_key(r): r["decode_tokens_per_s"] for r in records if r["method"] == "full"}
-    grouped: dict[str, list[dict]] = defaultdict(list)
+    grouped: dict[tuple[str, str], list[dict]] = defaultdict(list)
     for record in records:
-        grouped[record["variant"]].append(record)
+        grouped[record["model"], record["variant"]].append(record)
     summary = []
-    for variant, rows in grouped.items():
+    for (model, variant), rows in grouped.items():
         by_task: dict[str, list[float]] = defaultdict(list)
         for row in rows:
             by_task[row["task"]].append(row["accuracy"])
         speedups = [r["decode_tokens_per_s"] / full_speed[_case_key(r)] for r in rows if full_speed.get(_case_key(r))]
         summary.append({
-            "variant": variant, "method": rows[0]["method"], "budget": rows[0]["budget"], "cases": len(rows),
+            "model": model, "variant": variant, "method": rows[0]["method"], "budget": rows[0]["budget"], "cases": len(rows),
             "accuracy": round(mean(r["accuracy"] for r in rows), 3),
             "accuracy_by_task": {task: round(mean(values), 3) for task, values in by_task.items()},
             "compression": round(mean(r["compression"] for r in rows), 2),
@@ -48,14 +49,15 @@ def summarize(records: list[dict]) -> list[dict]:
             "decode_speedup": round(mean(speedups), 2) if speedups else None,
             "kv_saving": round(mean(r["kv_bytes_full"] / r["kv_bytes_kept"] for r in rows), 2),
             "ttft_s": round(mean(r["ttft_s"] for r in rows), 2),
+            "read_s": round(mean(r["read_s"] for r in rows), 2),
             "snapkv_overhead": round(mean(r["snapkv_overhead"] for r in rows), 4),
         })
     return summary
 
 
-def write_json(path: Path, model: str, config: dict, records: list[dict]) -> None:
+def write_json(path: Path, models: list[str], config: dict, records: list[dict]) -> None:
     """Write the results atomically (temp file + rename)."""
-    document = {"schema": SCHEMA, "model": model, "config": config, "records": records,
+    document = {"schema": SCHEMA, "models": models, "config": config, "records": records,
                 "summary": summarize(records)}
     with atomic_file(path, "w") as out:
         json.dump(document, out, indent=1)

@@ -89,20 +89,20 @@ def _peak_rss_mib() -> float:
     return peak / 2**20 if sys.platform == "darwin" else peak / 1024
 
 
-def _record(case: Case, variant: Variant, events: list) -> dict[str, object]:
+def _record(model: str, case: Case, variant: Variant, events: list) -> dict[str, object]:
     done = answer_of(events)
     stats = done.stats
     pruned = [e for e in events if isinstance(e, Pruned)]
     read_s = stats.prompt_tokens / stats.prefill_tokens_per_s if stats.prefill_tokens_per_s else 0.0
     overhead = sum(e.observe_s + e.compact_s for e in pruned) / read_s if read_s else 0.0
     return {
-        "task": case.task, "meta": case.meta, "method": variant.method, "variant": variant.label,
+        "model": model, "task": case.task, "meta": case.meta, "method": variant.method, "variant": variant.label,
         "budget": variant.budget, "accuracy": case_score(case, done.answer), "answer": done.answer,
         "golds": list(case.answers), "prompt_tokens": stats.prompt_tokens, "kept_tokens": stats.kept_tokens,
         "compression": round(stats.compression, 3), "kv_bytes_full": stats.kv_bytes_full,
         "kv_bytes_kept": stats.kv_bytes_kept, "prefill_tokens_per_s": round(stats.prefill_tokens_per_s, 2),
         "decode_tokens_per_s": round(stats.decode_tokens_per_s, 2), "ttft_s": round(stats.ttft_s, 3),
-        "snapkv_overhead": round(overhead, 4), "peak_cells": stats.peak_cells,
+        "read_s": round(read_s, 3), "snapkv_overhead": round(overhead, 4), "peak_cells": stats.peak_cells,
         "peak_rss_mib": round(_peak_rss_mib(), 1),
     }
 
@@ -128,4 +128,4 @@ def run_bench(engine: Engine, config: BenchConfig) -> Iterator[tuple[int, int, d
     for group in _by_document(cases):
         for case_index, variant_index, events in compare(engine, group, all_settings):
             done += 1
-            yield done, total, _record(group[case_index], variants[variant_index], events)
+            yield done, total, _record(engine.model_name, group[case_index], variants[variant_index], events)

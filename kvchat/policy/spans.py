@@ -33,7 +33,8 @@ def _continues_word(previous: str, piece: str) -> bool:
 def _continues_sentence(previous: str, piece: str) -> bool:
     if "\n" in previous or piece.startswith("\n"):
         return False
-    ends = previous.rstrip()[-1:] in SENTENCE_ENDS and (previous[-1].isspace() or piece[:1].isspace())
+    stripped = previous.rstrip()
+    ends = bool(stripped) and stripped[-1] in SENTENCE_ENDS and (stripped != previous or piece[:1].isspace())
     return not ends
 
 
