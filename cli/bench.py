@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from kvchat.bench.cuad import cuad_ids_named
+from kvchat.bench.cuad import cuad_contracts, cuad_ids_named
 from kvchat.bench.report import summarize, write_json
 from kvchat.cli.options import DEFAULTS
 from kvchat.bench.runner import QUICK, TASKS, BenchConfig, run_bench
@@ -40,7 +40,7 @@ def _overrides(text: str) -> tuple[tuple[str, str], ...]:
 
 
 def _config(quick: bool, tasks: str | None, lengths: str | None, depths: str | None, budgets: list[int],
-            methods: str | None, variants: list[str], questions: str | None) -> BenchConfig:
+            methods: str | None, variants: list[str], questions: str | None, cuad_data: Path | None) -> BenchConfig:
     config = QUICK if quick else BenchConfig()
     changes: dict[str, object] = {"budgets": tuple(budgets) or config.budgets,
                                   "policy_variants": tuple(_overrides(v) for v in variants)}
@@ -58,8 +58,11 @@ def _config(quick: bool, tasks: str | None, lengths: str | None, depths: str | N
         if unknown:
             raise SettingsError(f"unknown method(s) {sorted(unknown)}", f"use {', '.join(METHODS)}")
         changes["methods"] = tuple(_split(methods))
+    if cuad_data is not None:
+        cuad_contracts(cuad_data)  # refuses a folder without questions.json or a contract before loading a model
+        changes["cuad_data"] = str(cuad_data)
     if questions:
-        changes["cuad_ids"] = cuad_ids_named(tuple(_split(questions)))
+        changes["cuad_ids"] = cuad_ids_named(tuple(_split(questions)), cuad_data)
     return replace(config, **changes)  # type: ignore[arg-type]
 
 
@@ -103,6 +106,7 @@ def bench_command(
     depths: str | None = typer.Option(None, help="Needle depths in 0..1, e.g. 0.1,0.5,0.9."),
     methods: str | None = typer.Option(None, help=f"Comma-separated: {', '.join(METHODS)}."),
     questions: str | None = typer.Option(None, help="cuad: the questions asked, by id or contract, e.g. todos,corio.law."),
+    cuad_data: Path | None = typer.Option(None, help="cuad: a folder with questions.json and the contracts' .txt files, instead of the shipped ones."),
     variant: list[str] = typer.Option([], "--variant", help="Extra snapkv policy, e.g. pool=avg,kernel=5."),
     models: list[str] = typer.Option([], "--model", "-m", help="Registry name (see `kvchat models`) or a GGUF path; repeat to compare models in one run (default: default)."),
     json_path: Path | None = typer.Option(None, "--json", help="Write every record and the summary here."),
@@ -110,7 +114,7 @@ def bench_command(
     quick: bool = typer.Option(False, help="A small grid that finishes in a few minutes."),
 ) -> None:
     """Measure accuracy, decode speed and KV memory of each method side by side, in one run."""
-    config = _config(quick, tasks, lengths, depths, budget, methods, variant, questions)
+    config = _config(quick, tasks, lengths, depths, budget, methods, variant, questions, cuad_data)
     for each in config.variants():  # refuse bad settings before loading anything
         each.settings(AskSettings())
     models = list(dict.fromkeys(models)) or ["default"]

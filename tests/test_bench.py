@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from kvchat.bench.answers import answer_matches, mentions
-from kvchat.bench.cuad import CUAD_CONTRACTS, OMISSION, contract_text, cuad_cases, cuad_ids_named, cuad_questions
+from kvchat.bench.cuad import OMISSION, contract_text, cuad_cases, cuad_contracts, cuad_ids_named, cuad_questions
 from kvchat.bench.report import SCHEMA, summarize
 from kvchat.bench.runner import QUICK, QUICK_CUAD, BenchConfig, build_cases, run_bench
 from kvchat.bench.tasks import (
@@ -65,10 +65,10 @@ def test_seeds_reproduce(count_tokens) -> None:
     assert multi_turn_case(count_tokens, 2000, (0.1, 0.9), 2) == multi_turn_case(count_tokens, 2000, (0.1, 0.9), 2)
 
 
-QUESTIONS_PER_CONTRACT = {
+QUESTIONS_PER_CONTRACT = {  # shortest contract first
     "cuad_todos_medical_marketing_reseller": 9, "cuad_corio_license_hosting": 9, "cuad_energous_strategic_alliance": 7,
     "cuad_buffalo_wild_wings_franchise": 6, "cuad_mrs_fields_franchise": 7,
-    "cuad_manufacturers_services_outsourcing": 7, "cuad_array_biopharma_license_development": 4,
+    "cuad_array_biopharma_license_development": 4, "cuad_manufacturers_services_outsourcing": 7,
 }
 
 
@@ -127,11 +127,11 @@ def test_case_score_follows_the_cases_scoring() -> None:
 
 def test_cuad_questions_ship_with_their_contracts() -> None:
     questions = cuad_questions()
-    counts = {contract: sum(q.contract == contract for q in questions) for contract in CUAD_CONTRACTS}
-    assert counts == QUESTIONS_PER_CONTRACT
+    counts = {contract: sum(q.contract == contract for q in questions) for contract in cuad_contracts()}
+    assert list(counts.items()) == list(QUESTIONS_PER_CONTRACT.items())
     assert len({q.id for q in questions}) == len(questions) == 49
     shipped = {entry.name for entry in (resources.files("kvchat.bench") / "data" / "cuad").iterdir()}
-    assert shipped == {f"{c}.txt" for c in CUAD_CONTRACTS} | {"questions.json", "SOURCE.md"}
+    assert shipped == {f"{c}.txt" for c in QUESTIONS_PER_CONTRACT} | {"questions.json", "SOURCE.md"}
     assert "CC BY 4.0" in (resources.files("kvchat.bench") / "data" / "cuad" / "SOURCE.md").read_text()
 
 
@@ -166,7 +166,7 @@ def test_cuad_cuts_long_contracts_in_the_middle_and_drops_what_the_cut_removed()
 def test_quick_cuad_asks_five_questions_about_the_shortest_contract() -> None:
     cases = build_cases(replace(QUICK, tasks=("cuad",)), count_words, 30_000)
     assert [case.meta["id"] for case in cases] == list(QUICK_CUAD) and len(cases) == 5
-    assert {case.meta["contract"] for case in cases} == {CUAD_CONTRACTS[0]} == {"cuad_todos_medical_marketing_reseller"}
+    assert {case.meta["contract"] for case in cases} == {"cuad_todos_medical_marketing_reseller"}
     assert [case.meta["id"] for case in cuad_cases(count_words, 30_000, ("corio.law", "todos.law"))] == [
         "todos.law", "corio.law"]
     with pytest.raises(ValueError, match="todos.colour"):
@@ -179,6 +179,29 @@ def test_cuad_questions_are_named_by_id_or_contract() -> None:
     assert len(todos) == 9
     with pytest.raises(SettingsError, match=r"unknown cuad question\(s\) \['todo'\]"):
         cuad_ids_named(("todo",))  # a prefix of a name is no name
+
+
+def test_cuad_questions_and_contracts_can_come_from_another_folder(tmp_path) -> None:
+    """Held-out questions or one's own contracts: a folder laid out like the shipped one."""
+    (tmp_path / "lease.txt").write_text("LEASE. The rent is one thousand dollars. " + "Filler words. " * 50)
+    (tmp_path / "memo.txt").write_text("MEMO. Notice is due within 30 days.")
+    questions = [
+        {"id": "lease.rent", "contract": "lease", "category": "Rent", "question": "What is the monthly rent?",
+         "answers": ["$1,000"], "evidence": "The rent is one thousand dollars.", "cuad_answer": "$1,000"},
+        {"id": "memo.notice", "contract": "memo", "category": "Notice", "question": "How much notice?",
+         "answers": ["30 days"], "evidence": "Notice is due within 30 days.", "cuad_answer": "30 days"},
+    ]
+    (tmp_path / "questions.json").write_text(json.dumps({"source": "test", "questions": questions}))
+    assert cuad_contracts(tmp_path) == ["memo", "lease"]  # shortest first
+    cases = cuad_cases(count_words, 10**6, folder=tmp_path)
+    assert [(case.meta["id"], case.answers) for case in cases] == [("memo.notice", ("30 days",)), ("lease.rent", ("$1,000",))]
+    assert cuad_ids_named(("lease",), tmp_path) == ("lease.rent",)
+    (tmp_path / "memo.txt").unlink()
+    contract_text.cache_clear()
+    with pytest.raises(SettingsError, match="cannot read contract .*memo.txt"):
+        cuad_cases(count_words, 10**6, folder=tmp_path)
+    with pytest.raises(SettingsError, match="cannot read cuad questions"):
+        cuad_questions(tmp_path / "nowhere")
 
 
 def test_scoring_is_case_insensitive_substring() -> None:
@@ -274,7 +297,7 @@ def test_quick_sized_run_on_the_default_model(real_engine) -> None:
 
 
 @pytest.mark.parametrize("extra", [["--budget", "10"], ["--variant", "pool=median"], ["--tasks", "poetry"],
-                                   ["--tasks", "cuad", "--questions", "todos,bogus"]])
+                                   ["--tasks", "cuad", "--questions", "todos,bogus"], ["--tasks", "cuad", "--cuad-data", "/nowhere"]])
 def test_bench_refuses_bad_settings_with_one_line(extra, tiny_model_path, isolated_home) -> None:
     env = {**os.environ, "KVCHAT_HOME": str(isolated_home)}
     result = subprocess.run([sys.executable, "-m", "kvchat.cli", "bench", "--quick", "--model", str(tiny_model_path),

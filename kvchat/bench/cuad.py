@@ -1,7 +1,8 @@
 """The `cuad` task: questions people ask about real contracts, with the answers CUAD's experts marked.
 
 The seven contracts and the questions ship in `data/cuad/` (CUAD v1, CC BY 4.0; see SOURCE.md
-there). A contract longer than the tested model can read whole is cut in the middle, the head
+there); another folder laid out the same way (questions.json and one <contract>.txt per contract
+it names) can stand in for it: other contracts, or held-out questions. A contract longer than the tested model can read whole is cut in the middle, the head
 and the tail kept (as LongBench truncates), so that every method, the full cache included, reads
 the same text; a question whose evidence the cut removes is not asked. Answers are scored with
 the normalized match of `kvchat.bench.answers`.
@@ -13,19 +14,12 @@ import json
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
+from importlib.resources.abc import Traversable
+from pathlib import Path
 
 from kvchat.bench.tasks import Case, CountTokens
 from kvchat.errors import SettingsError
 
-CUAD_CONTRACTS = (  # shortest first
-    "cuad_todos_medical_marketing_reseller",
-    "cuad_corio_license_hosting",
-    "cuad_energous_strategic_alliance",
-    "cuad_buffalo_wild_wings_franchise",
-    "cuad_mrs_fields_franchise",
-    "cuad_array_biopharma_license_development",
-    "cuad_manufacturers_services_outsourcing",
-)
 OMISSION = "\n\n[...]\n\n"  # written where the middle of a long contract was cut out
 
 
@@ -41,13 +35,21 @@ class CuadQuestion:
     cuad_answer: str
 
 
-def _data_folder():
-    return resources.files("kvchat.bench") / "data" / "cuad"
+Folder = Traversable | Path
+
+
+def _data_folder(folder: Folder | None) -> Folder:
+    return resources.files("kvchat.bench") / "data" / "cuad" if folder is None else folder
 
 
 @cache
-def cuad_questions() -> tuple[CuadQuestion, ...]:
-    spec = json.loads((_data_folder() / "questions.json").read_text(encoding="utf-8"))
+def cuad_questions(folder: Folder | None = None) -> tuple[CuadQuestion, ...]:
+    """The questions of `folder` (default: the shipped ones), in the file's order."""
+    path = _data_folder(folder) / "questions.json"
+    try:
+        spec = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        raise SettingsError(f"cannot read cuad questions {path}: {error}", "give a folder with a questions.json like kvchat/bench/data/cuad's") from None
     return tuple(
         CuadQuestion(item["id"], item["contract"], item["category"], item["question"], tuple(item["answers"]),
                      tuple(item.get("refuse", ())), item["evidence"], item["cuad_answer"])
@@ -55,10 +57,10 @@ def cuad_questions() -> tuple[CuadQuestion, ...]:
     )
 
 
-def cuad_ids_named(names: tuple[str, ...]) -> tuple[str, ...]:
+def cuad_ids_named(names: tuple[str, ...], folder: Folder | None = None) -> tuple[str, ...]:
     """The ids of the questions `names` names: a question's id (`todos.law`) or a contract's short
     name, all of its questions (`todos`)."""
-    known = [item.id for item in cuad_questions()]
+    known = [item.id for item in cuad_questions(folder)]
     unknown = [name for name in names if not any(i == name or i.startswith(f"{name}.") for i in known)]
     if unknown:
         contracts = ", ".join(dict.fromkeys(i.split(".")[0] for i in known))
@@ -67,8 +69,12 @@ def cuad_ids_named(names: tuple[str, ...]) -> tuple[str, ...]:
 
 
 @cache
-def contract_text(contract: str) -> str:
-    return (_data_folder() / f"{contract}.txt").read_text(encoding="utf-8")
+def contract_text(contract: str, folder: Folder | None = None) -> str:
+    path = _data_folder(folder) / f"{contract}.txt"
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, ValueError) as error:
+        raise SettingsError(f"cannot read contract {path}: {error}", "put each contract questions.json names next to it as <contract>.txt") from None
 
 
 def _head_end(text: str, count_tokens: CountTokens, tokens: int) -> int:
@@ -104,19 +110,26 @@ def cut_to_tokens(text: str, count_tokens: CountTokens, max_tokens: int) -> str:
         half -= max(1, half // 100)  # the halves' tokens did not quite add up: shrink a little
 
 
-def cuad_cases(count_tokens: CountTokens, max_document_tokens: int, ids: tuple[str, ...] | None = None) -> list[Case]:
+def cuad_contracts(folder: Folder | None = None) -> list[str]:
+    """The contracts the questions ask about, shortest first (the first results come soonest)."""
+    contracts = dict.fromkeys(item.contract for item in cuad_questions(folder))
+    return sorted(contracts, key=lambda contract: len(contract_text(contract, folder)))
+
+
+def cuad_cases(count_tokens: CountTokens, max_document_tokens: int, ids: tuple[str, ...] | None = None,
+               folder: Folder | None = None) -> list[Case]:
     """One case per question (those of `ids`, or all), contract by contract, each contract cut to
     `max_document_tokens`; questions whose evidence the cut removed are left out."""
-    unknown = set(ids or ()) - {item.id for item in cuad_questions()}
+    unknown = set(ids or ()) - {item.id for item in cuad_questions(folder)}
     if unknown:
         raise ValueError(f"unknown cuad question(s) {sorted(unknown)}")
-    asked = [item for item in cuad_questions() if ids is None or item.id in ids]
+    asked = [item for item in cuad_questions(folder) if ids is None or item.id in ids]
     cases = []
-    for contract in CUAD_CONTRACTS:
+    for contract in cuad_contracts(folder):
         questions = [item for item in asked if item.contract == contract]
         if not questions:
             continue
-        full = contract_text(contract)
+        full = contract_text(contract, folder)
         document = cut_to_tokens(full, count_tokens, max_document_tokens)
         cases += [Case("cuad", document, item.question, item.answers,
                        {"contract": contract, "category": item.category, "id": item.id, "cut": document != full},

@@ -6,6 +6,7 @@ import resource
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 from kvchat.bench.compare import answer_of, compare
 from kvchat.bench.cuad import cuad_cases
@@ -51,6 +52,7 @@ class BenchConfig:
     decode_tokens: int = 64
     seed: int = 0
     cuad_ids: tuple[str, ...] | None = None  # the cuad questions asked; None: all of them
+    cuad_data: str | None = None  # a folder of cuad questions and contracts; None: the shipped ones
 
     def variants(self) -> list[Variant]:
         found = [Variant("full", max(self.budgets))] if "full" in self.methods else []
@@ -80,7 +82,8 @@ def build_cases(config: BenchConfig, count_tokens: CountTokens, max_document_tok
     if "vt" in config.tasks:
         cases.append(variable_tracking_case(count_tokens, longest, config.seed))
     if "cuad" in config.tasks:
-        cases += cuad_cases(count_tokens, max_document_tokens, config.cuad_ids)
+        folder = None if config.cuad_data is None else Path(config.cuad_data)
+        cases += cuad_cases(count_tokens, max_document_tokens, config.cuad_ids, folder)
     return cases
 
 
