@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from kvchat.documents.normalize import normalize_pages
+
+PAGE_SEPARATOR = "\n\n"
 
 
 @dataclass(frozen=True)
@@ -22,6 +27,25 @@ class Document:
     kind: str
     text: str
     pages: list[Page] = field(default_factory=list)
+
+    @classmethod
+    def from_pages(cls, path: Path, kind: str, texts: Sequence[str], keep_indentation: bool = True) -> Document:
+        """How every reader builds its Document: each page's text normalized (normalize.py), then
+        laid end to end with PAGE_SEPARATOR between pages that have text. An empty page is an empty
+        range where it falls, so the text neither starts nor ends with whitespace and each Page
+        covers exactly its own normalized text."""
+        pages: list[Page] = []
+        parts: list[str] = []
+        offset = 0
+        for number, text in enumerate(normalize_pages(texts, keep_indentation), start=1):
+            if parts and text:
+                parts.append(PAGE_SEPARATOR)
+                offset += len(PAGE_SEPARATOR)
+            pages.append(Page(number=number, start=offset, end=offset + len(text)))
+            if text:
+                parts.append(text)
+                offset += len(text)
+        return cls(path=path, kind=kind, text="".join(parts), pages=pages)
 
     @property
     def sha256(self) -> str:

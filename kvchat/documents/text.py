@@ -9,7 +9,7 @@ from pathlib import Path
 from charset_normalizer import from_bytes
 from inscriptis import get_text
 
-from kvchat.documents.model import Document, Page
+from kvchat.documents.model import Document
 from kvchat.errors import DocumentError
 
 CHAOS_TIE = 0.2
@@ -97,15 +97,10 @@ def _prefer_western(matches: list) -> object:
     return best
 
 
-def _single_page(path: Path, kind: str, text: str) -> Document:
-    text = text.replace("\r\n", "\n").strip()
-    return Document(path=path, kind=kind, text=text, pages=[Page(1, 0, len(text))])
-
-
 def read_text(path: Path, data: bytes) -> Document:
     kind = "markdown" if path.suffix.lower() in MARKDOWN_SUFFIXES else "text"
-    return _single_page(path, kind, decode_text(path, data))
+    return Document.from_pages(path, kind, [decode_text(path, data)])
 
 
 def read_html(path: Path, data: bytes) -> Document:
-    return _single_page(path, "html", get_text(decode_text(path, data)))
+    return Document.from_pages(path, "html", [get_text(decode_text(path, data))])
