@@ -12,8 +12,8 @@ from kvchat.cli.options import (
     BUDGET, CACHE_TYPE_K, CACHE_TYPE_V, FLASH_ATTN, GPU_LAYERS, MAX_TOKENS, METHOD, MODEL, SAVE_READINGS, TEMPERATURE,
     THREADS, WINDOW, ask_settings, kv_layout, warn_about_gpu_layers,
 )
-from kvchat.cli.render import render
-from kvchat.documents import load_document
+from kvchat.cli.render import OcrBar, render
+from kvchat.documents import SUPPORTED, load_document
 from kvchat.engine import Engine, StreamSettings, selection_named, selections_help
 from kvchat.errors import CancelledError, SettingsError
 from kvchat.policy import HeadReduction, SnapKV
@@ -28,7 +28,7 @@ def _question(text: str) -> str:
 
 
 def ask_command(
-    path: Path = typer.Argument(..., help="The document: PDF, TXT, Markdown or HTML."),
+    path: Path = typer.Argument(..., help=f"The document: {SUPPORTED}."),
     question: str = typer.Argument(..., help="What to ask about it."),
     model: str = MODEL,
     budget: int = BUDGET,
@@ -61,7 +61,8 @@ def ask_command(
                             budget=budget, window=window, kernel=kernel, pool=pool, heads=heads, spans=spans)
     stream = StreamSettings(chunk=chunk, recent=recent)
     selection = selection_named(select)
-    document = load_document(path)
+    with OcrBar(console) as ocr_progress:
+        document = load_document(path, ocr_progress)
     question = _question(question)
     with Engine(model, gpu_layers=gpu_layers, use_cache=cache) as engine, interrupt_as_cancel() as cancel:
         render(engine.ask(document, question, settings, cancel, selection, stream), as_json, console)

@@ -10,10 +10,11 @@ from kvchat.cli.options import (
     BUDGET, CACHE_TYPE_K, CACHE_TYPE_V, FLASH_ATTN, GPU_LAYERS, MAX_TOKENS, METHOD, MODEL, SAVE_READINGS, TEMPERATURE,
     THREADS, WINDOW, ask_settings, gpu_layers_warning, kv_layout,
 )
+from kvchat.documents import SUPPORTED
 
 
 def chat_command(
-    path: Path | None = typer.Argument(None, help="The document (PDF, TXT, Markdown or HTML); a file picker opens without one."),
+    path: Path | None = typer.Argument(None, help=f"The document ({SUPPORTED}); a file picker opens without one."),
     model: str = MODEL,
     budget: int = BUDGET,
     window: int = WINDOW,

@@ -7,7 +7,9 @@ import sys
 from collections.abc import Iterable
 
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import (
+    BarColumn, Progress, ProgressColumn, TaskID, TextColumn, TimeElapsedColumn, TimeRemainingColumn,
+)
 
 from kvchat.events import Done, Event, Notice, Progress as ReadProgress, Pruned, Stats, Token
 
@@ -34,35 +36,53 @@ def json_record(done: Done) -> dict[str, object]:
     return record
 
 
-class ReadingBar:
-    """A progress bar over the prompt's tokens with tokens/s and ETA, on stderr."""
+class _Bar:
+    """A transient progress bar on stderr, drawn only on a terminal, from its first update on."""
 
-    def __init__(self, console: Console) -> None:
-        self._progress = Progress(
-            TextColumn("reading"),
-            BarColumn(),
-            TextColumn("{task.completed:,}/{task.total:,} tok"),
-            TextColumn("{task.fields[rate]:>6.0f} tok/s"),
-            TimeElapsedColumn(),
-            TextColumn("ETA"),
-            TimeRemainingColumn(),
-            console=console,
-            transient=True,
-        )
+    def __init__(self, console: Console, *columns: ProgressColumn) -> None:
+        self._progress = Progress(*columns, TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
+                                  console=console, transient=True)
         self._task: TaskID | None = None
 
-    def update(self, event: ReadProgress) -> None:
+    def _show(self, done: int, total: int, **fields: object) -> None:
         if not self._progress.console.is_terminal:
             return
         if self._task is None:
             self._progress.start()
-            self._task = self._progress.add_task("reading", total=event.total, rate=0.0)
-        self._progress.update(self._task, completed=event.done, rate=event.tokens_per_s)
+            self._task = self._progress.add_task("", total=total, **fields)
+        self._progress.update(self._task, completed=done, **fields)
 
     def close(self) -> None:
         if self._task is not None:
             self._progress.stop()
             self._task = None
+
+
+class ReadingBar(_Bar):
+    """The prompt's tokens read, with tokens/s and ETA."""
+
+    def __init__(self, console: Console) -> None:
+        super().__init__(console, TextColumn("reading"), BarColumn(), TextColumn("{task.completed:,}/{task.total:,} tok"),
+                         TextColumn("{task.fields[rate]:>6.0f} tok/s"))
+
+    def update(self, event: ReadProgress) -> None:
+        self._show(event.done, event.total, rate=event.tokens_per_s)
+
+
+class OcrBar(_Bar):
+    """The scanned pages of a PDF read by OCR: load_document's progress callback, closed on exit."""
+
+    def __init__(self, console: Console) -> None:
+        super().__init__(console, TextColumn("OCR"), BarColumn(), TextColumn("{task.completed}/{task.total} pages"))
+
+    def __call__(self, done: int, total: int) -> None:
+        self._show(done, total)
+
+    def __enter__(self) -> OcrBar:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
 
 def render(events: Iterable[Event], as_json: bool, console: Console) -> Done | None:

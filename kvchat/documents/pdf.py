@@ -1,4 +1,4 @@
-"""PDF text through pypdf, one Page per PDF page.
+"""PDF text through pypdf, one Page per PDF page; pages without a text layer through OCR (ocr.py).
 
 pypdf's plain extraction, not extraction_mode="layout": layout mode reads only a page's own
 content stream, not the form XObjects that HTML-to-PDF converters draw text in. On the nine CUAD
@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kvchat.documents.model import Document
+from kvchat.documents.ocr import INSTALL_TESSERACT, PageProgress, ocr_pages, tesseract_installed
 from kvchat.errors import DocumentError
 
 if TYPE_CHECKING:
@@ -67,14 +68,31 @@ def _page_texts(path: Path, reader: PdfReader) -> list[str]:
         raise DocumentError(f"{path}: damaged PDF ({error})", "is the file complete?") from None
 
 
-def read_pdf(path: Path, data: bytes) -> Document:
+def _ocr_textless_pages(path: Path, data: bytes, texts: list[str], progress: PageProgress | None) -> list[str]:
+    """`texts` with each page that has no text layer read by OCR, when tesseract is installed."""
+    textless = [index for index, text in enumerate(texts) if not text.strip()]
+    if not textless or not tesseract_installed():
+        return texts
+    texts = list(texts)
+    for index, text in zip(textless, ocr_pages(path, data, textless, progress)):
+        texts[index] = text
+    return texts
+
+
+def read_pdf(path: Path, data: bytes, progress: PageProgress | None = None) -> Document:
+    """The PDF's text layer, and OCR's text for the pages without one (`progress` reports those)."""
     logging.getLogger("pypdf").setLevel(logging.ERROR)
-    texts = _page_texts(path, _open(path, data))
+    texts = _ocr_textless_pages(path, data, _page_texts(path, _open(path, data)), progress)
     # A line's indentation in a PDF is where the layout put it, not text: it goes.
     document = Document.from_pages(path, "pdf", texts, keep_indentation=False)
-    if not document.text:
+    if document.text:
+        return document
+    if not tesseract_installed():
         raise DocumentError(
-            f"{path}: the PDF has no extractable text (scanned pages?)",
-            "run OCR on it first (e.g. ocrmypdf) or give the text",
+            f"{path}: the PDF has no extractable text (scanned pages?) and OCR needs tesseract, which is not installed",
+            f"install it: {INSTALL_TESSERACT}",
         )
-    return document
+    raise DocumentError(
+        f"{path}: the PDF has no extractable text, and OCR found none on its {len(texts)} page(s)",
+        "are the pages blank? give a PDF with text",
+    )

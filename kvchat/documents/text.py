@@ -9,11 +9,11 @@ from pathlib import Path
 from charset_normalizer import from_bytes
 from inscriptis import get_text
 
+from kvchat.documents.formats import MARKDOWN_SUFFIXES, SUPPORTED
 from kvchat.documents.model import Document
 from kvchat.errors import DocumentError
 
 CHAOS_TIE = 0.2
-MARKDOWN_SUFFIXES = {".md", ".markdown", ".mdown"}
 CONTROL_BYTES = set(range(0, 9)) | {11, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 28, 29, 30, 31, 127}
 SAMPLE_BYTES = 8192
 # Byte order marks of UTF-32 and UTF-16; UTF-32-LE's begins with UTF-16-LE's, so it is tried first.
@@ -75,7 +75,7 @@ def decode_text(path: Path, data: bytes) -> str:
     if encoding or _looks_binary(data):
         raise DocumentError(
             f"{path}: looks like a binary file, not text",
-            "give a PDF, TXT, Markdown or HTML document",
+            f"give a {SUPPORTED} document",
         )
     try:
         return data.decode("utf-8-sig")

@@ -1,0 +1,91 @@
+"""DOCX through python-docx: the body's paragraphs and tables in reading order, headings marked as
+Markdown headings ("## Scope") so the model sees the structure, each table row as its cells
+joined by " | ". Word lays out pages when it draws the document, so a DOCX is one page of text.
+
+Not read: headers and footers (the same lines on every page), footnotes, comments and text boxes,
+which python-docx does not expose in reading order.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from kvchat.documents.model import Document
+from kvchat.errors import DocumentError
+
+if TYPE_CHECKING:
+    from docx.document import Document as WordDocument
+    from docx.table import Table, _Cell
+    from docx.text.paragraph import Paragraph
+
+HEADING_STYLE = re.compile(r"Heading ([1-9])")  # Word's built-in heading styles, by their English names
+
+
+def _heading_level(paragraph: Paragraph) -> int:
+    """1 to 9 for a title or heading, 0 for body text."""
+    name = (paragraph.style.name if paragraph.style is not None else "") or ""
+    if name == "Title":
+        return 1
+    heading = HEADING_STYLE.fullmatch(name)
+    return int(heading.group(1)) if heading else 0
+
+
+def _paragraph(paragraph: Paragraph) -> str:
+    level, text = _heading_level(paragraph), paragraph.text
+    return f"{'#' * level} {text.strip()}" if level and text.strip() else text
+
+
+def _cell(cell: _Cell) -> str:
+    """A cell's paragraphs and nested tables on one line."""
+    return " ".join(" ".join(block.split()) for block in _blocks(cell))
+
+
+def _table(table: Table) -> str:
+    rows = []
+    for row in table.rows:
+        cells: list[_Cell] = []
+        for cell in row.cells:  # a merged cell comes once per grid column it spans: once is enough
+            if not cells or cell is not cells[-1]:
+                cells.append(cell)
+        rows.append(" | ".join(_cell(cell) for cell in cells))
+    return "\n".join(rows)
+
+
+def _blocks(container: WordDocument | _Cell) -> Iterator[str]:
+    """The text of each paragraph and table of `container` (the body or a cell), in order."""
+    from docx.table import Table
+
+    for block in container.iter_inner_content():
+        text = _table(block) if isinstance(block, Table) else _paragraph(block)
+        if text.strip():
+            yield text
+
+
+def _encrypted(data: bytes) -> bool:
+    """Whether `data` is an Office file encrypted with a password (an OLE container, not a zip)."""
+    import msoffcrypto
+    from msoffcrypto.exceptions import FileFormatError
+
+    try:
+        return bool(msoffcrypto.OfficeFile(io.BytesIO(data)).is_encrypted())
+    except (FileFormatError, OSError, ValueError, KeyError):
+        return False
+
+
+def read_docx(path: Path, data: bytes) -> Document:
+    import docx  # imported when a DOCX is read, as pypdf is for a PDF: kvchat's start-up stays short
+
+    try:
+        word = docx.Document(io.BytesIO(data))
+    except Exception as error:  # a damaged zip or XML part raises many types
+        if _encrypted(data):
+            raise DocumentError(
+                f"{path}: the DOCX is password-protected",
+                "open it with its password in Word or LibreOffice and save a copy without one, then give that",
+            ) from None
+        raise DocumentError(f"{path}: not a readable DOCX ({' '.join(str(error).split())})", "is the file complete?") from None
+    return Document.from_pages(path, "docx", ["\n\n".join(_blocks(word))])

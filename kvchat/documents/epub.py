@@ -1,0 +1,86 @@
+"""EPUB through EbookLib: one page per chapter, in the spine's reading order.
+
+A chapter is a document of the spine that has text (not the table of contents, not a cover that is
+only an image), numbered from 1 in that order; its XHTML becomes text through inscriptis, like any
+HTML. The title the table of contents gives it starts its page, unless its own text already does.
+"""
+
+from __future__ import annotations
+
+import io
+import zipfile
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING
+from urllib.parse import unquote
+from xml.etree import ElementTree
+
+from inscriptis import get_text
+
+from kvchat.documents.model import Document
+from kvchat.documents.text import decode_text
+from kvchat.errors import DocumentError
+
+if TYPE_CHECKING:
+    from ebooklib.epub import EpubBook
+
+ENCRYPTION = "META-INF/encryption.xml"
+# The algorithms that only obfuscate embedded fonts (with the book's own id, which readers undo):
+# the IDPF's and Adobe's. Anything else encrypted is DRM.
+FONT_OBFUSCATION = frozenset({"http://www.idpf.org/2008/embedding", "http://ns.adobe.com/pdf/enc#RC"})
+
+
+def _drm_protected(data: bytes) -> bool:
+    """Whether the book's encryption.xml encrypts anything with more than font obfuscation."""
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        if ENCRYPTION not in archive.namelist():
+            return False
+        root = ElementTree.fromstring(archive.read(ENCRYPTION))
+    methods = (element.get("Algorithm", "") for element in root.iter() if element.tag.endswith("}EncryptionMethod"))
+    return any(method not in FONT_OBFUSCATION for method in methods)
+
+
+def _toc_titles(entries: Iterable[object], titles: dict[str, str]) -> dict[str, str]:
+    """Each file's first title in the table of contents (EbookLib's Links, and (Section, children)
+    pairs), by the file's name in the manifest."""
+    for entry in entries:
+        if isinstance(entry, (tuple, list)):
+            _toc_titles(entry, titles)
+        elif getattr(entry, "href", None) and getattr(entry, "title", None):
+            titles.setdefault(unquote(entry.href.split("#", 1)[0]), entry.title.strip())
+    return titles
+
+
+def _chapters(path: Path, book: EpubBook) -> list[str]:
+    from ebooklib import ITEM_DOCUMENT
+    from ebooklib.epub import EpubNav
+
+    titles = _toc_titles(book.toc, {})
+    chapters = []
+    for idref, _linear in book.spine:
+        item = book.get_item_with_id(idref)
+        if item is None or isinstance(item, EpubNav) or item.get_type() != ITEM_DOCUMENT:
+            continue
+        text = get_text(decode_text(path, item.get_content())).strip()
+        title = titles.get(item.file_name, "")
+        if text and title and not " ".join(text.split()).startswith(" ".join(title.split())):
+            text = f"{title}\n\n{text}"
+        if text:
+            chapters.append(text)
+    return chapters
+
+
+def read_epub(path: Path, data: bytes) -> Document:
+    from ebooklib import epub  # imported when an EPUB is read, as pypdf is for a PDF
+
+    try:
+        protected = _drm_protected(data)
+        book = None if protected else epub.read_epub(io.BytesIO(data), {"ignore_ncx": True})
+    except Exception as error:  # a damaged zip, package file or XML raises many types
+        raise DocumentError(f"{path}: not a readable EPUB ({' '.join(str(error).split())})", "is the file complete?") from None
+    if book is None:
+        raise DocumentError(
+            f"{path}: the EPUB is DRM-protected (its chapters are encrypted)",
+            "kvchat cannot decrypt it: give a DRM-free copy of the book",
+        )
+    return Document.from_pages(path, "epub", _chapters(path, book))
