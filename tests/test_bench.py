@@ -8,7 +8,6 @@ import subprocess
 import sys
 from dataclasses import replace
 from importlib import resources
-from pathlib import Path
 
 import pytest
 

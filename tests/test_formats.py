@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import io
 import os
-import shutil
 import subprocess
 import sys
 import zipfile
@@ -23,6 +22,7 @@ from rich.console import Console
 from kvchat.cli.render import OcrBar
 from kvchat.documents import DOCUMENT_SUFFIXES, SUPPORTED, load_document
 from kvchat.errors import DocumentError
+from system_tools import system_tool
 from test_normalize import make_text_pdf
 
 # ---- DOCX ------------------------------------------------------------------------------------
@@ -187,23 +187,9 @@ def make_mixed_pdf(path: Path) -> Path:
     return path
 
 
-def _install_tesseract() -> None:
-    """tesseract from PATH, else from Debian's packages; skip only if it cannot be installed."""
-    if shutil.which("tesseract"):
-        return
-    if shutil.which("apt-get") and os.geteuid() == 0:
-        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        for command in (["apt-get", "install", "-y", "-q", "tesseract-ocr"], ["apt-get", "update", "-q"],
-                        ["apt-get", "install", "-y", "-q", "tesseract-ocr"]):
-            subprocess.run(command, env=env, capture_output=True, timeout=600)
-            if shutil.which("tesseract"):
-                return
-    pytest.skip("tesseract is not installed and could not be installed with apt-get (needs root and Debian's packages)")
-
-
 @pytest.fixture
 def tesseract() -> None:
-    _install_tesseract()
+    system_tool("tesseract", "tesseract-ocr")
 
 
 @pytest.fixture

@@ -19,6 +19,7 @@ import pytest
 from kvchat.tui.app import KvchatApp
 from kvchat.tui.sessions import EngineSessions
 from kvchat.tui.widgets import AnswerView
+from system_tools import system_tool
 from test_tui import ask
 
 pytestmark = pytest.mark.real_model
@@ -54,20 +55,6 @@ async def test_pilot_on_the_default_model_answers_from_the_document(default_mode
         assert "Grey Heron" in app.query_one(AnswerView).source
         assert app.query_one("KvPanel").figures.ttft_s > 0
     await asyncio.to_thread(app.close_engine)
-
-
-def _tmux() -> str:
-    """tmux from PATH, else from Debian's packages; skip only if it cannot be installed."""
-    found = shutil.which("tmux")
-    if found:
-        return found
-    if shutil.which("apt-get") and os.geteuid() == 0:
-        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        for command in (["apt-get", "install", "-y", "-q", "tmux"], ["apt-get", "update", "-q"], ["apt-get", "install", "-y", "-q", "tmux"]):
-            subprocess.run(command, env=env, capture_output=True, timeout=600)
-            if shutil.which("tmux"):
-                return shutil.which("tmux")  # type: ignore[return-value]
-    pytest.skip("tmux is not installed and could not be installed with apt-get (needs root and Debian's packages)")
 
 
 class Terminal:
@@ -133,7 +120,7 @@ def test_a_real_terminal_session(default_model_path: Path, notes: Path, tmp_path
     assert program, "the kvchat command is not installed"
     env = {**os.environ, "TERM": "xterm-256color"}
     command = f"'{program}' chat '{notes}' --model '{default_model_path}' --max-tokens 300"
-    terminal = Terminal(_tmux(), command, env, tmp_path / "terminal-output")
+    terminal = Terminal(system_tool("tmux", "tmux"), command, env, tmp_path / "terminal-output")
     try:
         terminal.wait_for(lambda s: "Ready: ask about trip.txt" in s, timeout_s=300, step="ready")
         terminal.keys("What was the name of the boat?", "Enter")
