@@ -42,8 +42,9 @@ def main() -> None:
     parser.add_argument("--lengths", default="8000,16000")
     parser.add_argument("--budget", type=int, default=1024)
     parser.add_argument("--tokens", type=int, default=128)
+    parser.add_argument("--model", default="default", help="registry name or GGUF path")
     args = parser.parse_args()
-    with Engine(use_cache=False) as engine:
+    with Engine(args.model, use_cache=False) as engine:
         for length in (int(n) for n in args.lengths.split(",")):
             print(json.dumps(measure(engine, length, args.budget, args.tokens)), flush=True)
 

@@ -61,9 +61,10 @@ def main() -> None:
     parser.add_argument("--lengths", default="1500,4000")
     parser.add_argument("--budgets", default="256,1024")
     parser.add_argument("--flash-type-k", default="f16", help="K cache type of the flash-attention reading")
+    parser.add_argument("--model", default="default", help="registry name or GGUF path")
     args = parser.parse_args()
     policies = [SnapKV(budget=int(budget), window=WINDOW) for budget in args.budgets.split(",")]
-    with LlamaModel(resolve_model("default")) as model:
+    with LlamaModel(resolve_model(args.model)) as model:
         for length in (int(n) for n in args.lengths.split(",")):
             case = needle_case(lambda text: len(model.tokenize(text)), length, 0.5, seed=7)
             tokens = chat_tokens(model, [{"role": "user", "content": f"{case.document}\n\n{case.question}"}])

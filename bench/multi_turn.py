@@ -48,11 +48,12 @@ def main() -> None:
     parser.add_argument("--cases", type=int, default=4)
     parser.add_argument("--length", type=int, default=4000)
     parser.add_argument("--budget", type=int, default=256)
+    parser.add_argument("--model", default="default", help="registry name or GGUF path")
     args = parser.parse_args()
     os.environ["KVCHAT_HOME"] = tempfile.mkdtemp(prefix="kvchat-bench-")
     settings = AskSettings(method=SnapKV(budget=args.budget), max_tokens=24)
     totals: dict[str, list[list[float]]] = defaultdict(list)
-    with Engine() as engine:
+    with Engine(args.model) as engine:
         count_tokens = lambda text: len(engine.model.tokenize(text))  # noqa: E731
         for seed in range(args.cases):
             case = multi_turn_case(count_tokens, args.length, (0.1, 0.5, 0.9), seed)

@@ -41,10 +41,11 @@ def main() -> None:
     parser.add_argument("--budgets", default="256,512,1024")
     parser.add_argument("--first-seed", type=int, default=0)
     parser.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated names")
+    parser.add_argument("--model", default="default", help="registry name or GGUF path")
     args = parser.parse_args()
     chosen = {name: VARIANTS[name] for name in args.variants.split(",")}
     budgets = [int(b) for b in args.budgets.split(",")]
-    engine = Engine(use_cache=False)
+    engine = Engine(args.model, use_cache=False)
     totals: dict[tuple[str, str, int], list[float]] = defaultdict(list)
     for case in cases(engine, args.cases, args.length, args.first_seed):
         base = AskSettings(max_tokens=24)

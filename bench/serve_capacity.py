@@ -31,8 +31,8 @@ from kvchat.models import resolve_model  # noqa: E402
 MODEL = "kvchat-test"
 
 
-def capacity(document: Path, questions: list[str], sessions: int, room: int, max_tokens: int) -> None:
-    with running_server(resolve_model("default"), use_cache=True, budget=1024, sequences=sessions, room=room, max_tokens=max_tokens,
+def capacity(model: str, document: Path, questions: list[str], sessions: int, room: int, max_tokens: int) -> None:
+    with running_server(resolve_model(model), use_cache=True, budget=1024, sequences=sessions, room=room, max_tokens=max_tokens,
                         max_waiting=len(questions)) as (url, service):
         client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=3600)
         uploaded = httpx.post(f"{url}/v1/documents", files={"file": (document.name, document.read_bytes())}, timeout=600).json()
@@ -60,8 +60,8 @@ def capacity(document: Path, questions: list[str], sessions: int, room: int, max
         }, indent=1))
 
 
-def throughput(requests_per_client: int, max_tokens: int) -> None:
-    with running_server(resolve_model("default"), budget=1024, sequences=8, max_tokens=max_tokens, max_waiting=16) as (url, _):
+def throughput(model: str, requests_per_client: int, max_tokens: int) -> None:
+    with running_server(resolve_model(model), budget=1024, sequences=8, max_tokens=max_tokens, max_waiting=16) as (url, _):
         client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=600)
 
         def session(index: int) -> int:
@@ -92,11 +92,12 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=48)
     parser.add_argument("--throughput", action="store_true")
     parser.add_argument("--requests", type=int, default=3)
+    parser.add_argument("--model", default="default", help="registry name or GGUF path")
     args = parser.parse_args()
     if args.throughput:
-        throughput(args.requests, args.max_tokens)
+        throughput(args.model, args.requests, args.max_tokens)
     else:
-        capacity(args.document, json.loads(args.questions.read_text()), args.sessions, args.room, args.max_tokens)
+        capacity(args.model, args.document, json.loads(args.questions.read_text()), args.sessions, args.room, args.max_tokens)
 
 
 if __name__ == "__main__":

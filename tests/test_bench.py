@@ -287,7 +287,7 @@ def test_bench_refuses_a_missing_model_before_running_the_first(tiny_model_path,
 
 
 @pytest.mark.real_model
-def test_quick_sized_run_on_the_default_model(real_engine) -> None:
+def test_quick_sized_run_on_the_small_model(real_engine) -> None:
     config = BenchConfig(tasks=("needle",), lengths=(1200,), depths=(0.5,), budgets=(256,), decode_tokens=16)
     records = {r["method"]: r for _, _, r in run_bench(real_engine, config) if r is not None}
     assert records["full"]["accuracy"] == 1.0

@@ -43,11 +43,11 @@ def test_a_quantized_key_cache_prunes_compacts_and_round_trips(tiny_model, promp
 
 
 @pytest.mark.real_model
-def test_a_quantized_v_with_flash_attention_on_the_default_model(default_model_path: Path, tmp_path: Path) -> None:
+def test_a_quantized_v_with_flash_attention_on_the_small_model(small_model_path: Path, tmp_path: Path) -> None:
     """The tiny model's 16-wide heads do not fit q8_0's 32-value blocks inside flash attention."""
     from kvchat.llama import LlamaModel
 
-    with LlamaModel(default_model_path) as model:
+    with LlamaModel(small_model_path) as model:
         text = " ".join(f"item {i} costs {i * 7} coins." for i in range(60))
         tokens = chat_tokens(model, [{"role": "user", "content": text}])
         _round_trip(model, tokens, {"type_v": "q8_0", "flash_attn": True})
@@ -92,12 +92,12 @@ def test_quantized_keys_read_back_from_a_state_match_the_f16_ones(tiny_model, pr
 
 
 @pytest.mark.real_model
-def test_rotated_quantized_keys_are_rotated_back(default_model_path: Path) -> None:
+def test_rotated_quantized_keys_are_rotated_back(small_model_path: Path) -> None:
     """llama.cpp stores a q8_0 K of 64-wide heads Hadamard-rotated; read back unrotated, the keys
     would not correlate with the f16 ones at all (about 0.05 measured)."""
     from kvchat.llama import LlamaModel
 
-    with LlamaModel(default_model_path) as model:
+    with LlamaModel(small_model_path) as model:
         tokens = model.tokenize(" ".join(f"item {i} costs {i * 7} coins." for i in range(40)))
         f16_keys, q8_keys = (_keys_read_back(model, tokens, type_k) for type_k in ("f16", "q8_0"))
     for layer in range(len(f16_keys)):

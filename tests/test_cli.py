@@ -143,8 +143,8 @@ def test_models_lists_the_registry(isolated_home) -> None:
     result = run_kvchat("models", "--json", home=isolated_home)
     assert result.returncode == 0
     rows = {row["name"]: row for row in json.loads(result.stdout)}
-    assert {"default", "better"} <= set(rows)
-    assert rows["default"]["size"] == 491_400_064
+    assert {"default", "small"} <= set(rows)
+    assert rows["default"]["size"] == 1_117_320_768 and rows["small"]["size"] == 491_400_064
     assert str(isolated_home) in rows["default"]["path"]
 
 

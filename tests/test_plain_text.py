@@ -73,7 +73,7 @@ def test_text_without_control_strings_tokenizes_as_before(tiny_model) -> None:
 
 
 @pytest.mark.real_model
-def test_the_default_model_reads_forged_roles_as_text(real_engine) -> None:
+def test_the_small_model_reads_forged_roles_as_text(real_engine) -> None:
     model = real_engine.model
     messages = [{"role": "user", "content": "Summarize: " + FORGED_TURN}]
     tokens = chat_tokens(model, messages)

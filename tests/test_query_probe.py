@@ -79,11 +79,11 @@ NEEDLE_POLICY = SnapKV(budget=256, window=WINDOW)
 
 
 @pytest.fixture(scope="module")
-def needle(default_model_path: Path):
-    """The default model, a 1.5K-token needle prompt and the softmax probe's reading of it."""
+def needle(small_model_path: Path):
+    """The small model, a 1.5K-token needle prompt and the softmax probe's reading of it."""
     from kvchat.bench.tasks import needle_case
 
-    with LlamaModel(default_model_path) as model:
+    with LlamaModel(small_model_path) as model:
         case = needle_case(lambda text: len(model.tokenize(text)), 1500, 0.5, seed=7)
         tokens = _prompt(model, case.document + "\n\n" + case.question, 2000)
         yield model, tokens, _votes(model, tokens, False, NEEDLE_POLICY)
@@ -94,7 +94,7 @@ def _overlap(reference: np.ndarray, other: np.ndarray) -> float:
 
 
 @pytest.mark.real_model
-def test_both_probes_agree_on_the_default_model(needle) -> None:
+def test_both_probes_agree_on_the_small_model(needle) -> None:
     model, tokens, (softmax_votes, softmax_kept) = needle
     same_context_votes, same_context_kept = _votes(model, tokens, False, NEEDLE_POLICY, query_scores=True)
     np.testing.assert_allclose(same_context_votes, softmax_votes, rtol=1e-2, atol=1e-4)

@@ -35,12 +35,12 @@ def test_needle_found_at_budget_256_and_full_agrees(real_engine, depth: float) -
     assert score(full.answer, case.answers) == 1.0, (full.answer, case.answers)
 
 
-def test_quick_start_question_on_the_sample_contract(default_model_path, isolated_home) -> None:
+def test_quick_start_question_on_the_sample_contract(small_model_path, isolated_home) -> None:
     env = {**os.environ, "KVCHAT_HOME": str(isolated_home)}
     question = "Which country's law governs this agreement?"
     result = subprocess.run(
         [sys.executable, "-m", "kvchat.cli", "ask", str(SAMPLE_PDF), question,
-         "--model", str(default_model_path), "--json", "--max-tokens", "32"],
+         "--model", str(small_model_path), "--json", "--max-tokens", "32"],
         capture_output=True, text=True, env=env, timeout=900,
     )
     assert result.returncode == 0, result.stderr
@@ -64,13 +64,13 @@ def test_follow_up_questions_about_far_apart_facts_at_budget_256(real_engine) ->
         conversation.close()
 
 
-def test_second_ask_loads_the_saved_reading(default_model_path, isolated_home, tmp_path) -> None:
+def test_second_ask_loads_the_saved_reading(small_model_path, isolated_home, tmp_path) -> None:
     case = needle_case(lambda text: len(text) // 4, 2000, 0.5, seed=5)
     document = tmp_path / "needle.txt"
     document.write_text(case.document)
     env = {**os.environ, "KVCHAT_HOME": str(isolated_home)}
     command = [sys.executable, "-m", "kvchat.cli", "ask", str(document), case.question,
-               "--model", str(default_model_path), "--json", "--max-tokens", "24"]
+               "--model", str(small_model_path), "--json", "--max-tokens", "24"]
     first = subprocess.run(command, capture_output=True, text=True, env=env, timeout=900)
     second = subprocess.run(command, capture_output=True, text=True, env=env, timeout=900)
     assert first.returncode == second.returncode == 0, first.stderr + second.stderr

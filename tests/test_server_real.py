@@ -1,4 +1,4 @@
-"""`kvchat serve` on the real default model: answers from the right document, conversations that
+"""`kvchat serve` on the small real model: answers from the right document, conversations that
 stay apart while interleaved, and a client that goes away mid-answer (the waiting line and the
 rest of the scheduling are tested on the fake engine, in test_server.py)."""
 
@@ -26,8 +26,8 @@ zest of two lemons. Bake at 180 degrees Celsius for 35 minutes. Serve with whipp
 
 
 @pytest.fixture(scope="module")
-def server(default_model_path: Path):
-    with running_server(default_model_path, budget=256, max_tokens=200, sequences=4, max_waiting=4) as running:
+def server(small_model_path: Path):
+    with running_server(small_model_path, budget=256, max_tokens=200, sequences=4, max_waiting=4) as running:
         yield running
 
 
@@ -60,11 +60,11 @@ def test_two_interleaved_conversations_stay_apart(server) -> None:
     assert ("3" in eggs or "three" in eggs.lower()) and "180" in temperature
 
 
-def test_flash_attention_with_a_quantized_kv_cache(default_model_path: Path) -> None:
+def test_flash_attention_with_a_quantized_kv_cache(small_model_path: Path) -> None:
     """--flash-attn on --cache-type-k q8_0 --cache-type-v q8_0: scored by the query probe from
     the rotated q8_0 keys, moved into a q8_0 shared context, and still right."""
     layout = KvLayout(flash_attn=True, type_k="q8_0", type_v="q8_0")
-    with running_server(default_model_path, budget=256, max_tokens=40, sequences=2, layout=layout) as (url, _):
+    with running_server(small_model_path, budget=256, max_tokens=40, sequences=2, layout=layout) as (url, _):
         trip = httpx.post(f"{url}/v1/documents", files={"file": ("trip.txt", TRIP)}).json()["id"]
         client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=300)
         boat, budget = _conversation(client, trip, ["What was the boat called?", "How much was the budget?"])

@@ -1,4 +1,4 @@
-"""The chat app on the real default model: once under Pilot, once in a real terminal (tmux)."""
+"""The chat app on the small real model: once under Pilot, once in a real terminal (tmux)."""
 
 from __future__ import annotations
 
@@ -48,8 +48,8 @@ def notes(tmp_path: Path) -> Path:
     return path
 
 
-async def test_pilot_on_the_default_model_answers_from_the_document(default_model_path: Path, notes: Path) -> None:
-    app = KvchatApp(EngineSessions(str(default_model_path), use_cache=False), notes)
+async def test_pilot_on_the_small_model_answers_from_the_document(small_model_path: Path, notes: Path) -> None:
+    app = KvchatApp(EngineSessions(str(small_model_path), use_cache=False), notes)
     async with app.run_test(size=(120, 40)) as pilot:
         await ask(pilot, app, "What was the name of the boat?", timeout_s=300)
         assert "Grey Heron" in app.query_one(AnswerView).source
@@ -113,13 +113,13 @@ def _answer_after(screen: str, question: str) -> str:
     return screen.split(question, 1)[1] if question in screen else ""
 
 
-def test_a_real_terminal_session(default_model_path: Path, notes: Path, tmp_path: Path) -> None:
+def test_a_real_terminal_session(small_model_path: Path, notes: Path, tmp_path: Path) -> None:
     """As a new user would: open, two questions about different parts, Esc one answer, settings, quit."""
     kvchat = Path(sys.executable).parent / "kvchat"
     program = str(kvchat) if kvchat.exists() else shutil.which("kvchat")
     assert program, "the kvchat command is not installed"
     env = {**os.environ, "TERM": "xterm-256color"}
-    command = f"'{program}' chat '{notes}' --model '{default_model_path}' --max-tokens 300"
+    command = f"'{program}' chat '{notes}' --model '{small_model_path}' --max-tokens 300"
     terminal = Terminal(system_tool("tmux", "tmux"), command, env, tmp_path / "terminal-output")
     try:
         terminal.wait_for(lambda s: "Ready: ask about trip.txt" in s, timeout_s=300, step="ready")
