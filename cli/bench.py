@@ -73,13 +73,14 @@ def _table(summary: list[dict]) -> Table:
     if several_models:
         table.add_column("model", no_wrap=True)
     table.add_column("variant", no_wrap=True, min_width=12)
-    for column in tasks + ["compr.", "KV MiB", "tok/s", "speedup", "read s", "TTFT s"]:
+    for column in tasks + ["of full", "compr.", "KV MiB", "tok/s", "speedup", "read s", "TTFT s"]:
         table.add_column(column, justify="right")
     for row in summary:
         speedup = "—" if row["decode_speedup"] is None else f"{row['decode_speedup']:.2f}x"
         accuracy = [f"{row['accuracy_by_task'].get(task, float('nan')):.2f}" for task in tasks]
         names = [Path(row["model"]).name, row["variant"]] if several_models else [row["variant"]]
-        table.add_row(*names, *accuracy, f"{row['compression']:.1f}x", f"{row['kv_bytes_kept'] / 2**20:.1f}",
+        of_full = "—" if row["kept_of_full"] is None else f"{row['kept_of_full']:.0%}"
+        table.add_row(*names, *accuracy, of_full, f"{row['compression']:.1f}x", f"{row['kv_bytes_kept'] / 2**20:.1f}",
                       f"{row['decode_tokens_per_s']:.1f}", speedup, f"{row['read_s']:.1f}", f"{row['ttft_s']:.1f}")
     return table
 

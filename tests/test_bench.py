@@ -228,6 +228,22 @@ def test_records_and_summary_on_the_tiny_model(tiny_model_path) -> None:
     assert summary["snapkv@128"]["kv_saving"] > 3
 
 
+def test_summary_says_what_pruning_keeps_of_the_full_caches_answers() -> None:
+    def record(model: str, variant: str, case: int, accuracy: float) -> dict:
+        return {"model": model, "task": "cuad", "meta": {"id": case}, "method": variant.split("@")[0], "variant": variant,
+                "budget": 1024, "accuracy": accuracy, "compression": 1.0, "kv_bytes_full": 2, "kv_bytes_kept": 1,
+                "decode_tokens_per_s": 1.0, "ttft_s": 1.0, "read_s": 1.0, "snapkv_overhead": 0.0}
+
+    full = {"a": [1.0, 1.0, 0.0, 1.0], "b": [0.0, 0.0, 0.0, 0.0]}  # per model, cases 0..3
+    snapkv = {"a": [1.0, 0.0, 1.0, 1.0], "b": [1.0, 0.0, 0.0, 0.0]}
+    records = [record(model, "full", case, value) for model, values in full.items() for case, value in enumerate(values)]
+    records += [record(model, "snapkv@1024", case, value) for model, values in snapkv.items()
+                for case, value in enumerate(values)]
+    kept = {(row["model"], row["variant"]): row["kept_of_full"] for row in summarize(records)}
+    assert kept == {("a", "full"): 1.0, ("a", "snapkv@1024"): round(2 / 3, 3),  # case 2: right, but full was not
+                    ("b", "full"): None, ("b", "snapkv@1024"): None}  # full answered none: nothing to keep
+
+
 def test_a_document_is_read_once_for_all_its_questions(tiny_model_path, count_tokens) -> None:
     """One reading serves every question for the methods that prune after reading, and another
     for StreamingLLM; SnapStream reads once per question (its question observes the reading).
@@ -272,7 +288,7 @@ def test_bench_command_compares_two_models_and_writes_json_and_plots(tiny_model_
         for name in ("needle_heatmap.png", "accuracy_vs_budget.png", "decode_speed_vs_length.png"):
             assert (tmp_path / "plots" / folder / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     table = result.stdout
-    assert "snapkv@96" in table and "read s" in table and table.count("other.gguf") == 4
+    assert "snapkv@96" in table and "read s" in table and "of full" in table and table.count("other.gguf") == 4
 
 
 def test_bench_refuses_a_missing_model_before_running_the_first(tiny_model_path, tmp_path, isolated_home) -> None:

@@ -7,7 +7,8 @@ substring match, cuad's normalized match), answer, golds, prompt_tokens, kept_to
 compression, kv_bytes_full, kv_bytes_kept, prefill_tokens_per_s, decode_tokens_per_s, ttft_s,
 read_s (the prompt's reading time), snapkv_overhead (observe + compact time / reading time),
 peak_cells, peak_rss_mib. A summary is one variant of one model over all cases: model, variant,
-method, budget, cases, accuracy, accuracy_by_task, compression, kv_bytes_kept,
+method, budget, cases, accuracy, accuracy_by_task, kept_of_full (of the cases the full cache
+answered right, the share this variant answered right too), compression, kv_bytes_kept,
 decode_tokens_per_s, decode_speedup (mean over cases of decode tok/s / full's on the same case
 and model), kv_saving (kv_bytes_full / kv_bytes_kept), ttft_s, read_s, snapkv_overhead.
 """
@@ -28,8 +29,16 @@ def _case_key(record: dict) -> str:
     return json.dumps([record["model"], record["task"], record["meta"]], sort_keys=True)
 
 
+def _kept_of_full(rows: list[dict], full_accuracy: dict[str, float]) -> float | None:
+    """Of the cases the full cache answered right (same model), the share this variant answered
+    right too: what pruning keeps of the full cache's answers. None without such cases."""
+    full_right = [r for r in rows if full_accuracy.get(_case_key(r)) == 1.0]
+    return round(mean(r["accuracy"] == 1.0 for r in full_right), 3) if full_right else None
+
+
 def summarize(records: list[dict]) -> list[dict]:
     full_speed = {_case_key(r): r["decode_tokens_per_s"] for r in records if r["method"] == "full"}
+    full_accuracy = {_case_key(r): r["accuracy"] for r in records if r["method"] == "full"}
     grouped: dict[tuple[str, str], list[dict]] = defaultdict(list)
     for record in records:
         grouped[record["model"], record["variant"]].append(record)
@@ -43,6 +52,7 @@ def summarize(records: list[dict]) -> list[dict]:
             "model": model, "variant": variant, "method": rows[0]["method"], "budget": rows[0]["budget"], "cases": len(rows),
             "accuracy": round(mean(r["accuracy"] for r in rows), 3),
             "accuracy_by_task": {task: round(mean(values), 3) for task, values in by_task.items()},
+            "kept_of_full": _kept_of_full(rows, full_accuracy),
             "compression": round(mean(r["compression"] for r in rows), 2),
             "kv_bytes_kept": round(mean(r["kv_bytes_kept"] for r in rows)),
             "decode_tokens_per_s": round(mean(r["decode_tokens_per_s"] for r in rows), 2),
