@@ -27,7 +27,7 @@ def test_needle_found_at_budget_256_and_full_agrees(real_engine, depth: float) -
     model = real_engine.model
     case = needle_case(lambda text: len(model.tokenize(text)), 3000, depth, seed=int(depth * 100))
     snapkv = AskSettings(method=SnapKV(budget=256), max_tokens=24)
-    events, full_events = compare(real_engine, case, [snapkv, replace(snapkv, method=Full(budget=256))])
+    (_, _, events), (_, _, full_events) = compare(real_engine, [case], [snapkv, replace(snapkv, method=Full(budget=256))])
     pruned, full = answer_of(events), answer_of(full_events)
     assert 2800 <= pruned.stats.prompt_tokens <= 3300
     assert [e.kept_tokens for e in events if isinstance(e, Pruned)] == [256]
