@@ -55,7 +55,7 @@ def main() -> None:
         sys.exit(error.exit_code)
     except _click_errors.ClickException as error:  # usage errors: bad value, missing argument, unknown option
         hint = f"see {_command_path(command, sys.argv[1:])} --help"
-        _fail(KvchatError(" ".join(error.format_message().split()), hint).one_line(), error.exit_code)
+        _fail(KvchatError(error.format_message(), hint).one_line(), error.exit_code)
     if code == EXIT_INTERRUPTED:  # Typer turns Ctrl-C into a silent Exit(130)
         print("kvchat: stopped", file=sys.stderr)
     sys.exit(code if isinstance(code, int) else 0)

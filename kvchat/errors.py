@@ -19,7 +19,9 @@ class KvchatError(Exception):
         self.hint = hint
 
     def one_line(self) -> str:
-        return f"{self.message} (hint: {self.hint})" if self.hint else self.message
+        """Message and hint on one line: a library's error text quoted in either may hold newlines."""
+        message, hint = " ".join(self.message.split()), " ".join(self.hint.split())
+        return f"{message} (hint: {hint})" if hint else message
 
 
 class DocumentError(KvchatError):

@@ -2,9 +2,9 @@
 
 The seven contracts and the questions ship in `data/cuad/` (CUAD v1, CC BY 4.0; see SOURCE.md
 there); another folder laid out the same way (questions.json and one <contract>.txt per contract
-it names) can stand in for it: other contracts, or held-out questions. A contract longer than the tested model can read whole is cut in the middle, the head
-and the tail kept (as LongBench truncates), so that every method, the full cache included, reads
-the same text; a question whose evidence the cut removes is not asked. Answers are scored with
+it names) can stand in for it: other contracts, or held-out questions. A contract longer than the
+tested model can read whole is cut in the middle, the head and the tail kept (as LongBench
+truncates), so that every method, the full cache included, reads the same text; a question whose evidence the cut removes is not asked. Answers are scored with
 the normalized match of `kvchat.bench.answers`.
 """
 
@@ -61,11 +61,16 @@ def cuad_ids_named(names: tuple[str, ...], folder: Folder | None = None) -> tupl
     """The ids of the questions `names` names: a question's id (`todos.law`) or a contract's short
     name, all of its questions (`todos`)."""
     known = [item.id for item in cuad_questions(folder)]
-    unknown = [name for name in names if not any(i == name or i.startswith(f"{name}.") for i in known)]
+    unknown = [name for name in names if not any(_named(i, name) for i in known)]
     if unknown:
         contracts = ", ".join(dict.fromkeys(i.split(".")[0] for i in known))
         raise SettingsError(f"unknown cuad question(s) {unknown}", f"name a question such as todos.law or a contract: {contracts}")
-    return tuple(i for i in known if any(i == name or i.startswith(f"{name}.") for name in names))
+    return tuple(i for i in known if any(_named(i, name) for name in names))
+
+
+def _named(question_id: str, name: str) -> bool:
+    """Whether `name` is the question's id or its contract's short name (the id's first part)."""
+    return question_id == name or question_id.startswith(f"{name}.")
 
 
 @cache

@@ -87,5 +87,5 @@ def read_docx(path: Path, data: bytes) -> Document:
                 f"{path}: the DOCX is password-protected",
                 "open it with its password in Word or LibreOffice and save a copy without one, then give that",
             ) from None
-        raise DocumentError(f"{path}: not a readable DOCX ({' '.join(str(error).split())})", "is the file complete?") from None
+        raise DocumentError(f"{path}: not a readable DOCX ({error})", "is the file complete?") from None
     return Document.from_pages(path, "docx", ["\n\n".join(_blocks(word))])

@@ -77,7 +77,7 @@ def read_epub(path: Path, data: bytes) -> Document:
         protected = _drm_protected(data)
         book = None if protected else epub.read_epub(io.BytesIO(data), {"ignore_ncx": True})
     except Exception as error:  # a damaged zip, package file or XML raises many types
-        raise DocumentError(f"{path}: not a readable EPUB ({' '.join(str(error).split())})", "is the file complete?") from None
+        raise DocumentError(f"{path}: not a readable EPUB ({error})", "is the file complete?") from None
     if book is None:
         raise DocumentError(
             f"{path}: the EPUB is DRM-protected (its chapters are encrypted)",

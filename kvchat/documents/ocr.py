@@ -46,7 +46,7 @@ def ocr_pages(path: Path, data: bytes, indices: Sequence[int], progress: PagePro
                 texts.append(pytesseract.image_to_string(image))
             except (pytesseract.TesseractError, pytesseract.TesseractNotFoundError) as error:
                 raise DocumentError(
-                    f"{path}: OCR failed on page {index + 1} ({' '.join(str(error).split())})",
+                    f"{path}: OCR failed on page {index + 1} ({error})",
                     f"check the tesseract installation, or reinstall it: {INSTALL_TESSERACT}",
                 ) from None
             report(len(texts), len(indices))

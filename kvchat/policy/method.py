@@ -55,7 +55,7 @@ class Method:
 
     @property
     def span_mode(self) -> SpanMode:
-        """How plan() wants the tokens grouped (`span_ids`): not at, into words, into sentences."""
+        """How plan() wants the tokens grouped (`span_ids`): not at all, into words, into sentences."""
         return "none"
 
     @property

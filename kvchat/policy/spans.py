@@ -9,12 +9,12 @@ word keeps the words around it ("one (1) year from delivery", not "year delivery
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, get_args
 
 import numpy as np
 
 SpanMode = Literal["none", "words", "sentences"]
-SPAN_MODES: tuple[SpanMode, ...] = ("none", "words", "sentences")
+SPAN_MODES: tuple[SpanMode, ...] = get_args(SpanMode)
 MAX_WORD_TOKENS = 16
 MAX_SENTENCE_TOKENS = 48
 SENTENCE_ENDS = ".;!?"
