@@ -12,6 +12,7 @@ from kvchat.cli.ask import ask_command
 from kvchat.cli.bench import bench_command
 from kvchat.cli.cache import cache_app
 from kvchat.cli.chat import chat_command
+from kvchat.cli.inspect import inspect_command
 from kvchat.cli.logs import configure_logging
 from kvchat.cli.models import models_command
 from kvchat.cli.serve import serve_command
@@ -26,6 +27,7 @@ app = typer.Typer(
 )
 app.command("ask")(ask_command)
 app.command("chat")(chat_command)
+app.command("inspect")(inspect_command)
 app.command("models")(models_command)
 app.command("bench")(bench_command)
 app.command("serve")(serve_command)

@@ -37,7 +37,7 @@ def ask_command(
     pool: str = typer.Option(SNAPKV.pool, help="Pooling: max or avg."),
     heads: HeadReduction = typer.Option(SNAPKV.heads, help="How votes of all heads become one score."),
     spans: str = typer.Option(SNAPKV.spans, help="Keep whole spans once one of their tokens is chosen: words (numbers and words), sentences, or none."),
-    method: str = METHOD,
+    method: str | None = METHOD,
     chunk: int = typer.Option(StreamSettings.chunk, help="snapstream: tokens read between evictions."),
     recent: int = typer.Option(StreamSettings.recent, help="snapstream: most recent tokens always kept while reading."),
     max_tokens: int = MAX_TOKENS,

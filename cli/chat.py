@@ -18,7 +18,7 @@ def chat_command(
     model: str = MODEL,
     budget: int = BUDGET,
     window: int = WINDOW,
-    method: str = METHOD,
+    method: str | None = METHOD,
     max_tokens: int = MAX_TOKENS,
     temperature: float = TEMPERATURE,
     threads: int | None = THREADS,

@@ -15,7 +15,10 @@ from kvchat.policy import method_named, methods_help
 DEFAULTS = AskSettings()
 
 MODEL = typer.Option("default", "--model", "-m", help="Registry name (see `kvchat models`) or a GGUF path.")
-METHOD = typer.Option(DEFAULTS.method.name, help=methods_help())
+METHOD = typer.Option(
+    None, show_default=False,
+    help=f"{methods_help()}. Default: {DEFAULTS.method.name}, or snapstream for a document longer than the model's context.",
+)
 BUDGET = typer.Option(DEFAULTS.method.budget, help="KV entries kept for the prompt, observation window included.")
 WINDOW = typer.Option(DEFAULTS.method.window, help="Observation window: the question's last tokens whose attention votes.")
 MAX_TOKENS = typer.Option(DEFAULTS.max_tokens, help="Most tokens per answer.")
@@ -29,7 +32,7 @@ SAVE_READINGS = typer.Option(True, "--cache/--no-cache", help="Save each documen
 
 
 def ask_settings(
-    method: str,
+    method: str | None,
     layout: KvLayout,
     max_tokens: int,
     temperature: float,
@@ -39,9 +42,11 @@ def ask_settings(
     **method_options: object,
 ) -> AskSettings:
     """AskSettings from a command's options; `method_options` (budget, window, kernel …) go to
-    the method, which takes those it has."""
+    the method, which takes those it has. A method left unnamed (None) is the default one, which
+    streams a document too long to read whole."""
     return AskSettings(
-        method=method_named(method, **method_options),
+        method=method_named(method or DEFAULTS.method.name, **method_options),
+        auto_stream=method is None,
         max_tokens=max_tokens,
         sampler=SamplerSettings(temperature=temperature, seed=seed),
         n_ctx=n_ctx,

@@ -17,7 +17,7 @@ from fastapi import FastAPI, File, Request, UploadFile
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from kvchat.events import Done, Event, Token
+from kvchat.events import Done, Event, Notice, Token
 from kvchat.server.errors import ApiError, ApiKeyCheck, BodyLimit, UnexpectedErrors, install_error_handlers
 from kvchat.server.schemas import ChatCompletionRequest
 from kvchat.server.service import ChatService
@@ -72,14 +72,15 @@ def create_app(service: ChatService, api_key: str | None = None) -> FastAPI:
             raise ApiError(404, f"The model {body.model!r} does not exist; this server has {model_id!r}", "model_not_found", "model")
         events = service.run(body)
         completion_id, created = f"chatcmpl-{uuid.uuid4().hex[:24]}", int(time.time())
+        notices: list[str] = []  # the reading's notices (a document read streamed), for the kv block
         if body.stream:
             # refusals become HTTP errors before any byte is sent
-            first = await _unless_client_leaves(request, _first_answer_event(events))
+            first = await _unless_client_leaves(request, _first_answer_event(events, notices))
             include_usage = bool(body.stream_options and body.stream_options.include_usage)
-            chunks = _sse(events, first, completion_id, created, model_id, include_usage)
+            chunks = _sse(events, first, completion_id, created, model_id, include_usage, notices)
             return StreamingResponse(chunks, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
-        done = await _unless_client_leaves(request, _last_event(events))
-        return JSONResponse(_completion(done, completion_id, created, model_id))
+        done = await _unless_client_leaves(request, _last_event(events, notices))
+        return JSONResponse(_completion(done, completion_id, created, model_id, notices))
 
     return app
 
@@ -108,19 +109,22 @@ async def _disconnected(request: Request) -> None:
         pass
 
 
-async def _first_answer_event(events: AsyncIterator[Event]) -> Event:
-    """The first Token or Done (reading and pruning come before it)."""
+async def _first_answer_event(events: AsyncIterator[Event], notices: list[str]) -> Event:
+    """The first Token or Done (reading and pruning come before it); notices on the way go to `notices`."""
     async for event in events:
+        if isinstance(event, Notice):
+            notices.append(event.text)
         if isinstance(event, (Token, Done)):
             return event
     raise _no_result()
 
 
-async def _last_event(events: AsyncIterator[Event]) -> Done:
-    """The answer's Done, the last of its events."""
+async def _last_event(events: AsyncIterator[Event], notices: list[str]) -> Done:
+    """The answer's Done, the last of its events; notices on the way go to `notices`."""
     last: Event | None = None
     async for last in events:
-        pass
+        if isinstance(last, Notice):
+            notices.append(last.text)
     if not isinstance(last, Done):
         raise _no_result()
     return last
@@ -140,21 +144,28 @@ def _usage(done: Done) -> dict[str, int]:
             "total_tokens": stats.prompt_tokens + stats.generated_tokens}
 
 
-def _completion(done: Done, completion_id: str, created: int, model_id: str) -> dict[str, object]:
+def _kv(done: Done, notices: list[str]) -> dict[str, object]:
+    """kvchat's extension of a completion: how the prompt was read and kept."""
+    stats = done.stats
+    return {"method": stats.method, "prompt_tokens": stats.prompt_tokens, "loaded_tokens": stats.loaded_tokens,
+            "read_tokens": stats.read_tokens, "kept_tokens": stats.kept_tokens, "ttft_s": round(stats.ttft_s, 4),
+            "notices": notices}
+
+
+def _completion(done: Done, completion_id: str, created: int, model_id: str, notices: list[str]) -> dict[str, object]:
     return {
         "id": completion_id, "object": "chat.completion", "created": created, "model": model_id,
         "choices": [{"index": 0, "message": {"role": "assistant", "content": done.answer},
                      "finish_reason": FINISH_REASONS.get(done.stats.stop_reason, "stop")}],
         "usage": _usage(done),
-        "kv": {"prompt_tokens": done.stats.prompt_tokens, "loaded_tokens": done.stats.loaded_tokens,
-               "read_tokens": done.stats.read_tokens, "kept_tokens": done.stats.kept_tokens,
-               "ttft_s": round(done.stats.ttft_s, 4)},
+        "kv": _kv(done, notices),
     }
 
 
 async def _sse(events: AsyncIterator[Event], first: Event, completion_id: str, created: int, model_id: str,
-               include_usage: bool) -> AsyncIterator[str]:
-    """OpenAI's chunks: the role, the content pieces, the finish reason, usage if asked, [DONE]."""
+               include_usage: bool, notices: list[str]) -> AsyncIterator[str]:
+    """OpenAI's chunks: the role, the content pieces, the finish reason (with kvchat's kv block),
+    usage if asked, [DONE]."""
 
     def chunk(delta: dict[str, str], finish_reason: str | None = None, **extra: object) -> str:
         body = {"id": completion_id, "object": "chat.completion.chunk", "created": created, "model": model_id,
@@ -168,7 +179,7 @@ async def _sse(events: AsyncIterator[Event], first: Event, completion_id: str, c
             if isinstance(event, Token):
                 yield chunk({"content": event.text})
             elif isinstance(event, Done):
-                yield chunk({}, FINISH_REASONS.get(event.stats.stop_reason, "stop"))
+                yield chunk({}, FINISH_REASONS.get(event.stats.stop_reason, "stop"), kv=_kv(event, notices))
                 if include_usage:
                     body = {"id": completion_id, "object": "chat.completion.chunk", "created": created,
                             "model": model_id, "choices": [], "usage": _usage(event)}

@@ -18,7 +18,9 @@ from kvchat.serving.scheduler import ShuttingDown
 
 LOGGER = logging.getLogger(__name__)
 CLI_OPTION = re.compile(r"(?<![\w-])--[a-z]")
-PROMPT_TOO_LONG_HINT = "send a shorter conversation, or kv_method snapkv with a smaller kv_budget"
+PROMPT_TOO_LONG_HINT = (
+    "send a shorter conversation, or long text as a document (POST /v1/documents) without kv_method: it is then read streamed"
+)
 
 
 class ApiError(HTTPException):

@@ -48,4 +48,6 @@ class ChatCompletionRequest(BaseModel):
     kv_budget: int | None = Field(  # its range is checked with the server's limit (service.py), in one message
         default=None, description=f"KV entries kept for the prompt: from {MIN_KV_BUDGET} to the server's budget"
     )
-    kv_method: Literal["snapkv", "full"] | None = Field(default=None, description="snapkv prunes to kv_budget; full keeps the prompt whole")
+    kv_method: Literal["snapkv", "full"] | None = Field(
+        default=None, description="snapkv prunes to kv_budget; full keeps the prompt whole. Unset: snapkv, or a document "
+        "longer than the model's context read streamed within kv_budget")

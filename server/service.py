@@ -26,8 +26,6 @@ from kvchat.serving.requests import ChatRequest
 from kvchat.serving.scheduler import ChatJob, QueueFull, Scheduler, ShuttingDown
 from kvchat.serving.slots import DEFAULT_ROOM
 
-CHARS_PER_TOKEN_CAP = 16  # more than any tokenizer packs into one token of real text
-
 # Builds the scheduler from (engine, sequences, cells per sequence, waiting line, threads, KV layout).
 NewScheduler = Callable[[Engine, int, int, int, int | None, KvLayout], Scheduler]
 
@@ -62,29 +60,15 @@ class ChatService:
             engine, limits.sequences, limits.sequence_cells, limits.max_waiting, threads, limits.layout
         )
         self.documents = DocumentLibrary(limits.max_documents)
-        # A document's reading must fit the model's trained context with room for the conversation:
-        # the server has no streamed reading (CLI --method snapstream) for longer ones.
-        self.max_document_tokens = max(engine.model.shape.n_ctx_train - limits.room, 0)
 
     def close(self) -> None:
         self.scheduler.close()
         self.engine.close()
 
     def document_tokens(self, text: str) -> int:
-        """Tokens of an upload's text; over `max_document_tokens` it is refused with 413 (and when a
-        prefix is over already, the rest is not tokenized: 60 MB of text take 14 s)."""
-        limit = self.max_document_tokens
-        head = text[: (limit + 1) * CHARS_PER_TOKEN_CAP]
-        tokens = len(self.engine.model.tokenize(head))
-        if tokens <= limit and len(head) < len(text):
-            tokens = len(self.engine.model.tokenize(text))
-        if tokens > limit:
-            raise ApiError(
-                413, f"the document is over {limit:,} tokens, the most this server answers about (the model's context of "
-                f"{self.engine.model.shape.n_ctx_train:,} tokens less {self.limits.room:,} for the conversation)",
-                "document_too_long", "file",
-            )
-        return tokens
+        """Tokens of an upload's text. Any length is answered: one longer than the model's context
+        is read streamed (the engine's reading_settings), unless the request names kv_method."""
+        return len(self.engine.model.tokenize(text))
 
     # ---- building a job -------------------------------------------------------------------
 
@@ -100,7 +84,8 @@ class ChatService:
         sampler = SamplerSettings(temperature=body.temperature or 0.0, top_p=body.top_p or SamplerSettings.top_p, seed=body.seed)
         try:
             method = method_named(body.kv_method or SnapKV.name, budget=budget, window=min(DEFAULT_WINDOW, budget - 8))
-            return AskSettings(method=method, max_tokens=max_tokens, sampler=sampler, threads=self.threads, layout=limits.layout)
+            return AskSettings(method=method, max_tokens=max_tokens, sampler=sampler, threads=self.threads,
+                               layout=limits.layout, auto_stream=body.kv_method is None)
         except KvchatError as error:
             raise api_error(error) from None
 

@@ -301,7 +301,7 @@ class FakeEngine:
         answer = script.answer.encode()
         positions = np.arange(script.prompt_tokens - script.kept_tokens, script.prompt_tokens)
         selected = Selected(script.prompt_tokens, script.kept_tokens, script.loaded_tokens, 0.0, 0.0, time.perf_counter())
-        return PreparedPrompt(answer[1:], positions, answer[0] if answer else END, selected)
+        return PreparedPrompt(answer[1:], positions, answer[0] if answer else END, selected, request.settings)
 
     def close(self) -> None:
         self.closed = True

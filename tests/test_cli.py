@@ -72,6 +72,50 @@ def test_full_method_keeps_everything(document, tiny_model_path, isolated_home) 
     assert record["kept_tokens"] == record["prompt_tokens"]
 
 
+def test_a_document_longer_than_the_models_context_is_read_streamed_unless_a_method_is_named(
+    tmp_path, tiny_model_path, isolated_home
+) -> None:
+    long_document = tmp_path / "ledger.txt"
+    long_document.write_text(" ".join(f"Item {i} costs {i * 3} dollars." for i in range(200)))
+    result = run_kvchat(*ask_args(long_document, tiny_model_path, "--json"), home=isolated_home)
+    assert result.returncode == 0, result.stderr
+    record = json.loads(result.stdout)
+    assert record["method"] == "snapstream" and record["prompt_tokens"] > 4096 and record["kept_tokens"] <= 64
+    notices = re.findall(r"^kvchat: the document is ([\d,]+) tokens, more than the 4,096 the model was trained on: "
+                         r"reading it streamed \(snapstream\), keeping 64 entries$", result.stderr, re.MULTILINE)
+    assert len(notices) == 1 and 4096 < int(notices[0].replace(",", "")) < record["prompt_tokens"]
+    named = run_kvchat(*ask_args(long_document, tiny_model_path, "--method", "snapkv"), home=isolated_home)
+    lines = named.stderr.strip().splitlines()
+    assert named.returncode == 2 and len(lines) == 1
+    assert "the model was trained on 4,096" in lines[0] and "hint: leave --method out" in lines[0]
+
+
+def test_inspect_tells_tokens_fit_and_reading_time_from_the_last_measured_speed(
+    document, tmp_path, tiny_model_path, isolated_home
+) -> None:
+    long_document = tmp_path / "ledger.txt"
+    long_document.write_text(" ".join(f"Item {i} costs {i * 3} dollars." for i in range(200)))
+    inspect_args = ["inspect", str(document), str(long_document), "--model", str(tiny_model_path), "--json"]
+    before = run_kvchat(*inspect_args, home=isolated_home)
+    assert before.returncode == 0, before.stderr
+    short, long = json.loads(before.stdout)
+    assert set(short) == {"path", "format", "pages", "chars", "tokens", "fits_context", "method", "est_read_s"}
+    assert (short["path"], short["format"], short["pages"], short["chars"]) == (str(document), "text", 1, len(document.read_text()))
+    assert (short["fits_context"], short["method"], short["est_read_s"]) == (True, "snapkv", None)
+    assert (long["fits_context"], long["method"]) == (False, "snapstream") and long["tokens"] > 4096
+    asked = run_kvchat(*ask_args(document, tiny_model_path, "--json"), home=isolated_home)
+    read = json.loads(asked.stdout)
+    speeds = json.loads((isolated_home / "cache" / "reading-speeds.json").read_text())
+    (measured,) = speeds.values()
+    assert short["tokens"] >= 512 and read["loaded_tokens"] == 0 and set(measured) == {"read"}
+    after = run_kvchat(*inspect_args, home=isolated_home)
+    short_after, long_after = json.loads(after.stdout)
+    assert short_after["est_read_s"] == round(short["tokens"] / measured["read"], 1)
+    assert long_after["est_read_s"] == round(long["tokens"] / measured["read"], 1)  # no streamed reading measured yet
+    table = run_kvchat(*inspect_args[:-1], home=isolated_home)
+    assert "notes.txt" in table.stdout and "snapstream" in table.stdout and table.stderr == ""
+
+
 @pytest.mark.parametrize("kind", sorted(BAD_DOCUMENTS))
 def test_bad_documents_exit_2_with_one_line(kind, tmp_path, tiny_model_path, isolated_home) -> None:
     make, expected = BAD_DOCUMENTS[kind]
@@ -251,7 +295,8 @@ def _usage_errors(path: tuple[str, ...], command: object) -> list[list[str]]:
     options = [param for param in params if param.param_type_name == "option"]
     hints = typing.get_type_hints(inspect.unwrap(command.callback))  # type: ignore[attr-defined]
     filled = [*path, *["x"] * len(arguments)]  # the arguments given, so an option's own error shows
-    lines = [[*path, "--no-such-option"], [*filled, "x"]]
+    lines = [[*path, "--no-such-option"]]
+    lines += [[*filled, "x"]] if all(argument.nargs != -1 for argument in arguments) else []  # one too many
     lines += [[*path]] if any(argument.required for argument in arguments) else []
     for option in options:
         if option.is_flag:
@@ -287,7 +332,7 @@ def assert_usage_error(code: object, stdout: str, stderr: str, command_path: str
 
 def test_usage_errors_cover_every_command() -> None:
     covered = {command_path for command_path, _ in USAGE_ERRORS}
-    commands = {"ask", "chat", "models", "bench", "serve", "cache", "cache list", "cache clear"}
+    commands = {"ask", "chat", "inspect", "models", "bench", "serve", "cache", "cache list", "cache clear"}
     assert {"kvchat"} | {f"kvchat {command}" for command in commands} <= covered
 
 

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from kvchat.documents import Document
 from kvchat.engine import SELECTIONS, AskSettings, Conversation, selection_named
-from kvchat.errors import SettingsError
-from kvchat.events import Done, Pruned
+from kvchat.errors import PromptTooLongError, SettingsError
+from kvchat.events import Done, Notice, Pruned
 from kvchat.policy import SnapKV
 
 SETTINGS = AskSettings(method=SnapKV(budget=96, window=16), max_tokens=6, threads=2)
@@ -106,3 +107,26 @@ def test_follow_up_ttft_does_not_count_the_reading(conversation_factory) -> None
     first, _ = ask(conversation, "What is the code for box 3?")
     second, _ = ask(conversation, "And box 4?")
     assert first.stats.ttft_s >= 1000.0 and second.stats.ttft_s < 100.0
+
+
+def test_a_document_longer_than_the_context_is_read_and_answered_streamed(tiny_model) -> None:
+    """The TUI's path: its settings (any method but a streaming one) come with every question."""
+    text = " ".join(f"Line {i}: the code for box {i} is {1000 + i * 7}." for i in range(160))
+    document = Document(path=Path("boxes.txt"), kind="text", text=text)
+    conversation = Conversation(tiny_model, "tiny", document, SETTINGS)
+    try:
+        assert len(conversation.document_tokens) > tiny_model.shape.n_ctx_train
+        assert conversation.settings.method.name == "snapstream" and conversation.settings.method.budget == 96
+        notices = [event.text for event in conversation.open() if isinstance(event, Notice)]
+        assert notices == [f"the document is {len(conversation.document_tokens):,} tokens, more than the 4,096 the "
+                           "model was trained on: reading it streamed (snapstream), keeping 96 entries"]
+        done = list(conversation.ask("What is the code for box 3?", settings=SETTINGS))[-1]
+        assert done.stats.method == "snapstream" and done.stats.kept_tokens <= 96
+    finally:
+        conversation.close()
+
+
+def test_a_named_method_is_kept_and_a_long_document_refused(tiny_model) -> None:
+    document = Document(path=Path("boxes.txt"), kind="text", text="Box 3 holds code 1021. " * 400)
+    with pytest.raises(PromptTooLongError, match="the model was trained on 4,096"):
+        Conversation(tiny_model, "tiny", document, replace(SETTINGS, auto_stream=False))

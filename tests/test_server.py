@@ -413,15 +413,23 @@ def test_upload_errors_name_the_clients_file_not_the_servers(server) -> None:
         assert message.startswith("secret-plans.") and tempfile.gettempdir() not in message and "kvchat-upload" not in message
 
 
-def test_a_document_longer_than_the_server_can_answer_is_refused_at_upload(server) -> None:
+def test_a_document_longer_than_the_models_context_is_answered_streamed_unless_a_method_is_named(server, client) -> None:
     url, service = server
-    limit = service.max_document_tokens
-    assert limit == 4096 - 1024  # the tiny model's trained context less the room for the conversation
-    for size in (limit * 8, 8 * 2**20):  # over the limit, and far over it (not tokenized in full)
-        response = httpx.post(f"{url}/v1/documents", files={"file": ("long.txt", b"word " * (size // 5))})
-        error = response.json()["error"]
-        assert response.status_code == 413 and error["code"] == "document_too_long" and f"{limit:,} tokens" in error["message"]
-    assert "long.txt" not in [document["filename"] for document in httpx.get(f"{url}/v1/documents").json()["data"]]
+    words = b"The ledger was kept in the blue cabinet. " * 600
+    upload = httpx.post(f"{url}/v1/documents", files={"file": ("long.txt", words)}).json()
+    assert upload["tokens"] > service.engine.model.shape.n_ctx_train == 4096
+    question = [{"role": "user", "content": "Where was the ledger kept?"}]
+    answer = client.chat.completions.create(model=MODEL, messages=question, max_tokens=4,
+                                            extra_body={"document_id": upload["id"]})
+    kv = answer.model_extra["kv"]
+    assert kv["method"] == "snapstream" and kv["prompt_tokens"] > 4096 and kv["kept_tokens"] <= 64 + 1
+    assert len(kv["notices"]) == 1 and "reading it streamed (snapstream)" in kv["notices"][0]
+    chunks = list(client.chat.completions.create(model=MODEL, messages=question, max_tokens=4, stream=True,
+                                                 extra_body={"document_id": upload["id"]}))
+    assert chunks[-1].model_extra["kv"]["notices"] == kv["notices"]
+    with pytest.raises(openai.BadRequestError, match=r"the prompt is [\d,]+ tokens; the model was trained on 4,096 \(hint: .*without kv_method"):
+        client.chat.completions.create(model=MODEL, messages=question, max_tokens=4,
+                                       extra_body={"document_id": upload["id"], "kv_method": "snapkv"})
 
 
 def test_a_bug_is_a_500_logged_once_by_kvchat_and_not_by_uvicorn(server, monkeypatch, caplog) -> None:
@@ -481,7 +489,7 @@ def test_api_errors_speak_of_request_fields_never_of_cli_options(server, extra: 
     if field_name:
         assert "kv_budget" in error["message"] and "16" in error["message"] and "64" in error["message"]
     else:
-        assert "kv_budget" in error["message"]  # the API's hint: a smaller kv_budget or a shorter conversation
+        assert "/v1/documents" in error["message"]  # the API's hint: a shorter conversation, or a document read streamed
 
 
 def _readme_python_example() -> str:

@@ -3,7 +3,8 @@
 What each answer is chosen from is the conversation's Selection (selections/): by default every
 question selects anew from the saved full reading, with the earlier turns pinned. With a method
 that streams (snapstream) the document is read within the budget (see stream.py); the streamed
-cache is what every question starts from.
+cache is what every question starts from. A document too long to read whole is streamed unless
+the method was named (sizing.reading_settings).
 """
 
 from __future__ import annotations
@@ -13,14 +14,15 @@ from collections.abc import Iterable, Iterator
 
 from kvchat.documents import Document
 from kvchat.engine.kept import kept_text_spans
-from kvchat.engine.prompt import PromptPart, Turn, chat_messages, split_rendered
+from kvchat.engine.prompt import PromptPart, Turn, chat_messages, document_part, split_rendered
 from kvchat.engine.prompt_run import PromptRun
 from kvchat.engine.selections import PerQuestion, Selection
 from kvchat.engine.settings import AskSettings
-from kvchat.engine.sizing import RING_MIN, context_size, round_up
+from kvchat.engine.sizing import RING_MIN, context_size, reading_settings, round_up
+from kvchat.engine.speeds import ReadingSpeeds
 from kvchat.engine.states import DocumentStates
 from kvchat.engine.stream import StreamSettings, stream_context_size
-from kvchat.events import Done, Event
+from kvchat.events import Done, Event, Notice
 from kvchat.llama import LlamaModel
 
 CONVERSATION_ROOM = 1024
@@ -38,18 +40,20 @@ class Conversation:
         selection: Selection = PerQuestion(),
         states: DocumentStates | None = None,
         stream: StreamSettings | None = None,
+        speeds: ReadingSpeeds | None = None,
     ) -> None:
         self.model = model
         self.model_name = model_name
         self.document = document
-        self.settings = settings
         self.selection = selection
-        self.states = None if settings.method.streams or states is None else states.for_settings(settings)
         self.stream = stream or StreamSettings()
+        self.speeds = speeds  # what a reading measures, remembered for `kvchat inspect`
         self.turns: list[Turn] = []
-        document_part, _, _ = self._split("")
-        self._document_part = document_part.text
-        self.document_tokens = document_part.tokens(model)
+        part = document_part(model, document.text)
+        self._document_part = part.text
+        self.document_tokens = part.tokens(model)
+        self.settings, self._notice = reading_settings(model, len(self.document_tokens), settings)
+        self.states = None if self.settings.method.streams or states is None else states.for_settings(self.settings)
         if settings.method.needs_spans:  # token texts for span-aware selection, prepared with the tokens
             model.pieces_text(self.document_tokens)
         self.run = PromptRun(model, self._context_size(), settings, model_name)
@@ -77,6 +81,8 @@ class Conversation:
         `question`, when known, observes a streamed reading (query-aware streaming).
         """
         tokens = self.document_tokens
+        if self._notice:
+            yield Notice(self._notice)
         if self.settings.method.streams:
             observer = self.question_window(question) if question and self.stream.query_aware else None
             yield from self.run.stream(tokens, observer, self.settings, self.stream, cancel)
@@ -85,15 +91,18 @@ class Conversation:
             yield from self.run.open(tokens, len(tokens), self.states, str(self.document.path), cancel)
         self.selection.after_reading(self)
         self._reading_s = self.run.read_s
+        if self.speeds is not None and self.run.loaded_upto == 0:
+            self.speeds.record("stream" if self.settings.method.streams else "read", len(tokens), self.run.read_s)
 
     def ask(
         self, question: str, cancel: threading.Event | None = None, settings: AskSettings | None = None
     ) -> Iterator[Event]:
         """Answer `question` in the light of the turns so far; the turn is recorded when done.
 
-        `settings` overrides the conversation's for this answer (the bench compares methods so).
+        `settings` overrides the conversation's for this answer (the bench compares methods so, the
+        TUI's settings change); a document read streamed by itself is answered streamed.
         """
-        settings = settings or self.settings
+        settings = self._answering(settings)
         selected = yield from self.select(question, cancel, settings)
         done: Done | None = None
         for event in self.run.answer(settings, selected, cancel):
@@ -107,6 +116,7 @@ class Conversation:
         """Everything of ask() but the answer: the run's cache then holds the kept prompt and the
         last token's logits (the server moves it to a sequence of its own); `self.prompt_tokens`
         is the whole prompt. Returns the run's Selected, for its answer."""
+        settings = self._answering(settings)
         _, earlier, question_part = self._split(question)
         earlier_tokens = earlier.tokens(self.model)
         tokens = self.document_tokens + earlier_tokens + question_part.tokens(self.model)
@@ -117,6 +127,11 @@ class Conversation:
         selected = yield from self.run.select(tokens, settings, start.pinned, cancel, start.prunes, reading_s)
         self.prompt_tokens = tokens
         return selected
+
+    def _answering(self, settings: AskSettings | None) -> AskSettings:
+        """The settings an answer runs with: the conversation's, or `settings` as this document
+        is read with them."""
+        return self.settings if settings is None else reading_settings(self.model, len(self.document_tokens), settings)[0]
 
     def _make_room(self, new_tokens: int, max_tokens: int) -> None:
         """Grow the context when the conversation no longer fits (the answer may use the ring)."""

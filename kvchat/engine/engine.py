@@ -8,8 +8,10 @@ from pathlib import Path
 
 from kvchat.documents import Document
 from kvchat.engine.conversation import Conversation
+from kvchat.engine.plan import ReadingPlan, reading_plan
 from kvchat.engine.selections import PerQuestion, Selection
 from kvchat.engine.settings import AskSettings
+from kvchat.engine.speeds import ReadingSpeeds
 from kvchat.engine.states import DocumentStates
 from kvchat.engine.store import DEFAULT_MAX_BYTES, StateStore
 from kvchat.engine.stream import StreamSettings
@@ -34,9 +36,9 @@ class Engine:
         self.model_name = model
         self.model_path: Path = resolve_model(model)
         self.model = LlamaModel(self.model_path, gpu_layers=gpu_layers)
-        self.states = (
-            DocumentStates(state_store(), model_sha256(self.model_path), model) if use_cache else None
-        )
+        model_sha = model_sha256(self.model_path)
+        self.states = DocumentStates(state_store(), model_sha, model) if use_cache else None
+        self.speeds = ReadingSpeeds(cache_dir() / "reading-speeds.json", f"{model_sha}|gpu_layers={gpu_layers}")
 
     def conversation(
         self,
@@ -47,7 +49,11 @@ class Engine:
     ) -> Conversation:
         """A conversation about `document`; call open() on it before asking."""
         settings = settings or AskSettings()
-        return Conversation(self.model, self.model_name, document, settings, selection, self.states, stream)
+        return Conversation(self.model, self.model_name, document, settings, selection, self.states, stream, self.speeds)
+
+    def plan(self, document: Document, settings: AskSettings | None = None) -> ReadingPlan:
+        """How `document` would be read with `settings`, and how long that would take here."""
+        return reading_plan(self.model, document, settings or AskSettings(), self.speeds)
 
     def ask(
         self,

@@ -101,6 +101,12 @@ def split_rendered(rendered: str) -> tuple[PromptPart, PromptPart, PromptPart]:
     return parts[0], parts[1], parts[2]
 
 
+def document_part(model: LlamaModel, document_text: str) -> PromptPart:
+    """The document part of every prompt about `document_text` (system prompt and document)."""
+    part, _, _ = split_rendered(model.apply_chat_template(chat_messages(document_text, [], "")))
+    return part
+
+
 def chat_tokens(model: LlamaModel, messages: list[dict[str, str]]) -> list[int]:
     """Tokens of a chat in the model's template, ready for the assistant's answer; the messages'
     text is plain text (see the module docstring)."""

@@ -44,6 +44,9 @@ class AskSettings:
     threads: int | None = None
     stop_at_end: bool = True  # False: always generate max_tokens (benchmarks compare equal lengths)
     layout: KvLayout = field(default_factory=KvLayout)  # flash attention on: scores from the query probe
+    # A document longer than the model's context is read streamed (SnapStream with the method's
+    # options) instead of refused; front ends turn it off when the user names the method.
+    auto_stream: bool = True
 
     def __post_init__(self) -> None:
         if self.max_tokens < 1:

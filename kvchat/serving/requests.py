@@ -42,6 +42,7 @@ class PreparedPrompt:
     positions: np.ndarray  # their positions
     first_token: int  # the answer's first token, sampled from the logits of the whole prompt
     selected: Selected  # the prompt's length, the cells kept and loaded, the reading's and the selection's time
+    settings: AskSettings  # those it was read with: the request's, or streamed for a long document
 
 
 def prepare(engine: Engine, request: ChatRequest, cancel: threading.Event, sampler: Sampler) -> Iterator[Event]:
@@ -60,7 +61,7 @@ def _prepare_document(engine: Engine, request: ChatRequest, cancel: threading.Ev
         conversation.resume(request.turns)
         yield from conversation.open(cancel)
         selected = yield from conversation.select(request.question, cancel, request.settings)
-        return _taken(conversation.run, selected, sampler)
+        return _taken(conversation.run, selected, sampler, conversation.settings)
     finally:
         conversation.close()
 
@@ -78,10 +79,10 @@ def _prepare_messages(engine: Engine, request: ChatRequest, cancel: threading.Ev
     with PromptRun(model, context_size(model, len(tokens), settings, 64), settings, engine.model_name) as run:
         yield from run.open(tokens, prefix, states, "(chat messages)", cancel, MIN_SAVED_READING, restore_point=False)
         selected = yield from run.select(tokens, settings, 0, cancel)
-        return _taken(run, selected, sampler)
+        return _taken(run, selected, sampler, settings)
 
 
-def _taken(run: PromptRun, selected: Selected, sampler: Sampler) -> PreparedPrompt:
+def _taken(run: PromptRun, selected: Selected, sampler: Sampler, settings: AskSettings) -> PreparedPrompt:
     cache = run.cache
     first_token = sampler.sample(cache.ctx.handle)
-    return PreparedPrompt(cache.state(), cache.positions.copy(), first_token, selected)
+    return PreparedPrompt(cache.state(), cache.positions.copy(), first_token, selected, settings)

@@ -241,7 +241,7 @@ class Scheduler:
         if tail := generation.flush():
             answer.job.emit(Token(tail))
         answer.sampler.close()
-        settings, prompt = answer.job.request.settings, answer.prompt.selected
+        settings, prompt = answer.prompt.settings, answer.prompt.selected
         stats = answer_stats(  # before the release: it counts the sequence's cells
             self.engine.model, self.engine.model_name, settings, prompt, generation, answer.job.submitted, answer.slot.cells
         )

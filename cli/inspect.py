@@ -1,0 +1,56 @@
+"""`kvchat inspect PATH...`: what kvchat will read, and how, before reading it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from kvchat.cli.options import GPU_LAYERS, MODEL
+from kvchat.cli.render import OcrBar
+from kvchat.documents import SUPPORTED, load_document
+from kvchat.engine import Engine, ReadingPlan
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "unknown"
+    minutes, rest = divmod(round(seconds), 60)
+    return f"{minutes} min {rest} s" if minutes else f"{rest} s"
+
+
+def _table(plans: list[ReadingPlan], model: str, n_ctx_train: int) -> Table:
+    table = Table(title=f"kvchat inspect · model {model}, trained on {n_ctx_train:,} tokens")
+    for column in ("document", "format", "pages", "chars", "tokens", "fits", "reading", "est. time"):
+        table.add_column(column, justify="right" if column in ("pages", "chars", "tokens") else "left")
+    for plan in plans:
+        table.add_row(Path(plan.path).name, plan.format, f"{plan.pages:,}", f"{plan.chars:,}", f"{plan.tokens:,}",
+                      "yes" if plan.fits_context else "no", plan.method, _duration(plan.est_read_s))
+    return table
+
+
+def inspect_command(
+    paths: list[Path] = typer.Argument(..., help=f"The documents: {SUPPORTED}."),
+    model: str = MODEL,
+    gpu_layers: int = GPU_LAYERS,
+    as_json: bool = typer.Option(False, "--json", help="Print a JSON list, one object per document."),
+) -> None:
+    """Show each document's format, pages, size in the model's tokens, whether it fits the model's
+    context (and so how it will be read) and the estimated reading time on this machine."""
+    console = Console(stderr=True)
+    with OcrBar(console) as ocr_progress:
+        documents = [load_document(path, ocr_progress) for path in paths]
+    with Engine(model, gpu_layers=gpu_layers, use_cache=False) as engine:
+        plans = [engine.plan(document) for document in documents]
+        n_ctx_train = engine.model.shape.n_ctx_train
+    if as_json:
+        typer.echo(json.dumps([plan.as_json() for plan in plans], indent=2))
+        return
+    output = Console()
+    output.print(_table(plans, model, n_ctx_train))
+    if any(plan.est_read_s is None for plan in plans):
+        output.print("Reading times come from this machine's last long reading with this model; unknown until "
+                     "it has read a document of 512 tokens or more.", soft_wrap=True)

@@ -1,0 +1,45 @@
+"""What kvchat will do with a document, told before reading it: its size in the model's tokens,
+whether it fits the model's context (and so how it is read), and how long the reading will take
+at this machine's last measured speed (`kvchat inspect`)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from kvchat.documents import Document
+from kvchat.engine.prompt import document_part
+from kvchat.engine.settings import AskSettings
+from kvchat.engine.sizing import reading_settings
+from kvchat.engine.speeds import ReadingSpeeds
+from kvchat.llama import LlamaModel
+
+
+@dataclass(frozen=True)
+class ReadingPlan:
+    path: str
+    format: str
+    pages: int
+    chars: int
+    tokens: int  # the document's part of the prompt: the system prompt and the document
+    fits_context: bool
+    method: str  # what the reading will use: the settings' method, or snapstream past the context
+    est_read_s: float | None  # tokens at the last measured speed; None before any reading was measured
+
+    def as_json(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def reading_plan(model: LlamaModel, document: Document, settings: AskSettings, speeds: ReadingSpeeds) -> ReadingPlan:
+    tokens = len(document_part(model, document.text).tokens(model))
+    read_with, _ = reading_settings(model, tokens, settings)
+    speed = speeds.tokens_per_s("stream" if read_with.method.streams else "read")
+    return ReadingPlan(
+        path=str(document.path),
+        format=document.kind,
+        pages=len(document.pages) or 1,
+        chars=len(document.text),
+        tokens=tokens,
+        fits_context=tokens <= model.shape.n_ctx_train,
+        method=read_with.method.name,
+        est_read_s=round(tokens / speed, 1) if speed else None,
+    )
