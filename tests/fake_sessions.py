@@ -8,7 +8,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from kvchat.documents import Document, Page
+from kvchat.documents import Document, Page, PageProgress
 from kvchat.engine import AskSettings
 from kvchat.errors import CancelledError, KvchatError
 from kvchat.events import Done, Event, Notice, Progress, Pruned, Stats, Token
@@ -97,12 +97,15 @@ class FakeSessions:
     paced_reading: bool = False
     paced_answer: bool = False
     answer: list[str] | None = None
+    scanned_pages: int = 0  # pages an opened document "OCRs" before its reading
     opened: list[FakeSession] = field(default_factory=list)
     closed: bool = False
 
-    def open(self, path: Path, settings: AskSettings) -> FakeSession:
+    def open(self, path: Path, settings: AskSettings, ocr_progress: PageProgress | None = None) -> FakeSession:
         if self.error is not None:
             raise self.error
+        for done in range(self.scanned_pages + 1) if self.scanned_pages and ocr_progress else ():
+            ocr_progress(done, self.scanned_pages)
         document = Document(path=path, kind="text", text=DOCUMENT_TEXT, pages=[Page(1, 0, len(DOCUMENT_TEXT))])
         session = FakeSession(document, self.paced_reading, self.paced_answer)
         if self.answer is not None:

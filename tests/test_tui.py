@@ -15,7 +15,7 @@ from kvchat.errors import DocumentError, ModelError
 from kvchat.tui.app import KvchatApp
 from kvchat.tui.messages import JobEnded
 from kvchat.tui.screens import DocumentTree, HelpScreen, KeptScreen, PickerScreen, SettingsScreen
-from kvchat.tui.widgets import AnswerView, KvPanel, QuestionView
+from kvchat.tui.widgets import AnswerView, KvPanel, QuestionView, ReadingBar
 
 DOCUMENT = Path("notes.txt")
 SIZE = (120, 40)
@@ -296,3 +296,18 @@ async def test_quitting_while_answering_stops_the_worker_and_closes_the_engine()
         session.allow()  # the token being made ends, and the answer with it
     await asyncio.to_thread(app.close_engine, 10.0)
     assert app.idle.is_set() and sessions.closed and session.closed and session.tokens_sent == 2
+
+
+async def test_the_ocr_of_a_scanned_document_shows_its_pages_before_the_reading(monkeypatch) -> None:
+    shown: list[tuple[str, str]] = []
+    show_pages = ReadingBar.show_pages
+
+    def recording(bar: ReadingBar, done: int, total: int) -> None:
+        show_pages(bar, done, total)
+        shown.append((str(bar.query_one("#reading-label", Label).render()), str(bar.query_one("#reading-speed", Label).render())))
+
+    monkeypatch.setattr(ReadingBar, "show_pages", recording)
+    app = KvchatApp(FakeSessions(scanned_pages=2), DOCUMENT)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.session is not None)
+        assert shown == [("OCR", "0/2 pages"), ("OCR", "1/2 pages"), ("OCR", "2/2 pages")]

@@ -23,7 +23,7 @@ from textual.widgets.markdown import MarkdownStream
 from kvchat.engine import AskSettings
 from kvchat.errors import CancelledError, KvchatError
 from kvchat.events import Done, Notice, Progress, Pruned, Token
-from kvchat.tui.messages import DocumentLoaded, EngineEvent, Job, JobEnded
+from kvchat.tui.messages import DocumentLoaded, EngineEvent, Job, JobEnded, PagesRead
 from kvchat.tui.screens import HelpScreen, KeptScreen, PickerScreen, SettingsScreen
 from kvchat.tui.sessions import ChatSession, SessionFactory
 from kvchat.tui.widgets import AnswerView, Exchange, KvPanel, NoticeView, ReadingBar
@@ -114,7 +114,7 @@ class KvchatApp(App[None]):
         try:
             if old is not None:
                 old.close()
-            session = self.sessions.open(path, self.settings)
+            session = self.sessions.open(path, self.settings, lambda done, total: self.post_message(PagesRead(done, total)))
             self.post_message(DocumentLoaded(session.document))
             for event in session.read(cancel):
                 self.post_message(EngineEvent(event))
@@ -148,7 +148,11 @@ class KvchatApp(App[None]):
 
     # ---- messages from the workers -------------------------------------------------------
 
+    def on_pages_read(self, message: PagesRead) -> None:
+        self.query_one(ReadingBar).show_pages(message.done, message.total)
+
     def on_document_loaded(self, message: DocumentLoaded) -> None:
+        self.query_one(ReadingBar).start("Reading")
         panel = self.query_one(KvPanel)
         document = message.document
         panel.figures = replace(panel.figures, document=document.path.name, pages=len(document.pages) or None)

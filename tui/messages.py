@@ -21,6 +21,15 @@ class EngineEvent(Message):
         self.event = event
 
 
+class PagesRead(Message):
+    """OCR of a scanned PDF: `done` of `total` pages without a text layer are read."""
+
+    def __init__(self, done: int, total: int) -> None:
+        super().__init__()
+        self.done = done
+        self.total = total
+
+
 class DocumentLoaded(Message):
     """The document's text is loaded (its reading follows)."""
 

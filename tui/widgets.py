@@ -120,6 +120,12 @@ class ReadingBar(Horizontal):
         self.query_one(ProgressBar).update(total=max(progress.total, 1), progress=progress.done)
         self.query_one("#reading-speed", Label).update(f"{progress.done:,}/{progress.total:,} tok · {progress.tokens_per_s:,.0f} tok/s")
 
+    def show_pages(self, done: int, total: int) -> None:
+        """OCR of scanned pages, before the reading proper."""
+        self.query_one("#reading-label", Label).update("OCR")
+        self.query_one(ProgressBar).update(total=max(total, 1), progress=done)
+        self.query_one("#reading-speed", Label).update(f"{done:,}/{total:,} pages")
+
     def stop(self) -> None:
         self.display = False
 
