@@ -1,4 +1,4 @@
-"""`kvchat ask PATH QUESTION`: read a document, keep what the question needs, stream the answer."""
+"""`kvchat ask PATH... QUESTION`: read the documents, keep what the question needs, stream the answer."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from kvchat.cli.options import (
     THREADS, WINDOW, ask_settings, kv_layout, warn_about_gpu_layers,
 )
 from kvchat.cli.render import OcrBar, render
-from kvchat.documents import SUPPORTED, load_document
+from kvchat.documents import SUPPORTED, bundle, load_document
 from kvchat.engine import Engine, StreamSettings, selection_named, selections_help
 from kvchat.errors import CancelledError, SettingsError
 from kvchat.policy import HeadReduction, SnapKV
@@ -28,8 +28,8 @@ def _question(text: str) -> str:
 
 
 def ask_command(
-    path: Path = typer.Argument(..., help=f"The document: {SUPPORTED}."),
-    question: str = typer.Argument(..., help="What to ask about it."),
+    paths: list[Path] = typer.Argument(..., help=f"The document, or several asked about together: {SUPPORTED}.", show_default=False),
+    question: str = typer.Argument(..., help="What to ask about it (them)."),
     model: str = MODEL,
     budget: int = BUDGET,
     window: int = WINDOW,
@@ -53,7 +53,8 @@ def ask_command(
     cache: bool = SAVE_READINGS,
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object with the answer and stats."),
 ) -> None:
-    """Ask a question about a document; the answer streams to stdout, stats to stderr."""
+    """Ask a question about a document (or several: `kvchat ask a.pdf b.docx "…"`); the answer
+    streams to stdout, stats to stderr."""
     console = Console(stderr=True)
     warn_about_gpu_layers(gpu_layers, console)
     layout = kv_layout(flash_attn, gpu_layers, cache_type_k, cache_type_v)
@@ -62,7 +63,7 @@ def ask_command(
     stream = StreamSettings(chunk=chunk, recent=recent)
     selection = selection_named(select)
     with OcrBar(console) as ocr_progress:
-        document = load_document(path, ocr_progress)
+        document = bundle([load_document(path, ocr_progress) for path in paths])
     question = _question(question)
     with Engine(model, gpu_layers=gpu_layers, use_cache=cache) as engine, interrupt_as_cancel() as cancel:
         render(engine.ask(document, question, settings, cancel, selection, stream), as_json, console)

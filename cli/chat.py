@@ -1,4 +1,4 @@
-"""`kvchat chat [PATH]`: the terminal UI for a conversation with a document."""
+"""`kvchat chat [PATH...]`: the terminal UI for a conversation with a document, or several."""
 
 from __future__ import annotations
 
@@ -14,7 +14,10 @@ from kvchat.documents import SUPPORTED
 
 
 def chat_command(
-    path: Path | None = typer.Argument(None, help=f"The document ({SUPPORTED}); a file picker opens without one."),
+    paths: list[Path] | None = typer.Argument(
+        None, help=f"The document, or several to ask about together ({SUPPORTED}); a file picker opens without one.",
+        show_default=False,
+    ),
     model: str = MODEL,
     budget: int = BUDGET,
     window: int = WINDOW,
@@ -34,7 +37,7 @@ def chat_command(
     from kvchat.tui.app import KvchatApp  # Textual is imported only for this command
     from kvchat.tui.sessions import EngineSessions
 
-    app = KvchatApp(EngineSessions(model, gpu_layers, cache), path, settings, startup_warning=gpu_layers_warning(gpu_layers))
+    app = KvchatApp(EngineSessions(model, gpu_layers, cache), paths or [], settings, startup_warning=gpu_layers_warning(gpu_layers))
     try:
         app.run()
     finally:

@@ -45,6 +45,9 @@ class ChatCompletionRequest(BaseModel):
     n: int | None = Field(default=None, ge=1, le=1)
     # kvchat's extensions
     document_id: str | None = Field(default=None, description="answer about an uploaded document (POST /v1/documents)")
+    document_ids: list[str] | None = Field(
+        default=None, min_length=1, max_length=16, description="answer about several uploaded documents together, named in this order"
+    )
     kv_budget: int | None = Field(  # its range is checked with the server's limit (service.py), in one message
         default=None, description=f"KV entries kept for the prompt: from {MIN_KV_BUDGET} to the server's budget"
     )

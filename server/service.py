@@ -13,6 +13,7 @@ import asyncio
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
+from kvchat.documents import Document, bundle
 from kvchat.engine import DEFAULT_MAX_TOKENS, AskSettings, Engine, KvLayout
 from kvchat.engine.prompt import Turn
 from kvchat.errors import KvchatError
@@ -91,14 +92,21 @@ class ChatService:
 
     def request_for(self, body: ChatCompletionRequest, settings: AskSettings) -> ChatRequest:
         messages = [{"role": "system" if m.role == "developer" else m.role, "content": m.text()} for m in body.messages]
-        if body.document_id is None:
+        if body.document_id is not None and body.document_ids is not None:
+            raise ApiError(400, "send document_id or document_ids, not both", "invalid_document_ids", "document_ids")
+        ids = [body.document_id] if body.document_id is not None else body.document_ids
+        if not ids:
             return ChatRequest(settings, messages=tuple(messages))
-        stored = self.documents.find(body.document_id)
-        if stored is None:
-            raise ApiError(404, f"no document {body.document_id!r}; upload it with POST /v1/documents", "document_not_found", "document_id")
-        document = stored.document
+        field_name = "document_id" if body.document_id is not None else "document_ids"
+        document = bundle([self._stored(document_id, field_name) for document_id in ids])
         turns, question = _turns(body.messages)
         return ChatRequest(settings, document=document, turns=tuple(turns), question=question)
+
+    def _stored(self, document_id: str, field_name: str) -> Document:
+        stored = self.documents.find(document_id)
+        if stored is None:
+            raise ApiError(404, f"no document {document_id!r}; upload it with POST /v1/documents", "document_not_found", field_name)
+        return stored.document
 
     # ---- running it ---------------------------------------------------------------------------
 

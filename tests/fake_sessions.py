@@ -4,11 +4,11 @@ sets (a paced reading or answer takes each chunk or token only when the test all
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from kvchat.documents import Document, Page, PageProgress
+from kvchat.documents import Document, Page, PageProgress, bundle
 from kvchat.engine import AskSettings
 from kvchat.errors import CancelledError, KvchatError
 from kvchat.events import Done, Event, Notice, Progress, Pruned, Stats, Token
@@ -101,12 +101,13 @@ class FakeSessions:
     opened: list[FakeSession] = field(default_factory=list)
     closed: bool = False
 
-    def open(self, path: Path, settings: AskSettings, ocr_progress: PageProgress | None = None) -> FakeSession:
+    def open(self, paths: Sequence[Path], settings: AskSettings, ocr_progress: PageProgress | None = None) -> FakeSession:
         if self.error is not None:
             raise self.error
         for done in range(self.scanned_pages + 1) if self.scanned_pages and ocr_progress else ():
             ocr_progress(done, self.scanned_pages)
-        document = Document(path=path, kind="text", text=DOCUMENT_TEXT, pages=[Page(1, 0, len(DOCUMENT_TEXT))])
+        document = bundle([Document(path=path, kind="text", text=DOCUMENT_TEXT, pages=[Page(1, 0, len(DOCUMENT_TEXT))])
+                           for path in paths])
         session = FakeSession(document, self.paced_reading, self.paced_answer)
         if self.answer is not None:
             session.answer = list(self.answer)

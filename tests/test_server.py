@@ -432,6 +432,31 @@ def test_a_document_longer_than_the_models_context_is_answered_streamed_unless_a
                                        extra_body={"document_id": upload["id"], "kv_method": "snapkv"})
 
 
+def test_several_documents_are_asked_about_together_and_their_reading_is_loaded_the_second_time(tiny_model_path: Path) -> None:
+    with running_server(tiny_model_path, use_cache=True, budget=64, max_tokens=8, sequences=1) as (url, _):
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=60)
+        boat = httpx.post(f"{url}/v1/documents", files={"file": ("boat.txt", NOTES)}).json()
+        ledger = httpx.post(f"{url}/v1/documents", files={"file": ("ledger.txt", b"The ledger was kept in the blue cabinet.\n" * 30)}).json()
+
+        def answer(question: str, **ids: object):
+            return client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": question}],
+                                                  max_tokens=4, extra_body=ids)
+
+        first = answer("Where was the ledger kept, and what was the boat called?", document_ids=[boat["id"], ledger["id"]])
+        second = answer("What failed on day four?", document_ids=[boat["id"], ledger["id"]])
+        alone = answer("What failed on day four?", document_ids=[boat["id"]])
+        kv_first, kv_second, kv_alone = (completion.model_extra["kv"] for completion in (first, second, alone))
+        assert kv_first["prompt_tokens"] > boat["tokens"] + ledger["tokens"] and kv_first["loaded_tokens"] == 0
+        assert kv_second["loaded_tokens"] > boat["tokens"] + ledger["tokens"]  # the pair's reading, not read again
+        assert kv_second["read_tokens"] == kv_second["prompt_tokens"] - kv_second["loaded_tokens"] < 64
+        assert kv_alone["prompt_tokens"] < kv_first["prompt_tokens"]
+        for ids, status, code in (({"document_ids": [boat["id"], "doc-nope"]}, 404, "document_not_found"),
+                                  ({"document_ids": []}, 400, None),
+                                  ({"document_id": boat["id"], "document_ids": [boat["id"]]}, 400, "invalid_document_ids")):
+            response = httpx.post(f"{url}/v1/chat/completions", json={"model": MODEL, "messages": [{"role": "user", "content": "Hi"}], **ids})
+            assert response.status_code == status and (code is None or response.json()["error"]["code"] == code), response.text
+
+
 def test_a_bug_is_a_500_logged_once_by_kvchat_and_not_by_uvicorn(server, monkeypatch, caplog) -> None:
     """kvchat's log goes to its log file; uvicorn's error log is what the terminal shows."""
     url, service = server

@@ -77,7 +77,7 @@ async def ask(pilot, app: KvchatApp, question: str, timeout_s: float = 10.0) -> 
 
 async def test_a_question_gets_a_streamed_answer_and_the_panel_its_figures() -> None:
     sessions = FakeSessions()
-    app = KvchatApp(sessions, DOCUMENT)
+    app = KvchatApp(sessions, [DOCUMENT])
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: app.session is not None)
         await ask(pilot, app, "What was the boat called?")
@@ -91,7 +91,7 @@ async def test_a_question_gets_a_streamed_answer_and_the_panel_its_figures() -> 
 
 
 async def test_a_startup_warning_is_shown_once_the_app_is_up() -> None:
-    app = KvchatApp(FakeSessions(), DOCUMENT, startup_warning="--gpu-layers 99 has no effect [cpu]")
+    app = KvchatApp(FakeSessions(), [DOCUMENT], startup_warning="--gpu-layers 99 has no effect [cpu]")
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: app.session is not None)
         assert notifications(app) == ["--gpu-layers 99 has no effect [cpu]"]
@@ -99,11 +99,11 @@ async def test_a_startup_warning_is_shown_once_the_app_is_up() -> None:
 
 async def test_brackets_in_questions_and_errors_are_shown_as_typed() -> None:
     sessions = FakeSessions()
-    app = KvchatApp(sessions, DOCUMENT)
+    app = KvchatApp(sessions, [DOCUMENT])
     async with app.run_test(size=SIZE) as pilot:
         await ask(pilot, app, "What does [/] or [b]this[/b] mean?")
         assert app.query_one(QuestionView).visual.plain == "› What does [/] or [b]this[/b] mean?"
-    failing = KvchatApp(FakeSessions(error=DocumentError("[draft] notes.txt: empty", "add [text]")), DOCUMENT)
+    failing = KvchatApp(FakeSessions(error=DocumentError("[draft] notes.txt: empty", "add [text]")), [DOCUMENT])
     async with failing.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: failing.busy is None and notifications(failing))
         assert notifications(failing) == ["[draft] notes.txt: empty (hint: add [text])"]
@@ -111,7 +111,7 @@ async def test_brackets_in_questions_and_errors_are_shown_as_typed() -> None:
 
 async def test_escape_stops_an_answer_midway() -> None:
     sessions = FakeSessions(paced_answer=True, answer=[f"word{i} " for i in range(200)])
-    app = KvchatApp(sessions, DOCUMENT)
+    app = KvchatApp(sessions, [DOCUMENT])
     async with app.run_test(size=SIZE) as pilot:
         await submit(pilot, app, "Tell me everything.")
         session = sessions.opened[0]
@@ -128,7 +128,7 @@ async def test_escape_stops_an_answer_midway() -> None:
 
 async def test_escape_stops_the_reading_and_closes_the_half_read_session() -> None:
     sessions = FakeSessions(paced_reading=True)
-    app = KvchatApp(sessions, DOCUMENT)
+    app = KvchatApp(sessions, [DOCUMENT])
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: sessions.opened)
         session = sessions.opened[0]
@@ -145,7 +145,7 @@ async def test_escape_stops_the_reading_and_closes_the_half_read_session() -> No
 
 async def test_settings_refuse_a_budget_smaller_than_the_window() -> None:
     sessions = FakeSessions()
-    app = KvchatApp(sessions, DOCUMENT)
+    app = KvchatApp(sessions, [DOCUMENT])
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: app.session is not None)
         await pilot.press("ctrl+s")
@@ -168,7 +168,7 @@ async def test_settings_refuse_a_budget_smaller_than_the_window() -> None:
 
 
 async def test_settings_refuse_an_even_kernel_and_text_in_a_number() -> None:
-    app = KvchatApp(FakeSessions(), DOCUMENT)
+    app = KvchatApp(FakeSessions(), [DOCUMENT])
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("ctrl+s")
         await wait_for(pilot, lambda: isinstance(app.screen, SettingsScreen))
@@ -190,7 +190,7 @@ async def test_settings_refuse_an_even_kernel_and_text_in_a_number() -> None:
     ],
 )
 async def test_errors_become_notifications_with_their_hint(error) -> None:
-    app = KvchatApp(FakeSessions(error=error), DOCUMENT)
+    app = KvchatApp(FakeSessions(error=error), [DOCUMENT])
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: app.busy is None and notifications(app))
         assert notifications(app) == [error.one_line()]
@@ -203,7 +203,7 @@ async def test_errors_become_notifications_with_their_hint(error) -> None:
 
 async def test_new_conversation_resets_the_session_and_clears_the_transcript() -> None:
     sessions = FakeSessions()
-    app = KvchatApp(sessions, DOCUMENT)
+    app = KvchatApp(sessions, [DOCUMENT])
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: app.session is not None)
         await ask(pilot, app, "First?")
@@ -213,7 +213,7 @@ async def test_new_conversation_resets_the_session_and_clears_the_transcript() -
 
 
 async def test_kept_view_highlights_what_the_selection_kept() -> None:
-    app = KvchatApp(FakeSessions(), DOCUMENT)
+    app = KvchatApp(FakeSessions(), [DOCUMENT])
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: app.session is not None)
         await pilot.press("ctrl+t")
@@ -228,7 +228,7 @@ async def test_kept_view_highlights_what_the_selection_kept() -> None:
 
 
 async def test_help_opens_with_f1_and_question_mark_types_into_the_box() -> None:
-    app = KvchatApp(FakeSessions(), DOCUMENT)
+    app = KvchatApp(FakeSessions(), [DOCUMENT])
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: app.session is not None)
         await pilot.press("question_mark")
@@ -240,7 +240,7 @@ async def test_help_opens_with_f1_and_question_mark_types_into_the_box() -> None
 
 
 async def test_one_dialog_at_a_time_and_its_key_closes_it() -> None:
-    app = KvchatApp(FakeSessions(), DOCUMENT)
+    app = KvchatApp(FakeSessions(), [DOCUMENT])
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: app.session is not None)
         await pilot.press("f1", "f1", "f1")  # open, close, open: never two help screens
@@ -258,7 +258,7 @@ async def test_one_dialog_at_a_time_and_its_key_closes_it() -> None:
 
 @pytest.mark.parametrize("size", [(40, 10), (79, 24), (80, 24)])
 async def test_the_question_box_stays_usable_on_small_terminals(size: tuple[int, int]) -> None:
-    app = KvchatApp(FakeSessions(), DOCUMENT)
+    app = KvchatApp(FakeSessions(), [DOCUMENT])
     async with app.run_test(size=size) as pilot:
         await wait_for(pilot, lambda: app.session is not None)
         await pilot.pause()
@@ -272,7 +272,7 @@ async def test_picker_lists_documents_only_and_opens_the_chosen_one(tmp_path: Pa
     for name in ("report.pdf", "notes.txt", "image.png", ".hidden.txt"):
         (tmp_path / name).write_bytes(b"x")
     sessions = FakeSessions()
-    app = KvchatApp(sessions, None, start_dir=tmp_path)
+    app = KvchatApp(sessions, [], start_dir=tmp_path)
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: isinstance(app.screen, PickerScreen))
         tree = app.screen.query_one(DocumentTree)
@@ -286,7 +286,7 @@ async def test_picker_lists_documents_only_and_opens_the_chosen_one(tmp_path: Pa
 
 async def test_quitting_while_answering_stops_the_worker_and_closes_the_engine() -> None:
     sessions = FakeSessions(paced_answer=True, answer=[f"w{i} " for i in range(400)])
-    app = KvchatApp(sessions, DOCUMENT)
+    app = KvchatApp(sessions, [DOCUMENT])
     async with app.run_test(size=SIZE) as pilot:
         await submit(pilot, app, "Long answer please")
         session = sessions.opened[0]
@@ -307,7 +307,30 @@ async def test_the_ocr_of_a_scanned_document_shows_its_pages_before_the_reading(
         shown.append((str(bar.query_one("#reading-label", Label).render()), str(bar.query_one("#reading-speed", Label).render())))
 
     monkeypatch.setattr(ReadingBar, "show_pages", recording)
-    app = KvchatApp(FakeSessions(scanned_pages=2), DOCUMENT)
+    app = KvchatApp(FakeSessions(scanned_pages=2), [DOCUMENT])
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: app.session is not None)
         assert shown == [("OCR", "0/2 pages"), ("OCR", "1/2 pages"), ("OCR", "2/2 pages")]
+
+
+async def test_several_documents_are_read_together_and_another_one_is_added_with_ctrl_a(tmp_path: Path) -> None:
+    (tmp_path / "ledger.txt").write_bytes(b"x")
+    sessions = FakeSessions()
+    app = KvchatApp(sessions, [Path("notes.txt"), Path("boat.txt")], start_dir=tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.session is not None)
+        assert app.sub_title == "notes.txt + boat.txt" and sessions.opened[0].document.kind == "bundle"
+        await ask(pilot, app, "Boat?")
+        await pilot.press("ctrl+t")
+        await wait_for(pilot, lambda: isinstance(app.screen, KeptScreen))
+        # the fake keeps text[13:47]; notes.txt starts after its 18-character heading line
+        assert app.screen.summary.endswith("· notes.txt: 29 chars · boat.txt: 0 chars")
+        await pilot.press("escape", "ctrl+a")
+        await wait_for(pilot, lambda: isinstance(app.screen, PickerScreen))
+        tree = app.screen.query_one(DocumentTree)
+        await tree.reload()
+        tree.focus()
+        await pilot.press("down", "enter")
+        await wait_for(pilot, lambda: len(sessions.opened) == 2 and app.session is sessions.opened[1])
+        assert [page.source for page in app.session.document.pages] == ["notes.txt", "boat.txt", "ledger.txt"]
+        assert sessions.opened[0].closed and app.paths == [Path("notes.txt"), Path("boat.txt"), tmp_path / "ledger.txt"]

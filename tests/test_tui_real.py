@@ -49,7 +49,7 @@ def notes(tmp_path: Path) -> Path:
 
 
 async def test_pilot_on_the_small_model_answers_from_the_document(small_model_path: Path, notes: Path) -> None:
-    app = KvchatApp(EngineSessions(str(small_model_path), use_cache=False), notes)
+    app = KvchatApp(EngineSessions(str(small_model_path), use_cache=False), [notes])
     async with app.run_test(size=(120, 40)) as pilot:
         await ask(pilot, app, "What was the name of the boat?", timeout_s=300)
         assert "Grey Heron" in app.query_one(AnswerView).source

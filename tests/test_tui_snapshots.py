@@ -28,7 +28,7 @@ async def _answered(pilot) -> None:
 
 
 def test_chat_after_an_answer(snap_compare) -> None:
-    assert snap_compare(KvchatApp(FakeSessions(), Path("notes.txt")), terminal_size=SIZE, run_before=_answered)
+    assert snap_compare(KvchatApp(FakeSessions(), [Path("notes.txt")]), terminal_size=SIZE, run_before=_answered)
 
 
 def test_settings_dialog(snap_compare) -> None:
@@ -38,4 +38,4 @@ def test_settings_dialog(snap_compare) -> None:
         await wait_for(pilot, lambda: isinstance(pilot.app.screen, SettingsScreen))
         await pilot.wait_for_scheduled_animations()
 
-    assert snap_compare(KvchatApp(FakeSessions(), Path("notes.txt")), terminal_size=SIZE, run_before=open_settings)
+    assert snap_compare(KvchatApp(FakeSessions(), [Path("notes.txt")]), terminal_size=SIZE, run_before=open_settings)

@@ -1,4 +1,4 @@
-"""The chat app: a document, a conversation about it, and the KV cache's figures beside it.
+"""The chat app: a document (or several), a conversation about it, and the KV cache's figures beside it.
 
 Model work runs in one thread worker at a time (reading or answering); it gets its own cancel
 event, which Esc sets, and posts the engine's events back as messages. The app is built around
@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import replace
+from collections.abc import Sequence
 from pathlib import Path
 
 from textual import on, work
@@ -20,6 +21,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Footer, Header, Input, Markdown
 from textual.widgets.markdown import MarkdownStream
 
+from kvchat.documents.bundle import kept_by_source
 from kvchat.engine import AskSettings
 from kvchat.errors import CancelledError, KvchatError
 from kvchat.events import Done, Notice, Progress, Pruned, Token
@@ -41,6 +43,7 @@ class KvchatApp(App[None]):
         Binding("escape", "stop", "Stop"),
         Binding("ctrl+n", "new_conversation", "New chat", priority=True),
         Binding("ctrl+o", "open_document", "Open", priority=True),
+        Binding("ctrl+a", "add_document", "Add", priority=True),
         Binding("ctrl+s", "settings", "Settings", priority=True),
         Binding("ctrl+t", "kept", "Kept", priority=True),
         Binding("f1", "help", "Help", priority=True),
@@ -51,7 +54,7 @@ class KvchatApp(App[None]):
     def __init__(
         self,
         sessions: SessionFactory,
-        path: Path | None = None,
+        paths: Sequence[Path] = (),
         settings: AskSettings | None = None,
         start_dir: Path | None = None,
         startup_warning: str | None = None,
@@ -60,7 +63,7 @@ class KvchatApp(App[None]):
         self.startup_warning = startup_warning
         self.sessions = sessions
         self.settings = settings or AskSettings()
-        self.initial_path = path
+        self.paths = list(paths)  # the documents of the conversation, in the order they are named
         self.start_dir = start_dir or Path.cwd()
         self.session: ChatSession | None = None
         self.busy: Job | None = None
@@ -87,8 +90,8 @@ class KvchatApp(App[None]):
         self.query_one("#transcript").anchor()
         if self.startup_warning:
             self.notify(self.startup_warning, severity="warning", timeout=12, markup=False)
-        if self.initial_path is not None:
-            self.open_path(self.initial_path)
+        if self.paths:
+            self.open_paths(self.paths)
         else:
             self.action_open_document()
 
@@ -101,20 +104,21 @@ class KvchatApp(App[None]):
         self._cancel = threading.Event()
         return self._cancel
 
-    def open_path(self, path: Path) -> None:
-        """Close the open document (if any) and read `path`."""
+    def open_paths(self, paths: Sequence[Path]) -> None:
+        """Close the open documents (if any) and read `paths`, asked about together."""
         old, self.session, self._kept = self.session, None, None
-        self.sub_title = path.name
+        self.paths = list(paths)
+        self.sub_title = " + ".join(path.name for path in paths)
         self.query_one(ReadingBar).start("Reading")
-        self._read(old, path, self._start("reading"))
+        self._read(old, self.paths, self._start("reading"))
 
     @work(thread=True, group="model", exit_on_error=False)
-    def _read(self, old: ChatSession | None, path: Path, cancel: threading.Event) -> None:
+    def _read(self, old: ChatSession | None, paths: list[Path], cancel: threading.Event) -> None:
         session: ChatSession | None = None
         try:
             if old is not None:
                 old.close()
-            session = self.sessions.open(path, self.settings, lambda done, total: self.post_message(PagesRead(done, total)))
+            session = self.sessions.open(paths, self.settings, lambda done, total: self.post_message(PagesRead(done, total)))
             self.post_message(DocumentLoaded(session.document))
             for event in session.read(cancel):
                 self.post_message(EngineEvent(event))
@@ -255,17 +259,25 @@ class KvchatApp(App[None]):
         await self._transcript_line(f"New conversation about {self.sub_title}.")
 
     def action_open_document(self) -> None:
+        self._pick(adding=False)
+
+    def action_add_document(self) -> None:
+        """Ask about one more document together with those open (all are read again, together);
+        with none open yet, the same as opening one."""
+        self._pick(adding=bool(self.paths))
+
+    def _pick(self, adding: bool) -> None:
         if self._dialog_open(PickerScreen):
             return
         if self.busy is not None:
             self.notify("busy: esc stops it first", severity="warning")
             return
-        self.push_screen(PickerScreen(self.start_dir), self._picked)
+        self.push_screen(PickerScreen(self.start_dir), lambda path: self._picked(path, adding))
 
-    def _picked(self, path: Path | None) -> None:
+    def _picked(self, path: Path | None, adding: bool) -> None:
         if path is not None:
             self.start_dir = path.parent
-            self.open_path(path)
+            self.open_paths([*self.paths, path] if adding else [path])
         elif self.session is None:
             self.notify("no document open: ctrl+o opens one, ctrl+q quits")
 
@@ -283,7 +295,7 @@ class KvchatApp(App[None]):
         panel.settings = settings
         panel.refresh_figures()
         if reread and self.busy is None:
-            self.open_path(self.session.document.path)  # type: ignore[union-attr]
+            self.open_paths(self.paths)
         self.notify("settings saved" + ("; reading the document again" if reread else ""))
 
     def action_kept(self) -> None:
@@ -295,6 +307,8 @@ class KvchatApp(App[None]):
         positions, prompt_tokens = self._kept
         spans = self.session.kept_spans(positions)
         summary = f"{len(positions):,} of {prompt_tokens:,} prompt tokens kept; the highlighted text is what the answer saw"
+        if per_document := kept_by_source(self.session.document, spans):
+            summary += " · " + " · ".join(f"{name}: {chars:,} chars" for name, chars in per_document.items())
         self.push_screen(KeptScreen(self.session.document.text.strip(), spans, summary))
 
     def action_help(self) -> None:

@@ -7,11 +7,11 @@ document and its conversation. Both are called from worker threads, never the UI
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Protocol
 
-from kvchat.documents import Document, PageProgress, load_document
+from kvchat.documents import Document, PageProgress, bundle, load_document
 from kvchat.engine import AskSettings, Conversation, Engine
 from kvchat.events import Event
 
@@ -36,9 +36,9 @@ class ChatSession(Protocol):
 
 
 class SessionFactory(Protocol):
-    def open(self, path: Path, settings: AskSettings, ocr_progress: PageProgress | None = None) -> ChatSession:
-        """Load the document (raises KvchatError with a hint; `ocr_progress` follows the OCR of
-        scanned pages) and start a conversation."""
+    def open(self, paths: Sequence[Path], settings: AskSettings, ocr_progress: PageProgress | None = None) -> ChatSession:
+        """Load the documents (raises KvchatError with a hint; `ocr_progress` follows the OCR of
+        scanned pages) and start a conversation about them together."""
 
     def close(self) -> None: ...
 
@@ -76,8 +76,8 @@ class EngineSessions:
         self.use_cache = use_cache
         self._engine: Engine | None = None
 
-    def open(self, path: Path, settings: AskSettings, ocr_progress: PageProgress | None = None) -> ChatSession:
-        document = load_document(path, ocr_progress)
+    def open(self, paths: Sequence[Path], settings: AskSettings, ocr_progress: PageProgress | None = None) -> ChatSession:
+        document = bundle([load_document(path, ocr_progress) for path in paths])
         if self._engine is None:
             self._engine = Engine(self.model, gpu_layers=self.gpu_layers, use_cache=self.use_cache)
         return EngineSession(self._engine.conversation(document, settings))
