@@ -16,7 +16,7 @@ from kvchat.events import Done, Event, Notice, Progress as ReadProgress, Pruned,
 MIB = 2**20
 JSON_KEYS = (
     "answer", "model", "method", "budget", "prompt_tokens", "loaded_tokens", "read_tokens", "kept_tokens", "kv_bytes_full",
-    "kv_bytes_kept", "prefill_tokens_per_s", "decode_tokens_per_s", "ttft_s", "total_s",
+    "kv_bytes_kept", "prefill_tokens_per_s", "decode_tokens_per_s", "ttft_s", "total_s", "kept_by_document",
 )
 
 
@@ -29,11 +29,16 @@ def stats_line(stats: Stats) -> str:
     )
 
 
-def json_record(done: Done) -> dict[str, object]:
+def json_record(done: Done, kept_by_document: tuple[tuple[str, int], ...]) -> dict[str, object]:
     stats = done.stats
     record: dict[str, object] = {"answer": done.answer}
-    record.update({key: getattr(stats, key) for key in JSON_KEYS if key != "answer"})
+    record.update({key: getattr(stats, key) for key in JSON_KEYS if key not in ("answer", "kept_by_document")})
+    record["kept_by_document"] = dict(kept_by_document)  # characters of each document kept; {} for one document
     return record
+
+
+def kept_by_document_line(kept_by_document: tuple[tuple[str, int], ...]) -> str:
+    return "kept of each document: " + " · ".join(f"{name} {chars:,} chars" for name, chars in kept_by_document)
 
 
 class _Bar:
@@ -89,6 +94,7 @@ def render(events: Iterable[Event], as_json: bool, console: Console) -> Done | N
     """Consume the event stream; returns the Done event."""
     bar = ReadingBar(console)
     done: Done | None = None
+    kept_by_document: tuple[tuple[str, int], ...] = ()
     wrote_text = False
     try:
         for event in events:
@@ -96,6 +102,7 @@ def render(events: Iterable[Event], as_json: bool, console: Console) -> Done | N
                 bar.update(event)
             elif isinstance(event, Pruned):
                 bar.close()
+                kept_by_document = event.kept_by_document
             elif isinstance(event, Notice):
                 console.print(f"kvchat: {event.text}", highlight=False, soft_wrap=True)
             elif isinstance(event, Token):
@@ -113,6 +120,8 @@ def render(events: Iterable[Event], as_json: bool, console: Console) -> Done | N
             sys.stdout.flush()
     if done is not None:
         if as_json:
-            sys.stdout.write(json.dumps(json_record(done)) + "\n")
+            sys.stdout.write(json.dumps(json_record(done, kept_by_document)) + "\n")
         console.print(stats_line(done.stats), highlight=False, soft_wrap=True)
+        if kept_by_document:
+            console.print(kept_by_document_line(kept_by_document), highlight=False, soft_wrap=True)
     return done

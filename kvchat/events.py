@@ -20,13 +20,15 @@ class Progress:
 
 @dataclass(frozen=True)
 class Pruned:
-    """The prompt's cache was reduced from `prompt_tokens` to `kept_tokens` entries."""
+    """The prompt's cache was reduced from `prompt_tokens` to `kept_tokens` entries;
+    `kept_by_document`: characters of each document's text kept, when several are asked about."""
 
     prompt_tokens: int
     kept_tokens: int
     kept_positions: tuple[int, ...] = field(repr=False)
     observe_s: float = 0.0
     compact_s: float = 0.0
+    kept_by_document: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True)

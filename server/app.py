@@ -10,6 +10,7 @@ import asyncio
 import json
 import time
 import uuid
+from dataclasses import dataclass, field
 from collections.abc import AsyncIterator, Coroutine
 from typing import Any, TypeVar
 
@@ -17,7 +18,7 @@ from fastapi import FastAPI, File, Request, UploadFile
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from kvchat.events import Done, Event, Notice, Token
+from kvchat.events import Done, Event, Notice, Pruned, Token
 from kvchat.server.errors import ApiError, ApiKeyCheck, BodyLimit, UnexpectedErrors, install_error_handlers
 from kvchat.server.schemas import ChatCompletionRequest
 from kvchat.server.service import ChatService
@@ -72,15 +73,15 @@ def create_app(service: ChatService, api_key: str | None = None) -> FastAPI:
             raise ApiError(404, f"The model {body.model!r} does not exist; this server has {model_id!r}", "model_not_found", "model")
         events = service.run(body)
         completion_id, created = f"chatcmpl-{uuid.uuid4().hex[:24]}", int(time.time())
-        notices: list[str] = []  # the reading's notices (a document read streamed), for the kv block
+        report = _Reading()  # for the kv block
         if body.stream:
             # refusals become HTTP errors before any byte is sent
-            first = await _unless_client_leaves(request, _first_answer_event(events, notices))
+            first = await _unless_client_leaves(request, _first_answer_event(events, report))
             include_usage = bool(body.stream_options and body.stream_options.include_usage)
-            chunks = _sse(events, first, completion_id, created, model_id, include_usage, notices)
+            chunks = _sse(events, first, completion_id, created, model_id, include_usage, report)
             return StreamingResponse(chunks, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
-        done = await _unless_client_leaves(request, _last_event(events, notices))
-        return JSONResponse(_completion(done, completion_id, created, model_id, notices))
+        done = await _unless_client_leaves(request, _last_event(events, report))
+        return JSONResponse(_completion(done, completion_id, created, model_id, report))
 
     return app
 
@@ -109,22 +110,34 @@ async def _disconnected(request: Request) -> None:
         pass
 
 
-async def _first_answer_event(events: AsyncIterator[Event], notices: list[str]) -> Event:
-    """The first Token or Done (reading and pruning come before it); notices on the way go to `notices`."""
-    async for event in events:
+@dataclass
+class _Reading:
+    """What the events before an answer said of its prompt's reading, for the kv block."""
+
+    notices: list[str] = field(default_factory=list)
+    kept_by_document: dict[str, int] = field(default_factory=dict)
+
+    def note(self, event: Event) -> None:
         if isinstance(event, Notice):
-            notices.append(event.text)
+            self.notices.append(event.text)
+        elif isinstance(event, Pruned):
+            self.kept_by_document = dict(event.kept_by_document)
+
+
+async def _first_answer_event(events: AsyncIterator[Event], report: _Reading) -> Event:
+    """The first Token or Done (reading and pruning come before it, noted in `report`)."""
+    async for event in events:
+        report.note(event)
         if isinstance(event, (Token, Done)):
             return event
     raise _no_result()
 
 
-async def _last_event(events: AsyncIterator[Event], notices: list[str]) -> Done:
-    """The answer's Done, the last of its events; notices on the way go to `notices`."""
+async def _last_event(events: AsyncIterator[Event], report: _Reading) -> Done:
+    """The answer's Done, the last of its events (those before it noted in `report`)."""
     last: Event | None = None
     async for last in events:
-        if isinstance(last, Notice):
-            notices.append(last.text)
+        report.note(last)
     if not isinstance(last, Done):
         raise _no_result()
     return last
@@ -144,26 +157,26 @@ def _usage(done: Done) -> dict[str, int]:
             "total_tokens": stats.prompt_tokens + stats.generated_tokens}
 
 
-def _kv(done: Done, notices: list[str]) -> dict[str, object]:
+def _kv(done: Done, report: _Reading) -> dict[str, object]:
     """kvchat's extension of a completion: how the prompt was read and kept."""
     stats = done.stats
     return {"method": stats.method, "prompt_tokens": stats.prompt_tokens, "loaded_tokens": stats.loaded_tokens,
             "read_tokens": stats.read_tokens, "kept_tokens": stats.kept_tokens, "ttft_s": round(stats.ttft_s, 4),
-            "notices": notices}
+            "notices": report.notices, "kept_by_document": report.kept_by_document}
 
 
-def _completion(done: Done, completion_id: str, created: int, model_id: str, notices: list[str]) -> dict[str, object]:
+def _completion(done: Done, completion_id: str, created: int, model_id: str, report: _Reading) -> dict[str, object]:
     return {
         "id": completion_id, "object": "chat.completion", "created": created, "model": model_id,
         "choices": [{"index": 0, "message": {"role": "assistant", "content": done.answer},
                      "finish_reason": FINISH_REASONS.get(done.stats.stop_reason, "stop")}],
         "usage": _usage(done),
-        "kv": _kv(done, notices),
+        "kv": _kv(done, report),
     }
 
 
 async def _sse(events: AsyncIterator[Event], first: Event, completion_id: str, created: int, model_id: str,
-               include_usage: bool, notices: list[str]) -> AsyncIterator[str]:
+               include_usage: bool, report: _Reading) -> AsyncIterator[str]:
     """OpenAI's chunks: the role, the content pieces, the finish reason (with kvchat's kv block),
     usage if asked, [DONE]."""
 
@@ -179,7 +192,7 @@ async def _sse(events: AsyncIterator[Event], first: Event, completion_id: str, c
             if isinstance(event, Token):
                 yield chunk({"content": event.text})
             elif isinstance(event, Done):
-                yield chunk({}, FINISH_REASONS.get(event.stats.stop_reason, "stop"), kv=_kv(event, notices))
+                yield chunk({}, FINISH_REASONS.get(event.stats.stop_reason, "stop"), kv=_kv(event, report))
                 if include_usage:
                     body = {"id": completion_id, "object": "chat.completion.chunk", "created": created,
                             "model": model_id, "choices": [], "usage": _usage(event)}

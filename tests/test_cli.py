@@ -20,7 +20,7 @@ from test_documents import BAD_DOCUMENTS
 
 JSON_KEYS = {
     "answer", "model", "method", "budget", "prompt_tokens", "loaded_tokens", "read_tokens", "kept_tokens", "kv_bytes_full",
-    "kv_bytes_kept", "prefill_tokens_per_s", "decode_tokens_per_s", "ttft_s", "total_s",
+    "kv_bytes_kept", "prefill_tokens_per_s", "decode_tokens_per_s", "ttft_s", "total_s", "kept_by_document",
 }
 
 
@@ -88,6 +88,27 @@ def test_a_document_longer_than_the_models_context_is_read_streamed_unless_a_met
     lines = named.stderr.strip().splitlines()
     assert named.returncode == 2 and len(lines) == 1
     assert "the model was trained on 4,096" in lines[0] and "hint: leave --method out" in lines[0]
+
+
+def test_several_documents_are_asked_about_together_and_their_reading_is_loaded_the_next_time(
+    document, tmp_path, tiny_model_path, isolated_home
+) -> None:
+    ledger = tmp_path / "ledger.txt"
+    ledger.write_text("The ledger was kept in the blue cabinet. " * 15)  # with notes.txt, within the tiny model's 4,096
+    base = ["ask", str(document), str(ledger)]
+    options = ["--model", str(tiny_model_path), "--budget", "64", "--window", "16", "--max-tokens", "4", "--threads", "2", "--json"]
+    first = run_kvchat(*base, "How much is item 7, and where was the ledger kept?", *options, home=isolated_home)
+    second = run_kvchat(*base, "What does item 9 cost?", *options, home=isolated_home)
+    assert first.returncode == second.returncode == 0, first.stderr + second.stderr
+    read, loaded = json.loads(first.stdout), json.loads(second.stdout)
+    alone = run_kvchat(*ask_args(document, tiny_model_path, "--json"), home=isolated_home)
+    assert read["method"] == "snapkv" and read["loaded_tokens"] == 0
+    assert read["prompt_tokens"] > json.loads(alone.stdout)["prompt_tokens"] + 500
+    assert loaded["loaded_tokens"] > 3000 and loaded["read_tokens"] < 60  # the pair's reading loaded, the question read
+    assert list(read["kept_by_document"]) == ["notes.txt", "ledger.txt"] and sum(read["kept_by_document"].values()) > 0
+    assert json.loads(alone.stdout)["kept_by_document"] == {}
+    stats_lines = [line for line in first.stderr.splitlines() if line.startswith("kept of each document: ")]
+    assert stats_lines == ["kept of each document: " + " · ".join(f"{name} {chars:,} chars" for name, chars in read["kept_by_document"].items())]
 
 
 def test_inspect_tells_tokens_fit_and_reading_time_from_the_last_measured_speed(

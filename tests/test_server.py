@@ -450,6 +450,7 @@ def test_several_documents_are_asked_about_together_and_their_reading_is_loaded_
         assert kv_second["loaded_tokens"] > boat["tokens"] + ledger["tokens"]  # the pair's reading, not read again
         assert kv_second["read_tokens"] == kv_second["prompt_tokens"] - kv_second["loaded_tokens"] < 64
         assert kv_alone["prompt_tokens"] < kv_first["prompt_tokens"]
+        assert list(kv_first["kept_by_document"]) == ["boat.txt", "ledger.txt"] and kv_alone["kept_by_document"] == {}
         for ids, status, code in (({"document_ids": [boat["id"], "doc-nope"]}, 404, "document_not_found"),
                                   ({"document_ids": []}, 400, None),
                                   ({"document_id": boat["id"], "document_ids": [boat["id"]]}, 400, "invalid_document_ids")):

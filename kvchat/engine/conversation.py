@@ -10,19 +10,22 @@ the method was named (sizing.reading_settings).
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Generator, Iterable, Iterator
+from dataclasses import replace
 
 from kvchat.documents import Document
+from kvchat.documents.bundle import BUNDLE_KIND, kept_by_source
 from kvchat.engine.kept import kept_text_spans
 from kvchat.engine.prompt import PromptPart, Turn, chat_messages, document_part, split_rendered
 from kvchat.engine.prompt_run import PromptRun
+from kvchat.engine.selected import Selected
 from kvchat.engine.selections import PerQuestion, Selection
 from kvchat.engine.settings import AskSettings
 from kvchat.engine.sizing import RING_MIN, context_size, reading_settings, round_up
 from kvchat.engine.speeds import ReadingSpeeds
 from kvchat.engine.states import DocumentStates
 from kvchat.engine.stream import StreamSettings, stream_context_size
-from kvchat.events import Done, Event, Notice
+from kvchat.events import Done, Event, Notice, Pruned
 from kvchat.llama import LlamaModel
 
 CONVERSATION_ROOM = 1024
@@ -124,9 +127,22 @@ class Conversation:
         self._make_room(len(tokens) - self.run.read_upto, settings.max_tokens)
         # the document's reading counts towards the first answer's TTFT, not the follow-ups'
         reading_s = 0.0 if self.turns else self._reading_s
-        selected = yield from self.run.select(tokens, settings, start.pinned, cancel, start.prunes, reading_s)
+        selection = self.run.select(tokens, settings, start.pinned, cancel, start.prunes, reading_s)
+        selected = yield from self._with_sources(selection)
         self.prompt_tokens = tokens
         return selected
+
+    def _with_sources(self, selection: Generator[Event, None, Selected]) -> Generator[Event, None, Selected]:
+        """The selection's events; about several documents, its Pruned says what it kept of each."""
+        while True:
+            try:
+                event = next(selection)
+            except StopIteration as finished:
+                return finished.value
+            if isinstance(event, Pruned) and self.document.kind == BUNDLE_KIND:
+                kept = kept_by_source(self.document, self.kept_spans(event.kept_positions))
+                event = replace(event, kept_by_document=tuple(kept.items()))
+            yield event
 
     def _answering(self, settings: AskSettings | None) -> AskSettings:
         """The settings an answer runs with: the conversation's, or `settings` as this document
