@@ -43,7 +43,7 @@ def inspect_command(
     console = Console(stderr=True)
     with OcrBar(console) as ocr_progress:
         documents = [load_document(path, ocr_progress) for path in paths]
-    with Engine(model, gpu_layers=gpu_layers, use_cache=False) as engine:
+    with Engine(model, gpu_layers=gpu_layers) as engine:  # the cache holds the measured reading speeds
         plans = [engine.plan(document) for document in documents]
         n_ctx_train = engine.model.shape.n_ctx_train
     if as_json:

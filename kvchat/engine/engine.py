@@ -29,7 +29,8 @@ def state_store(max_bytes: int = DEFAULT_MAX_BYTES) -> StateStore:
 class Engine:
     """Load a model once (by registry name or GGUF path); talk about documents with it.
 
-    `use_cache` saves each document's reading and loads it on the next question.
+    `use_cache` saves each document's reading and loads it on the next question, and remembers
+    how fast the model reads here (for plan()); without it nothing is written to the cache.
     """
 
     def __init__(self, model: str = "default", gpu_layers: int = 0, use_cache: bool = True) -> None:
@@ -38,7 +39,8 @@ class Engine:
         self.model = LlamaModel(self.model_path, gpu_layers=gpu_layers)
         model_sha = model_sha256(self.model_path)
         self.states = DocumentStates(state_store(), model_sha, model) if use_cache else None
-        self.speeds = ReadingSpeeds(cache_dir() / "reading-speeds.json", f"{model_sha}|gpu_layers={gpu_layers}")
+        speeds_path, speeds_key = cache_dir() / "reading-speeds.json", f"{model_sha}|gpu_layers={gpu_layers}"
+        self.speeds = ReadingSpeeds(speeds_path, speeds_key) if use_cache else None
 
     def conversation(
         self,

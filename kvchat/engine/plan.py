@@ -29,10 +29,12 @@ class ReadingPlan:
         return asdict(self)
 
 
-def reading_plan(model: LlamaModel, document: Document, settings: AskSettings, speeds: ReadingSpeeds) -> ReadingPlan:
+def reading_plan(
+    model: LlamaModel, document: Document, settings: AskSettings, speeds: ReadingSpeeds | None
+) -> ReadingPlan:
     tokens = len(document_part(model, document.text).tokens(model))
     read_with, _ = reading_settings(model, tokens, settings)
-    speed = speeds.tokens_per_s("stream" if read_with.method.streams else "read")
+    speed = speeds.tokens_per_s("stream" if read_with.method.streams else "read") if speeds else None
     return ReadingPlan(
         path=str(document.path),
         format=document.kind,
