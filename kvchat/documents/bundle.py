@@ -24,8 +24,9 @@ def _names(documents: Sequence[Document]) -> list[str]:
 
 
 def bundle(documents: Sequence[Document]) -> Document:
-    """One Document of `documents` (one document is itself), in the order given; the texts are
-    normalized already, and each page's range moves with its text."""
+    """One Document of `documents` (one document is itself; a file given twice counts once), in
+    the order given; the texts are normalized already, and each page's range moves with its text."""
+    documents = list({document.path: document for document in documents}.values())
     if len(documents) == 1:
         return documents[0]
     names = _names(documents)
@@ -42,6 +43,24 @@ def bundle(documents: Sequence[Document]) -> Document:
         pages += [Page(page.number, page.start + offset, page.end + offset, source=name) for page in own_pages]
         offset += len(document.text)
     return Document(path=Path(" + ".join(names)), kind=BUNDLE_KIND, text="".join(parts), pages=pages)
+
+
+def _first_pages(document: Document) -> dict[str, Page]:
+    first: dict[str, Page] = {}
+    for page in document.pages:
+        if page.source and page.source not in first:
+            first[page.source] = page
+    return first
+
+
+def document_names(document: Document) -> list[str]:
+    """The names of a bundle's documents, in order; [] for one document."""
+    return list(_first_pages(document))
+
+
+def document_starts(document: Document) -> list[int]:
+    """Where each document of a bundle begins in its text (at its heading); [] for one document."""
+    return [page.start - len(heading(name)) for name, page in _first_pages(document).items()]
 
 
 def kept_by_source(document: Document, spans: Sequence[tuple[int, int]]) -> dict[str, int]:

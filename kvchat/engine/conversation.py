@@ -14,7 +14,7 @@ from collections.abc import Generator, Iterable, Iterator
 from dataclasses import replace
 
 from kvchat.documents import Document
-from kvchat.documents.bundle import BUNDLE_KIND, kept_by_source
+from kvchat.documents.bundle import BUNDLE_KIND, document_names, document_starts, kept_by_source
 from kvchat.engine.kept import kept_text_spans
 from kvchat.engine.prompt import PromptPart, Turn, chat_messages, document_part, split_rendered
 from kvchat.engine.prompt_run import PromptRun
@@ -54,14 +54,31 @@ class Conversation:
         self.turns: list[Turn] = []
         part = document_part(model, document.text)
         self._document_part = part.text
-        self.document_tokens = part.tokens(model)
+        self._runs = self._document_runs(part)
+        self.document_tokens = [token for run in self._runs for token in run] if self._runs else part.tokens(model)
         self.settings, self._notice = reading_settings(model, len(self.document_tokens), settings)
         self.states = None if self.settings.method.streams or states is None else states.for_settings(self.settings)
+        self._composes = self._runs is not None and not self.settings.method.streams
         if settings.method.needs_spans:  # token texts for span-aware selection, prepared with the tokens
             model.pieces_text(self.document_tokens)
-        self.run = PromptRun(model, self._context_size(), settings, model_name)
+        self.run = PromptRun(model, self._context_size(), self.settings, model_name, composes=self._composes)
         self.prompt_tokens: list[int] = []  # the last question's whole prompt
         self._reading_s = 0.0
+
+    def _document_runs(self, part: PromptPart) -> list[list[int]] | None:
+        """Several documents: the document part's tokens as [prefix, one run per document,
+        suffix], each tokenized on its own (see open()); None for one document. A document's run
+        is its heading and text between the line breaks around them (the prompt's own before the
+        first and after the last, the separator's between two), so it is the same tokens wherever
+        the document stands among the others, and its saved reading serves every combination."""
+        starts = document_starts(self.document)
+        if not starts:
+            return None
+        at = part.text.find(self.document.text)
+        cuts = [at + start - 1 for start in starts] + [at + len(self.document.text) + 1]
+        if any(part.text[cut - 1] != "\n" for cut in cuts[1:]) or part.text[cuts[0]] != "\n":
+            raise ValueError("several documents need a line break around each")
+        return part.token_runs(self.model, cuts)
 
     def _context_size(self) -> int:
         if self.settings.method.streams:
@@ -89,6 +106,11 @@ class Conversation:
         if self.settings.method.streams:
             observer = self.question_window(question) if question and self.stream.query_aware else None
             yield from self.run.stream(tokens, observer, self.settings, self.stream, cancel)
+            self.run.save()
+        elif self._composes:  # each document read (or loaded) on its own, then the end that sees them all
+            prefix, *blocks, _ = self._runs
+            yield from self.run.compose(prefix, blocks, self.states, document_names(self.document), cancel)
+            yield from self.run.read(tokens, len(tokens), cancel)
             self.run.save()
         else:
             yield from self.run.open(tokens, len(tokens), self.states, str(self.document.path), cancel)

@@ -51,6 +51,25 @@ class PromptPart:
             tokens += model.tokenize(text, special=not is_message_text)
         return tokens
 
+    def token_runs(self, model: LlamaModel, cuts: list[int]) -> list[list[int]]:
+        """The tokens in len(cuts) + 1 runs, cut at the character offsets `cuts` (ascending,
+        inside message text): each run is tokenized on its own, so its tokens are the same
+        wherever the run is read (a document of several, read on its own)."""
+        runs: list[list[int]] = [[]]
+        pending, offset = list(cuts), 0
+        for text, is_message_text in self.segments:
+            start = 0
+            while is_message_text and pending and pending[0] <= offset + len(text):
+                cut = pending.pop(0) - offset
+                runs[-1] += model.tokenize(text[start:cut]) if cut > start else []
+                runs.append([])
+                start = cut
+            runs[-1] += model.tokenize(text[start:], special=not is_message_text) if start < len(text) else []
+            offset += len(text)
+        if pending:
+            raise ValueError("a cut falls outside the prompt's message text")
+        return runs
+
 
 @dataclass(frozen=True)
 class Turn:

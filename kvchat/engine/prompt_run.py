@@ -32,12 +32,16 @@ class PromptRun:
     `loaded_upto` of them from a saved state (a file, the restore point, a kept prefix) rather than
     decoded for the coming answer."""
 
-    def __init__(self, model: LlamaModel, n_ctx: int, settings: AskSettings, model_name: str) -> None:
+    def __init__(
+        self, model: LlamaModel, n_ctx: int, settings: AskSettings, model_name: str, composes: bool = False
+    ) -> None:
+        """`composes`: the prompt is put together from readings of its parts (compose())."""
         self.model = model
         self.model_name = model_name
         self._context_settings = ContextSettings(
             n_ctx=n_ctx, n_batch=settings.n_batch, threads=settings.threads, flash_attn=settings.layout.flash_attn,
             type_k=settings.layout.type_k, type_v=settings.layout.type_v,
+            n_seq_max=2 if composes else 1, kv_unified=composes,
         )
         self.cache = KvCache(LlamaContext(model, self._context_settings))
         self.read_upto = 0
@@ -114,6 +118,50 @@ class PromptRun:
             state = self.save()
         if new_reading:
             yield from states.save(tokens[:upto], state, label)
+
+    def compose(
+        self,
+        prefix: list[int],
+        blocks: list[list[int]],
+        states: DocumentStates | None,
+        labels: list[str],
+        cancel: threading.Event | None = None,
+    ) -> Iterator[Event]:
+        """Bring prefix + blocks into the cache, each block as read on its own after `prefix`
+        (block-wise: a block does not see the others), so each block's reading is saved and
+        loaded on its own (under its label) and any combination of them is put together without
+        reading again. loaded_upto counts the tokens loaded rather than read."""
+        total = len(prefix) + sum(len(block) for block in blocks)
+        work = sum(len(prefix) + len(block) for block in blocks)  # what progress counts: each block's reading
+        readings: list[StateBytes] = []
+        loaded = done = 0
+        for block, label in zip(blocks, labels):
+            tokens = prefix + block
+            found = (yield from states.load(tokens)) if states is not None else None
+            if found is None:
+                yield from self._read_alone(tokens, done, work, cancel)
+                found = self.cache.state()
+                if states is not None:
+                    yield from states.save(tokens, found, label)
+            else:
+                loaded += len(block) + (0 if readings else len(prefix))
+                yield Notice(f"loaded the saved reading of {Path(label).name} ({len(tokens):,} tokens)")
+            readings.append(found)
+            done += len(tokens)
+        first = np.asarray(prefix + blocks[0], dtype=np.int64)
+        self.cache.load(readings[0], np.arange(len(first)), first)
+        for block, reading in zip(blocks[1:], readings[1:]):
+            self.cache.append_reading(reading, len(prefix), block)
+        self.read_upto, self.loaded_upto, self._at_saved = total, loaded, False
+
+    def _read_alone(self, tokens: list[int], done: int, work: int, cancel: threading.Event | None) -> Iterator[Progress]:
+        """Read `tokens` into an empty cache: a block of compose(), after `done` of its `work`."""
+        started = time.perf_counter()
+        self.cache.ctx.clear()
+        self.cache.reset()
+        yield Progress(done=done, total=work, elapsed_s=0.0)
+        yield from self.cache.prefill(tokens, done, work, cancel)
+        self.read_s += time.perf_counter() - started
 
     def _load_longest(self, states: DocumentStates, tokens: list[int], label: str) -> Iterator[Event]:
         """Load the longest saved reading of a prefix of `tokens`: loaded_upto says how long.
