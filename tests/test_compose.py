@@ -4,6 +4,7 @@ block-wise reading made in one context, and a combination already read reads not
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -100,3 +101,13 @@ def test_each_document_is_saved_on_its_own_and_a_combination_read_before_is_only
         assert third._runs[1] == again._runs[2]  # the same tokens wherever the document stands
     finally:
         third.close()
+
+
+def test_without_blockwise_several_documents_are_read_as_one_text(tiny_model, states) -> None:
+    settings = replace(SETTINGS, blockwise=False)
+    conversation = Conversation(tiny_model, "tiny", bundle([BOXES, LEDGER]), settings, states=states)
+    try:
+        list(conversation.open())
+        assert len(states.store.entries()) == 1 and conversation.run.cache.ctx.settings.n_seq_max == 1
+    finally:
+        conversation.close()

@@ -58,7 +58,7 @@ class Conversation:
         self.document_tokens = [token for run in self._runs for token in run] if self._runs else part.tokens(model)
         self.settings, self._notice = reading_settings(model, len(self.document_tokens), settings)
         self.states = None if self.settings.method.streams or states is None else states.for_settings(self.settings)
-        self._composes = self._runs is not None and not self.settings.method.streams
+        self._composes = self._runs is not None and settings.blockwise and not self.settings.method.streams
         if settings.method.needs_spans:  # token texts for span-aware selection, prepared with the tokens
             model.pieces_text(self.document_tokens)
         self.run = PromptRun(model, self._context_size(), self.settings, model_name, composes=self._composes)

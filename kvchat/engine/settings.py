@@ -47,6 +47,9 @@ class AskSettings:
     # A document longer than the model's context is read streamed (SnapStream with the method's
     # options) instead of refused; front ends turn it off when the user names the method.
     auto_stream: bool = True
+    # Several documents: each read on its own and the readings put together, so each is saved and
+    # reused alone (block-wise); off: read as one text, each document seeing those before it.
+    blockwise: bool = True
 
     def __post_init__(self) -> None:
         if self.max_tokens < 1:
