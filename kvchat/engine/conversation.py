@@ -107,10 +107,9 @@ class Conversation:
             observer = self.question_window(question) if question and self.stream.query_aware else None
             yield from self.run.stream(tokens, observer, self.settings, self.stream, cancel)
             self.run.save()
-        elif self._composes:  # each document read (or loaded) on its own, then the end that sees them all
-            prefix, *blocks, _ = self._runs
-            yield from self.run.compose(prefix, blocks, self.states, document_names(self.document), cancel)
-            yield from self.run.read(tokens, len(tokens), cancel)
+        elif self._composes:  # each document read (or loaded) on its own
+            prefix, *blocks, suffix = self._runs
+            yield from self.run.compose(prefix, blocks, suffix, self.states, document_names(self.document), cancel)
             self.run.save()
         else:
             yield from self.run.open(tokens, len(tokens), self.states, str(self.document.path), cancel)

@@ -123,14 +123,16 @@ class PromptRun:
         self,
         prefix: list[int],
         blocks: list[list[int]],
+        suffix: list[int],
         states: DocumentStates | None,
         labels: list[str],
         cancel: threading.Event | None = None,
     ) -> Iterator[Event]:
-        """Bring prefix + blocks into the cache, each block as read on its own after `prefix`
-        (block-wise: a block does not see the others), so each block's reading is saved and
-        loaded on its own (under its label) and any combination of them is put together without
-        reading again. loaded_upto counts the tokens loaded rather than read."""
+        """Bring prefix + blocks + suffix into the cache, each block as read on its own after
+        `prefix` (block-wise: a block does not see the others), so each block's reading is saved
+        and loaded on its own (under its label) and any combination of them is put together
+        without reading again; then the suffix, which sees them all (a few tokens: no progress).
+        loaded_upto counts the tokens loaded rather than read."""
         total = len(prefix) + sum(len(block) for block in blocks)
         work = sum(len(prefix) + len(block) for block in blocks)  # what progress counts: each block's reading
         readings: list[StateBytes] = []
@@ -152,7 +154,8 @@ class PromptRun:
         self.cache.load(readings[0], np.arange(len(first)), first)
         for block, reading in zip(blocks[1:], readings[1:]):
             self.cache.append_reading(reading, len(prefix), block)
-        self.read_upto, self.loaded_upto, self._at_saved = total, loaded, False
+        self.cache.decode(suffix)
+        self.read_upto, self.loaded_upto, self._at_saved = total + len(suffix), loaded, False
 
     def _read_alone(self, tokens: list[int], done: int, work: int, cancel: threading.Event | None) -> Iterator[Progress]:
         """Read `tokens` into an empty cache: a block of compose(), after `done` of its `work`."""
