@@ -1,10 +1,12 @@
-"""A conversation about one document: read (or load) it once, answer many questions.
+"""A conversation about a document (or several): read (or load) it once, answer many questions.
 
 What each answer is chosen from is the conversation's Selection (selections/): by default every
 question selects anew from the saved full reading, with the earlier turns pinned. With a method
 that streams (snapstream) the document is read within the budget (see stream.py); the streamed
 cache is what every question starts from. A document too long to read whole is streamed unless
-the method was named (sizing.reading_settings).
+the method was named (sizing.reading_settings). Several documents come as one bundle
+(documents/bundle.py), read block-wise: each on its own, the readings put together
+(PromptRun.compose), so each is saved and reused alone.
 """
 
 from __future__ import annotations
