@@ -12,6 +12,7 @@ import pytest
 
 from inspect_helpers import last_logits
 from kvchat.documents import Document, bundle
+from kvchat.documents.bundle import document_names, document_starts
 from kvchat.engine import AskSettings, Conversation
 from kvchat.engine.cache import KvCache
 from kvchat.engine.states import DocumentStates
@@ -112,3 +113,12 @@ def test_without_blockwise_several_documents_are_read_as_one_text(tiny_model, st
         assert len(states.store.entries()) == 1 and conversation.run.cache.ctx.settings.n_seq_max == 1
     finally:
         conversation.close()
+
+
+def test_a_file_given_twice_counts_once_and_two_files_of_one_name_are_told_apart() -> None:
+    assert bundle([BOXES, BOXES]) is BOXES
+    other = Document.from_pages(Path("boxes.txt"), "text", ["Another boxes.txt, uploaded under the same name."])
+    both = bundle([BOXES, other, LEDGER])
+    assert document_names(both) == ["boxes.txt (1)", "boxes.txt (2)", "ledger.txt"]
+    assert [both.text[start:].split("\n", 1)[0] for start in document_starts(both)] == [
+        "=== boxes.txt (1) ===", "=== boxes.txt (2) ===", "=== ledger.txt ==="]

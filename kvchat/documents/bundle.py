@@ -18,15 +18,19 @@ def heading(name: str) -> str:
 
 
 def _names(documents: Sequence[Document]) -> list[str]:
-    """File names, or the paths as given where two documents share a file name."""
+    """File names; the paths as given where two documents share a file name; numbered where
+    they share the path too (two uploads of the same name)."""
     names = [document.path.name for document in documents]
-    return [str(document.path) if names.count(name) > 1 else name for name, document in zip(names, documents)]
+    names = [str(document.path) if names.count(name) > 1 else name for name, document in zip(names, documents)]
+    return [f"{name} ({names[:index].count(name) + 1})" if names.count(name) > 1 else name
+            for index, name in enumerate(names)]
 
 
 def bundle(documents: Sequence[Document]) -> Document:
-    """One Document of `documents` (one document is itself; a file given twice counts once), in
-    the order given; the texts are normalized already, and each page's range moves with its text."""
-    documents = list({document.path: document for document in documents}.values())
+    """One Document of `documents` (one document is itself; the same file given twice counts
+    once), in the order given; the texts are normalized already, and each page's range moves with
+    its text."""
+    documents = list({(document.path, document.sha256): document for document in documents}.values())
     if len(documents) == 1:
         return documents[0]
     names = _names(documents)
