@@ -23,7 +23,7 @@ KEYS = [
     ("esc", "stop the answer or the reading in progress"),
     ("ctrl+n", "new conversation about the same document"),
     ("ctrl+o", "open another document"),
-    ("ctrl+a", "add a document: ask about it together with those open"),
+    ("ctrl+a", "add a document: ask about it together with those open (a new conversation)"),
     ("ctrl+s", "settings: budget, window, pooling, method, sampling"),
     ("ctrl+t", "kept view: the document with what the cache kept highlighted"),
     ("? / f1", "this help"),
