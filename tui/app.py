@@ -262,8 +262,8 @@ class KvchatApp(App[None]):
         self._pick(adding=False)
 
     def action_add_document(self) -> None:
-        """Ask about one more document together with those open, in a new conversation (a
-        document already read as one of several is loaded); with none open, open one."""
+        """Ask about one more document together with those open, in a new conversation; with
+        none open, open one."""
         self._pick(adding=bool(self.paths))
 
     def _pick(self, adding: bool) -> None:
