@@ -114,6 +114,16 @@ def test_by_default_several_documents_are_read_as_one_text(tiny_model, states) -
         assert len(states.store.entries()) == 1 and conversation.run.cache.ctx.settings.n_seq_max == 1
     finally:
         conversation.close()
+    block_wise, _ = _open(tiny_model, bundle([LEDGER, NOTES]), states)  # saves ledger.txt's reading alone
+    block_wise.close()
+    one_text = Conversation(tiny_model, "tiny", bundle([LEDGER, BOXES]), settings, states=states)
+    try:  # ledger.txt's own reading is the beginning of this one text: loaded, and said to be a part
+        notices = [event.text for event in one_text.open() if isinstance(event, Notice)]
+        first = len(one_text._runs[0] + one_text._runs[1])
+        assert notices == [f"loaded a saved reading of the first {first:,} of {len(one_text.document_tokens):,} "
+                           "tokens of ledger.txt + boxes.txt"] and one_text.run.loaded_upto == first
+    finally:
+        one_text.close()
 
 
 def test_a_file_given_twice_counts_once_and_two_files_of_one_name_are_told_apart() -> None:

@@ -189,7 +189,11 @@ class PromptRun:
             self._saved = (found, self.cache.positions, self.cache.tokens, length)
             self._at_saved = True
             self.read_s += time.perf_counter() - started
-            yield Notice(f"loaded the saved reading of {Path(label).name} ({length:,} tokens)")
+            name = Path(label).name
+            if length == len(tokens):
+                yield Notice(f"loaded the saved reading of {name} ({length:,} tokens)")
+            else:  # another prompt's reading, of the same beginning
+                yield Notice(f"loaded a saved reading of the first {length:,} of {len(tokens):,} tokens of {name}")
             return
 
     def restore(self) -> None:
