@@ -10,8 +10,8 @@ import asyncio
 import json
 import time
 import uuid
-from dataclasses import dataclass, field
 from collections.abc import AsyncIterator, Coroutine
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from fastapi import FastAPI, File, Request, UploadFile

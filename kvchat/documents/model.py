@@ -54,16 +54,7 @@ class Document:
 
     def page_at(self, offset: int) -> int | None:
         """The page number holding character `offset`, or None for single-page text."""
-        page = self._page_holding(offset)
-        return page.number if page else None
-
-    def source_at(self, offset: int) -> str | None:
-        """The name of the document holding character `offset` in a bundle (bundle.py), else None."""
-        page = self._page_holding(offset)
-        return page.source or None if page else None
-
-    def _page_holding(self, offset: int) -> Page | None:
         for page in self.pages:
             if page.start <= offset < page.end:
-                return page
+                return page.number
         return None

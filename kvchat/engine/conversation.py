@@ -5,8 +5,8 @@ question selects anew from the saved full reading, with the earlier turns pinned
 that streams (snapstream) the document is read within the budget (see stream.py); the streamed
 cache is what every question starts from. A document too long to read whole is streamed unless
 the method was named (sizing.reading_settings). Several documents come as one bundle
-(documents/bundle.py), read block-wise: each on its own, the readings put together
-(PromptRun.compose), so each is saved and reused alone.
+(documents/bundle.py), read as one text; with AskSettings.blockwise, each on its own and the
+readings put together (PromptRun.compose), so each is saved and reused alone.
 """
 
 from __future__ import annotations

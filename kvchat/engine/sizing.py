@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-from dataclasses import fields, replace
+from dataclasses import replace
 
 from kvchat.engine.settings import AskSettings
 from kvchat.errors import PromptTooLongError
 from kvchat.llama import LlamaModel
-from kvchat.policy import SnapStream, method_options
+from kvchat.policy import SnapStream, method_named, method_options
 
 CTX_ROUNDING = 256
 RING_MIN = 64  # the least room an answer needs besides the prompt
-SNAPSTREAM_OPTIONS = {option.name for option in fields(SnapStream)}
 
 
 def round_up(value: int, multiple: int = CTX_ROUNDING) -> int:
@@ -47,8 +46,7 @@ def reading_settings(model: LlamaModel, n_document: int, settings: AskSettings) 
     off). A context size asked for (`n_ctx`) that is too small stays an error."""
     if settings.method.streams or not settings.auto_stream or n_document <= model.shape.n_ctx_train:
         return settings, None
-    options = {key: value for key, value in method_options(settings.method).items() if key in SNAPSTREAM_OPTIONS}
-    streamed = replace(settings, method=SnapStream(**options))  # type: ignore[arg-type]
+    streamed = replace(settings, method=method_named(SnapStream.name, **method_options(settings.method)))
     notice = (
         f"the document is {n_document:,} tokens, more than the {model.shape.n_ctx_train:,} the model was trained on: "
         f"reading it streamed (snapstream), keeping {streamed.method.budget:,} entries"
