@@ -9,31 +9,29 @@ from __future__ import annotations
 
 import logging
 import threading
-from dataclasses import replace
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from textual import on, work
-from textual.app import App, ComposeResult
+from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.screen import ModalScreen
 from textual.widgets import Footer, Header, Input, Markdown
 from textual.widgets.markdown import MarkdownStream
 
-from kvchat.documents.bundle import kept_by_source
 from kvchat.engine import AskSettings
 from kvchat.errors import CancelledError, KvchatError
 from kvchat.events import Done, Notice, Progress, Pruned, Token
+from kvchat.tui.dialogs import Dialogs
 from kvchat.tui.messages import DocumentLoaded, EngineEvent, Job, JobEnded, PagesRead
-from kvchat.tui.screens import HelpScreen, KeptScreen, PickerScreen, SettingsScreen
 from kvchat.tui.sessions import ChatSession, SessionFactory
 from kvchat.tui.widgets import AnswerView, Exchange, KvPanel, NoticeView, ReadingBar
 
 LOGGER = logging.getLogger(__name__)
 
 
-class KvchatApp(App[None]):
+class KvchatApp(Dialogs):
     CSS_PATH = "app.tcss"
     TITLE = "kvchat"
     # below 80 columns the side panel (34) would squeeze the question box: it is hidden there
@@ -238,16 +236,6 @@ class KvchatApp(App[None]):
         if self.busy is not None:
             self._cancel.set()
 
-    def _dialog_open(self, kind: type[ModalScreen] | None = None) -> bool:
-        """One dialog at a time: while one is open the keys that open dialogs do nothing,
-        except that the key of the open dialog closes it (F1 toggles the keys, ctrl+s settings)."""
-        top = self.screen
-        if not isinstance(top, ModalScreen):
-            return False
-        if kind is not None and isinstance(top, kind):
-            top.dismiss(None)
-        return True
-
     async def action_new_conversation(self) -> None:
         if self._dialog_open():
             return
@@ -257,64 +245,6 @@ class KvchatApp(App[None]):
         self.session.reset()
         await self.query_one("#transcript").remove_children()
         await self._transcript_line(f"New conversation about {self.sub_title}.")
-
-    def action_open_document(self) -> None:
-        self._pick(adding=False)
-
-    def action_add_document(self) -> None:
-        """Ask about one more document together with those open, in a new conversation; with
-        none open, open one."""
-        self._pick(adding=bool(self.paths))
-
-    def _pick(self, adding: bool) -> None:
-        if self._dialog_open(PickerScreen):
-            return
-        if self.busy is not None:
-            self.notify("busy: esc stops it first", severity="warning")
-            return
-        self.push_screen(PickerScreen(self.start_dir), lambda path: self._picked(path, adding))
-
-    def _picked(self, path: Path | None, adding: bool) -> None:
-        if path is not None:
-            self.start_dir = path.parent
-            self.open_paths([*self.paths, path] if adding else [path])
-        elif self.session is None:
-            self.notify("no document open: ctrl+o opens one, ctrl+q quits")
-
-    def action_settings(self) -> None:
-        if self._dialog_open(SettingsScreen):
-            return
-        self.push_screen(SettingsScreen(self.settings), self._new_settings)
-
-    def _new_settings(self, settings: AskSettings | None) -> None:
-        if settings is None:
-            return
-        reread = settings.method.streams != self.settings.method.streams and self.session is not None
-        self.settings = settings
-        panel = self.query_one(KvPanel)
-        panel.settings = settings
-        panel.refresh_figures()
-        if reread and self.busy is None:
-            self.open_paths(self.paths)
-        self.notify("settings saved" + ("; reading the document again" if reread else ""))
-
-    def action_kept(self) -> None:
-        if self._dialog_open(KeptScreen):
-            return
-        if self.session is None or self._kept is None:
-            self.notify("nothing pruned yet: the kept view shows what the last answer's selection kept")
-            return
-        positions, prompt_tokens = self._kept
-        spans = self.session.kept_spans(positions)
-        summary = f"{len(positions):,} of {prompt_tokens:,} prompt tokens kept; the highlighted text is what the answer saw"
-        if per_document := kept_by_source(self.session.document, spans):
-            summary += " · " + " · ".join(f"{name}: {chars:,} chars" for name, chars in per_document.items())
-        self.push_screen(KeptScreen(self.session.document.text.strip(), spans, summary))
-
-    def action_help(self) -> None:
-        if self._dialog_open(HelpScreen):
-            return
-        self.push_screen(HelpScreen())
 
     async def action_quit(self) -> None:
         self._cancel.set()
