@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,9 @@ from tiny_gguf import write_tiny_gguf
 
 TESTS_DIR = Path(__file__).parent
 REPO_DIR = TESTS_DIR.parent
+# KVCHAT_TEST_GPU_LAYERS=99 runs the tiny-model mechanics with every layer on the GPU (a GPU build
+# of llama.cpp): the same exact assertions then check the offloaded path. Unset, as in CI: the CPU.
+TINY_GPU_LAYERS = int(os.environ.get("KVCHAT_TEST_GPU_LAYERS", "0"))
 
 
 @pytest.fixture(autouse=True)
@@ -30,7 +34,7 @@ def tiny_model_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def tiny_model(tiny_model_path: Path):
     from kvchat.llama import LlamaModel
 
-    with LlamaModel(tiny_model_path) as model:
+    with LlamaModel(tiny_model_path, gpu_layers=TINY_GPU_LAYERS) as model:
         yield model
 
 
