@@ -10,7 +10,7 @@ from rich.console import Console
 from kvchat.cli.interrupt import interrupt_as_cancel
 from kvchat.cli.options import (
     BUDGET, CACHE_TYPE_K, CACHE_TYPE_V, FLASH_ATTN, GPU_LAYERS, MAX_TOKENS, METHOD, MODEL, SAVE_READINGS, TEMPERATURE,
-    THREADS, WINDOW, ask_settings, kv_layout, warn_about_gpu_layers,
+    SOURCES, THREADS, WINDOW, ask_settings, kv_layout, warn_about_gpu_layers,
 )
 from kvchat.cli.render import OcrBar, render
 from kvchat.documents import SUPPORTED, bundle, load_document
@@ -51,6 +51,7 @@ def ask_command(
     n_ctx: int | None = typer.Option(None, help="Context size (default: fits the prompt + max tokens)."),
     select: str = typer.Option("question", help=selections_help()),
     cache: bool = SAVE_READINGS,
+    sources: bool = SOURCES,
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object with the answer and stats."),
 ) -> None:
     """Ask a question about a document (or several: `kvchat ask a.pdf b.docx "…"`); the answer
@@ -58,7 +59,7 @@ def ask_command(
     console = Console(stderr=True)
     warn_about_gpu_layers(gpu_layers, console)
     layout = kv_layout(flash_attn, gpu_layers, cache_type_k, cache_type_v)
-    settings = ask_settings(method, layout, max_tokens, temperature, threads, seed, n_ctx,
+    settings = ask_settings(method, layout, max_tokens, temperature, threads, seed, n_ctx, sources,
                             budget=budget, window=window, kernel=kernel, pool=pool, heads=heads, spans=spans)
     stream = StreamSettings(chunk=chunk, recent=recent)
     selection = selection_named(select)

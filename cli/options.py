@@ -28,6 +28,7 @@ GPU_LAYERS = typer.Option(0, help="Layers to offload to the GPU (a CUDA or Metal
 FLASH_ATTN = typer.Option("auto", help="on, off, or auto (on with --gpu-layers); on: scores from queries and keys.")
 CACHE_TYPE_K = typer.Option(DEFAULTS.layout.type_k, help="KV cache type of K: f16 or q8_0.")
 CACHE_TYPE_V = typer.Option(DEFAULTS.layout.type_v, help="KV cache type of V: f16 or q8_0 (q8_0 needs flash attention).")
+SOURCES = typer.Option(DEFAULTS.sources, "--sources/--no-sources", help="Name the passages each answer drew on (from its attention).")
 SAVE_READINGS = typer.Option(True, "--cache/--no-cache", help="Save each document's reading and reuse it next time.")
 
 
@@ -39,6 +40,7 @@ def ask_settings(
     threads: int | None,
     seed: int | None = None,
     n_ctx: int | None = None,
+    sources: bool = DEFAULTS.sources,
     **method_options: object,
 ) -> AskSettings:
     """AskSettings from a command's options; `method_options` (budget, window, kernel …) go to
@@ -52,6 +54,7 @@ def ask_settings(
         n_ctx=n_ctx,
         threads=threads,
         layout=layout,
+        sources=sources,
     )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import asdict
 from collections.abc import Iterable
 
 from rich.console import Console
@@ -11,13 +12,14 @@ from rich.progress import (
     BarColumn, Progress, ProgressColumn, TaskID, TextColumn, TimeElapsedColumn, TimeRemainingColumn,
 )
 
-from kvchat.events import Done, Event, Notice, Progress as ReadProgress, Pruned, Stats, Token
+from kvchat.events import Done, Event, Notice, Progress as ReadProgress, Pruned, Source, Stats, Token
 
 MIB = 2**20
 JSON_KEYS = (
     "answer", "model", "method", "budget", "prompt_tokens", "loaded_tokens", "read_tokens", "kept_tokens", "kv_bytes_full",
-    "kv_bytes_kept", "prefill_tokens_per_s", "decode_tokens_per_s", "ttft_s", "total_s", "kept_by_document",
+    "kv_bytes_kept", "prefill_tokens_per_s", "decode_tokens_per_s", "ttft_s", "total_s", "kept_by_document", "sources",
 )
+
 
 
 def stats_line(stats: Stats) -> str:
@@ -32,9 +34,14 @@ def stats_line(stats: Stats) -> str:
 def json_record(done: Done, kept_by_document: tuple[tuple[str, int], ...]) -> dict[str, object]:
     stats = done.stats
     record: dict[str, object] = {"answer": done.answer}
-    record.update({key: getattr(stats, key) for key in JSON_KEYS if key not in ("answer", "kept_by_document")})
+    record.update({key: getattr(stats, key) for key in JSON_KEYS if key not in ("answer", "kept_by_document", "sources")})
     record["kept_by_document"] = dict(kept_by_document)  # characters of each document kept; {} for one document
+    record["sources"] = [asdict(source) for source in done.sources]  # start, end: offsets into the document's text
     return record
+
+
+def source_line(source: Source) -> str:
+    return f'{source.where} · "{source.text}"'
 
 
 def kept_by_document_line(kept_by_document: tuple[tuple[str, int], ...]) -> str:
@@ -121,6 +128,8 @@ def render(events: Iterable[Event], as_json: bool, console: Console) -> Done | N
     if done is not None:
         if as_json:
             sys.stdout.write(json.dumps(json_record(done, kept_by_document)) + "\n")
+        for source in done.sources:
+            console.print(source_line(source), highlight=False, markup=False, soft_wrap=True)
         console.print(stats_line(done.stats), highlight=False, soft_wrap=True)
         if kept_by_document:
             console.print(kept_by_document_line(kept_by_document), highlight=False, soft_wrap=True)

@@ -82,9 +82,25 @@ class Stats:
 
 
 @dataclass(frozen=True)
+class Source:
+    """A passage of the document that an answer drew on: `text` is the document's
+    text[start:end]; `score` its share of the answer's attention to the document. `where` says
+    where it is: a page (PDF), pages when it crosses a page break, a chapter (EPUB) or a line."""
+
+    start: int
+    end: int
+    text: str
+    score: float
+    where: str
+    page: int | None = None  # the PDF page (the EPUB chapter) the passage starts on
+    document: str = ""  # which of several documents asked about together
+
+
+@dataclass(frozen=True)
 class Done:
     answer: str
     stats: Stats
+    sources: tuple[Source, ...] = ()  # most relevant first; empty with sources off
 
 
 Event = Progress | Pruned | Evicted | Notice | Token | Done

@@ -11,7 +11,7 @@ import json
 import time
 import uuid
 from collections.abc import AsyncIterator, Coroutine
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, TypeVar
 
 from fastapi import FastAPI, File, Request, UploadFile
@@ -162,7 +162,8 @@ def _kv(done: Done, report: _Reading) -> dict[str, object]:
     stats = done.stats
     return {"method": stats.method, "prompt_tokens": stats.prompt_tokens, "loaded_tokens": stats.loaded_tokens,
             "read_tokens": stats.read_tokens, "kept_tokens": stats.kept_tokens, "ttft_s": round(stats.ttft_s, 4),
-            "notices": report.notices, "kept_by_document": report.kept_by_document}
+            "notices": report.notices, "kept_by_document": report.kept_by_document,
+            "sources": [asdict(source) for source in done.sources]}
 
 
 def _completion(done: Done, completion_id: str, created: int, model_id: str, report: _Reading) -> dict[str, object]:

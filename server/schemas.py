@@ -54,3 +54,5 @@ class ChatCompletionRequest(BaseModel):
     kv_method: Literal["snapkv", "full"] | None = Field(
         default=None, description="snapkv prunes to kv_budget; full keeps the prompt whole. Unset: snapkv, or a document "
         "longer than the model's context read streamed within kv_budget")
+    kv_sources: bool = Field(default=True, description="about a document: name the passages the answer drew on "
+                             "(the kv block's sources)")

@@ -86,7 +86,7 @@ class ChatService:
         try:
             method = method_named(body.kv_method or SnapKV.name, budget=budget, window=min(DEFAULT_WINDOW, budget - 8))
             return AskSettings(method=method, max_tokens=max_tokens, sampler=sampler, threads=self.threads,
-                               layout=limits.layout, auto_stream=body.kv_method is None)
+                               layout=limits.layout, auto_stream=body.kv_method is None, sources=body.kv_sources)
         except KvchatError as error:
             raise api_error(error) from None
 

@@ -11,10 +11,13 @@ from pathlib import Path
 from kvchat.documents import Document, Page, PageProgress, bundle
 from kvchat.engine import AskSettings
 from kvchat.errors import CancelledError, KvchatError
-from kvchat.events import Done, Event, Notice, Progress, Pruned, Stats, Token
+from kvchat.events import Done, Event, Notice, Progress, Pruned, Source, Stats, Token
 
 DOCUMENT_TEXT = "Field notes. The boat was named the Grey Heron. The radio failed on day four."
 ANSWER = ["The boat ", "was named ", "the **Grey Heron**."]
+RADIO = DOCUMENT_TEXT.index("The radio")
+SOURCES = (Source(start=RADIO, end=len(DOCUMENT_TEXT), text=DOCUMENT_TEXT[RADIO:], score=0.6, where="line 1"),
+           Source(start=0, end=12, text="Field notes.", score=0.3, where="line 1"))
 
 
 def fake_stats(settings: AskSettings, generated: int) -> Stats:
@@ -36,6 +39,7 @@ class FakeSession:
     paced_answer: bool = False  # each token of an answer waits for allow()
     answer: list[str] = field(default_factory=lambda: list(ANSWER))
     token_count: int = 2000
+    sources: tuple[Source, ...] = ()  # each answer's
     asked: list[tuple[str, AskSettings]] = field(default_factory=list)
     turns: int = 0
     resets: int = 0
@@ -76,7 +80,7 @@ class FakeSession:
             yield Token(piece)
         self.turns += 1
         stop_reason = "cancelled" if cancel.is_set() else "end"
-        yield Done("".join(sent), replace(fake_stats(settings, len(sent)), stop_reason=stop_reason))
+        yield Done("".join(sent), replace(fake_stats(settings, len(sent)), stop_reason=stop_reason), self.sources)
 
     def reset(self) -> None:
         self.resets += 1
@@ -98,6 +102,7 @@ class FakeSessions:
     paced_answer: bool = False
     answer: list[str] | None = None
     scanned_pages: int = 0  # pages an opened document "OCRs" before its reading
+    sources: tuple[Source, ...] = ()
     opened: list[FakeSession] = field(default_factory=list)
     closed: bool = False
 
@@ -108,7 +113,7 @@ class FakeSessions:
             ocr_progress(done, self.scanned_pages)
         document = bundle([Document(path=path, kind="text", text=DOCUMENT_TEXT, pages=[Page(1, 0, len(DOCUMENT_TEXT))])
                            for path in paths])
-        session = FakeSession(document, self.paced_reading, self.paced_answer)
+        session = FakeSession(document, self.paced_reading, self.paced_answer, sources=self.sources)
         if self.answer is not None:
             session.answer = list(self.answer)
         self.opened.append(session)

@@ -20,7 +20,7 @@ from test_documents import BAD_DOCUMENTS
 
 JSON_KEYS = {
     "answer", "model", "method", "budget", "prompt_tokens", "loaded_tokens", "read_tokens", "kept_tokens", "kv_bytes_full",
-    "kv_bytes_kept", "prefill_tokens_per_s", "decode_tokens_per_s", "ttft_s", "total_s", "kept_by_document",
+    "kv_bytes_kept", "prefill_tokens_per_s", "decode_tokens_per_s", "ttft_s", "total_s", "kept_by_document", "sources",
 }
 
 
@@ -64,6 +64,24 @@ def test_json_has_every_key(document, tiny_model_path, isolated_home) -> None:
     assert record["kept_tokens"] == 64 and record["prompt_tokens"] > 64
     assert record["kv_bytes_kept"] < record["kv_bytes_full"]
     assert record["method"] == "snapkv" and record["budget"] == 64
+
+
+def test_sources_follow_the_answer_on_stderr_and_in_the_json(document, tiny_model_path, isolated_home) -> None:
+    args = ask_args(document, tiny_model_path, "--json")
+    args[2] = "What does item 9 cost?"  # a question the tiny model answers with some tokens (the sources' attention)
+    result = run_kvchat(*args, home=isolated_home)
+    off = run_kvchat(*args, "--no-sources", home=isolated_home)
+    assert result.returncode == off.returncode == 0, result.stderr + off.stderr
+    assert json.loads(result.stdout)["answer"]
+    sources = json.loads(result.stdout)["sources"]
+    text = " ".join(document.read_text().split())
+    assert 1 <= len(sources) <= 3
+    for source in sources:
+        assert set(source) == {"start", "end", "text", "score", "where", "page", "document"}
+        assert source["text"] in text and source["where"] == "line 1" and source["page"] is None
+    shown = [line for line in result.stderr.splitlines() if line.startswith("line ")]
+    assert shown == [f'line 1 · "{source["text"]}"' for source in sources]
+    assert json.loads(off.stdout)["sources"] == [] and not [line for line in off.stderr.splitlines() if line.startswith("line ")]
 
 
 def test_full_method_keeps_everything(document, tiny_model_path, isolated_home) -> None:

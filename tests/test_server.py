@@ -413,6 +413,22 @@ def test_upload_errors_name_the_clients_file_not_the_servers(server) -> None:
         assert message.startswith("secret-plans.") and tempfile.gettempdir() not in message and "kvchat-upload" not in message
 
 
+def test_an_answer_about_a_document_names_its_sources_in_the_kv_block(server, client) -> None:
+    url, _ = server
+    upload = httpx.post(f"{url}/v1/documents", files={"file": ("notes.txt", NOTES)}).json()
+    about = {"document_id": upload["id"]}
+    whole = ask(client, "What was the boat called?", extra_body=about)
+    assert whole.choices[0].message.content  # some answer tokens, whose attention names the sources
+    sources = whole.model_extra["kv"]["sources"]
+    assert 1 <= len(sources) <= 3 and all(set(source) == {"start", "end", "text", "score", "where", "page", "document"} for source in sources)
+    text = NOTES.decode()
+    assert all(source["text"] == " ".join(text[source["start"] : source["end"]].split()) for source in sources)
+    chunks = list(ask(client, "What was the boat called?", stream=True, extra_body=about))
+    assert chunks[-1].model_extra["kv"]["sources"] == sources
+    assert ask(client, "What was the boat called?", extra_body={**about, "kv_sources": False}).model_extra["kv"]["sources"] == []
+    assert ask(client, "What was the boat called?").model_extra["kv"]["sources"] == []  # a plain chat has no document
+
+
 def test_a_document_longer_than_the_models_context_is_answered_streamed_unless_a_method_is_named(server, client) -> None:
     url, service = server
     words = b"The ledger was kept in the blue cabinet. " * 600

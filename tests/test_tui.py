@@ -10,12 +10,12 @@ import pytest
 from textual.message import Message
 from textual.widgets import Input, Label
 
-from fake_sessions import FakeSessions
+from fake_sessions import SOURCES, FakeSessions
 from kvchat.errors import DocumentError, ModelError
 from kvchat.tui.app import KvchatApp
 from kvchat.tui.messages import JobEnded
 from kvchat.tui.screens import DocumentTree, HelpScreen, KeptScreen, PickerScreen, SettingsScreen
-from kvchat.tui.widgets import AnswerView, KvPanel, QuestionView, ReadingBar
+from kvchat.tui.widgets import AnswerView, KvPanel, QuestionView, ReadingBar, SourceList
 
 DOCUMENT = Path("notes.txt")
 SIZE = (120, 40)
@@ -225,6 +225,26 @@ async def test_kept_view_highlights_what_the_selection_kept() -> None:
         highlighted = [text.plain[span.start : span.end] for span in text.spans if "yellow" in str(span.style)]
         assert highlighted == ["The boat was named the Grey Heron."]
         assert "256 of 2,000 prompt tokens kept" in app.screen.summary
+
+
+async def test_an_answer_lists_its_sources_and_one_opens_the_document_there() -> None:
+    app = KvchatApp(FakeSessions(sources=SOURCES), [DOCUMENT])
+    async with app.run_test(size=SIZE) as pilot:
+        await ask(pilot, app, "Radio?")
+        await wait_for(pilot, lambda: app.query(SourceList))
+        listed = app.query_one(SourceList)
+        assert [str(listed.get_option_at_index(i).prompt) for i in range(listed.option_count)] == [
+            'line 1 · "The radio failed on day four."', 'line 1 · "Field notes."']
+        listed.focus()
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, KeptScreen))
+        text = app.screen.query_one("#kept-text").visual
+        marked = [text.plain[span.start : span.end] for span in text.spans if "green" in str(span.style)]
+        assert marked == ["The radio failed on day four."]
+        await pilot.press("escape")
+        listed.focus()
+        await pilot.press("down", "enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, KeptScreen) and app.screen.focus == (0, 12))
 
 
 async def test_help_opens_with_f1_and_question_mark_types_into_the_box() -> None:

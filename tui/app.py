@@ -17,7 +17,7 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.widgets import Footer, Header, Input, Markdown
+from textual.widgets import Footer, Header, Input, Markdown, OptionList
 from textual.widgets.markdown import MarkdownStream
 
 from kvchat.engine import AskSettings
@@ -26,7 +26,7 @@ from kvchat.events import Done, Notice, Progress, Pruned, Token
 from kvchat.tui.dialogs import Dialogs
 from kvchat.tui.messages import DocumentLoaded, EngineEvent, Job, JobEnded, PagesRead
 from kvchat.tui.sessions import ChatSession, SessionFactory
-from kvchat.tui.widgets import AnswerView, Exchange, KvPanel, NoticeView, ReadingBar
+from kvchat.tui.widgets import AnswerView, Exchange, KvPanel, NoticeView, ReadingBar, SourceList
 
 LOGGER = logging.getLogger(__name__)
 
@@ -181,6 +181,8 @@ class KvchatApp(Dialogs):
         elif isinstance(event, Done):
             panel.show_stats(event.stats)
             self._stopped = event.stats.stop_reason == "cancelled"
+            if event.sources and self._answer is not None and self._answer.parent is not None:
+                await self._answer.parent.mount(SourceList(event.sources))
 
     async def on_job_ended(self, message: JobEnded) -> None:
         self.busy = None
@@ -231,6 +233,11 @@ class KvchatApp(Dialogs):
         self._answer = exchange.answer
         self._stream = Markdown.get_stream(self._answer)
         self._ask(self.session, question, self.settings, self._start("answering"))
+
+    @on(OptionList.OptionSelected, "SourceList")
+    def source_chosen(self, message: OptionList.OptionSelected) -> None:
+        sources = message.option_list.sources  # type: ignore[attr-defined]
+        self.show_source(sources[message.option_index])
 
     def action_stop(self) -> None:
         if self.busy is not None:

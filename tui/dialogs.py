@@ -1,5 +1,5 @@
 """The chat app's dialogs, one at a time: the file picker (open a document, or add one to those
-open), the settings, the kept view and the keys. The base class of KvchatApp (app.py), which
+open), the settings, the kept view (also at an answer's source) and the keys. The base class of KvchatApp (app.py), which
 holds the state they read and starts the reading they ask for."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from textual.screen import ModalScreen
 
 from kvchat.documents.bundle import kept_by_source
 from kvchat.engine import AskSettings
+from kvchat.events import Source
 from kvchat.tui.messages import Job
 from kvchat.tui.screens import HelpScreen, KeptScreen, PickerScreen, SettingsScreen
 from kvchat.tui.sessions import ChatSession
@@ -85,12 +86,24 @@ class Dialogs(App[None]):
         if self.session is None or self._kept is None:
             self.notify("nothing pruned yet: the kept view shows what the last answer's selection kept")
             return
-        positions, prompt_tokens = self._kept
-        spans = self.session.kept_spans(positions)
-        summary = f"{len(positions):,} of {prompt_tokens:,} prompt tokens kept; the highlighted text is what the answer saw"
-        if per_document := kept_by_source(self.session.document, spans):
-            summary += " · " + " · ".join(f"{name}: {chars:,} chars" for name, chars in per_document.items())
-        self.push_screen(KeptScreen(self.session.document.text.strip(), spans, summary))
+        self._show_document()
+
+    def show_source(self, source: Source) -> None:
+        """The kept view (the whole document when nothing was pruned) at one of an answer's sources."""
+        if self.session is not None and not self._dialog_open():
+            self._show_document((source.start, source.end))
+
+    def _show_document(self, focus: tuple[int, int] | None = None) -> None:
+        assert self.session is not None
+        spans: list[tuple[int, int]] = []
+        summary = "nothing was pruned: the answer saw the whole document"
+        if self._kept is not None:
+            positions, prompt_tokens = self._kept
+            spans = self.session.kept_spans(positions)
+            summary = f"{len(positions):,} of {prompt_tokens:,} prompt tokens kept; the highlighted text is what the answer saw"
+            if per_document := kept_by_source(self.session.document, spans):
+                summary += " · " + " · ".join(f"{name}: {chars:,} chars" for name, chars in per_document.items())
+        self.push_screen(KeptScreen(self.session.document.text.strip(), spans, summary, focus))
 
     def action_help(self) -> None:
         if self._dialog_open(HelpScreen):

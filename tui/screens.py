@@ -148,19 +148,33 @@ class PickerScreen(ModalScreen[Path | None]):
 
 
 class KeptScreen(ModalScreen[None]):
-    """The document with the spans the last selection kept highlighted."""
+    """The document with the spans the last selection kept highlighted; `focus`, a source of an
+    answer, is marked apart and scrolled to."""
 
     BINDINGS = [Binding("escape,ctrl+t,q", "dismiss", "Close")]
 
-    def __init__(self, text: str, spans: list[tuple[int, int]], summary: str) -> None:
+    def __init__(self, text: str, spans: list[tuple[int, int]], summary: str, focus: tuple[int, int] | None = None) -> None:
         super().__init__()
-        self.text, self.spans, self.summary = text, spans, summary
+        self.text, self.spans, self.summary, self.focus = text, spans, summary, focus
 
     def compose(self) -> ComposeResult:
         body = Text(self.text, style="dim")
         for start, end in self.spans:
             body.stylize("bold black on yellow", start, end)
+        if self.focus is not None:
+            body.stylize("bold black on green", *self.focus)
         with Vertical(id="kept", classes="dialog"):
             yield Label(f"[b]Kept[/b]  {self.summary}  (esc closes)")
             with VerticalScroll(id="kept-scroll"):
                 yield Static(body, id="kept-text")
+
+    def on_mount(self) -> None:
+        if self.focus is not None:
+            self.call_after_refresh(self._scroll_to_focus)
+
+    def _scroll_to_focus(self) -> None:
+        """Scroll so the source is near the top: its line, counting each paragraph's wrapped lines."""
+        width = max(1, self.query_one("#kept-text").content_region.width)
+        before = self.text[: self.focus[0]].split("\n") if self.focus else [""]
+        line = sum(max(1, -(-len(paragraph) // width)) for paragraph in before[:-1]) + len(before[-1]) // width
+        self.query_one("#kept-scroll", VerticalScroll).scroll_to(y=max(0, line - 2), animate=False)

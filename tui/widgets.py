@@ -1,17 +1,20 @@
-"""The chat screen's parts: the live KV panel, the reading bar and the transcript entries."""
+"""The chat screen's parts: the live KV panel, the reading bar and the transcript entries (a
+question, its answer and the answer's sources)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
-from textual.widgets import Label, Markdown, ProgressBar, Static
+from textual.widgets import Label, Markdown, OptionList, ProgressBar, Static
+from textual.widgets.option_list import Option
 
 from kvchat.engine import AskSettings
-from kvchat.events import Progress, Stats
+from kvchat.events import Progress, Source, Stats
 
 MIB = 2**20
 
@@ -149,6 +152,15 @@ class Exchange(Vertical):
     def compose(self) -> ComposeResult:
         yield QuestionView(f"› {self.question}", markup=False)
         yield self.answer
+
+
+class SourceList(OptionList):
+    """The passages an answer drew on, under it; choosing one shows it in the document."""
+
+    def __init__(self, sources: Sequence[Source]) -> None:
+        super().__init__(*(Option(Text(f'{source.where} · "{source.text}"'), id=str(index))
+                           for index, source in enumerate(sources)))
+        self.sources = tuple(sources)
 
 
 class NoticeView(Static):

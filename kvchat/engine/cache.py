@@ -90,6 +90,35 @@ class KvCache:
         self.peak_cells = max(self.peak_cells, before + len(window))
         return votes[..., :before]
 
+    def answer_attention(self, n_prompt_cells: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """What the answer in the cells after the first `n_prompt_cells` (the kept prompt)
+        attended to: (positions, scores) of the prompt's cells, each score the attention it drew,
+        summed over layers, heads and the answer's tokens (at most a batch of them: the first).
+        None when no answer token is in the cache, or the ring evicted some (the rest then do
+        not follow the prompt's positions)."""
+        answer = self.positions[n_prompt_cells:]
+        if not len(answer) or not n_prompt_cells:
+            return None
+        follows = np.arange(self.positions[n_prompt_cells - 1] + 1, self.positions[n_prompt_cells - 1] + 1 + len(answer))
+        if not np.array_equal(answer, follows):
+            return None
+        votes = self.reobserve(n_prompt_cells, min(len(answer), self.ctx.settings.n_batch))
+        return self.positions[:n_prompt_cells].copy(), votes.sum(axis=(0, 1), dtype=np.float64)
+
+    def reobserve(self, first_cell: int, count: int) -> np.ndarray:
+        """Decode the cells from `first_cell` on once more, the first `count` of them with the
+        attention probe on; their votes (n_layer, n_head, first_cell) over the cells before them.
+        The newest cells go and come back with the same tokens at the same positions, so no
+        hole is left and the cache ends as it was. They must hold consecutive positions."""
+        tokens = [int(t) for t in self.tokens[first_cell:]]
+        start = int(self.positions[first_cell])
+        self.ctx.remove(0, start, -1)
+        self.positions, self.tokens = self.positions[:first_cell], self.tokens[:first_cell]
+        self.next_pos = start
+        votes = self.observe(tokens[:count])
+        self.decode(tokens[count:])
+        return votes[..., :first_cell]
+
     def plan(
         self, method: Method, window: int, votes: np.ndarray | None, pinned: tuple[int, int] | None = None
     ) -> PrunePlan:

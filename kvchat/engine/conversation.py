@@ -17,13 +17,14 @@ from dataclasses import replace
 
 from kvchat.documents import Document
 from kvchat.documents.bundle import BUNDLE_KIND, document_names, document_starts, kept_by_source
-from kvchat.engine.kept import kept_text_spans
+from kvchat.engine.kept import kept_text_spans, token_char_ranges
 from kvchat.engine.prompt import PromptPart, Turn, chat_messages, document_part, split_rendered
 from kvchat.engine.prompt_run import PromptRun
 from kvchat.engine.selected import Selected
 from kvchat.engine.selections import PerQuestion, Selection
 from kvchat.engine.settings import AskSettings
 from kvchat.engine.sizing import RING_MIN, context_size, reading_settings, round_up
+from kvchat.engine.sources import SourceFinder
 from kvchat.engine.speeds import ReadingSpeeds
 from kvchat.engine.states import DocumentStates
 from kvchat.engine.stream import StreamSettings, stream_context_size
@@ -66,6 +67,7 @@ class Conversation:
         self.run = PromptRun(model, self._context_size(), self.settings, model_name, composes=self._composes)
         self.prompt_tokens: list[int] = []  # the last question's whole prompt
         self._reading_s = 0.0
+        self._source_finder: SourceFinder | None = None  # built at the first answer's sources
 
     def _document_runs(self, part: PromptPart) -> list[list[int]] | None:
         """Several documents: the document part's tokens as [prefix, one run per document,
@@ -133,7 +135,7 @@ class Conversation:
         done: Done | None = None
         for event in self.run.answer(settings, selected, cancel):
             if isinstance(event, Done):
-                done = event
+                event = done = self._with_answer_sources(event, selected.kept, settings)
             yield event
         if done is not None:
             self.turns.append(Turn(question, done.answer))
@@ -151,11 +153,11 @@ class Conversation:
         # the document's reading counts towards the first answer's TTFT, not the follow-ups'
         reading_s = 0.0 if self.turns else self._reading_s
         selection = self.run.select(tokens, settings, start.pinned, cancel, start.prunes, reading_s)
-        selected = yield from self._with_sources(selection)
+        selected = yield from self._with_kept_by_document(selection)
         self.prompt_tokens = tokens
         return selected
 
-    def _with_sources(self, selection: Generator[Event, None, Selected]) -> Generator[Event, None, Selected]:
+    def _with_kept_by_document(self, selection: Generator[Event, None, Selected]) -> Generator[Event, None, Selected]:
         """The selection's events; about several documents, its Pruned says what it kept of each."""
         while True:
             try:
@@ -166,6 +168,23 @@ class Conversation:
                 kept = kept_by_source(self.document, self.kept_spans(event.kept_positions))
                 event = replace(event, kept_by_document=tuple(kept.items()))
             yield event
+
+    def _with_answer_sources(self, done: Done, n_prompt_cells: int, settings: AskSettings) -> Done:
+        """`done` with the passages the answer drew on (sources.py), unless sources are off."""
+        if not settings.sources or done.stats.stop_reason == "cancelled":
+            return done
+        attention = self.run.cache.answer_attention(n_prompt_cells)
+        if attention is None:
+            return done
+        return replace(done, sources=self.source_finder().sources(*attention))
+
+    def source_finder(self) -> SourceFinder:
+        """What turns the attention of this document's prompt cells into sources (built once)."""
+        if self._source_finder is None:
+            text = self.document.text.strip()
+            ranges = token_char_ranges(self.model, self._document_part, text, self.document_tokens)
+            self._source_finder = SourceFinder(self.document, ranges)
+        return self._source_finder
 
     def _answering(self, settings: AskSettings | None) -> AskSettings:
         """The settings an answer runs with: the conversation's, or `settings` as this document

@@ -37,6 +37,7 @@ class Generation:
         self.ended = False  # the model ended its answer (generation may go on for timing)
         self.over = False  # nothing more is to be decoded
         self.tokens = 0
+        self.token_ids: list[int] = []  # every token taken, the end of generation included
         self.stop_reason = "max_tokens"
         self.first_token_at = 0.0
         self.decode_s = 0.0
@@ -45,6 +46,7 @@ class Generation:
         """Take the next sampled token; returns the text it adds ('' for none)."""
         if not self.first_token_at:
             self.first_token_at = time.perf_counter()
+        self.token_ids.append(token)
         if not self.ended and self._model.is_end_of_generation(token):
             self.ended, self.stop_reason = True, "stop"
             if self._stop_at_end:

@@ -1,7 +1,8 @@
-"""Which parts of the document text the last selection kept, as character ranges.
+"""Where the prompt's tokens sit in the document's text, as character ranges: what a selection
+kept (the kept view), and which passages an answer drew on (sources.py).
 
 The prompt's document part is tokenized as one string, so the tokens' bytes, laid end to end,
-are that string's UTF-8 bytes: a kept token's byte range maps back to the document's text.
+are that string's UTF-8 bytes: a token's byte range maps back to the document's text.
 """
 
 from __future__ import annotations
@@ -19,6 +20,28 @@ def _char_index_of_bytes(text: str) -> np.ndarray:
     return np.append(np.repeat(np.arange(len(text), dtype=np.int64), widths), len(text))
 
 
+def token_char_ranges(
+    model: LlamaModel, document_part: str, document_text: str, document_tokens: list[int]
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """(starts, ends): for each token of `document_tokens` (which encode `document_part`, the
+    rendered prompt prefix holding `document_text`), the [start, end) characters of
+    `document_text` it covers; start == end for a token outside the text (the template).
+    None if the tokens do not spell the rendered text byte for byte."""
+    lengths = model.piece_lengths(document_tokens)
+    ends = np.cumsum(lengths)
+    text_at = document_part.find(document_text)
+    if text_at < 0 or not len(ends) or ends[-1] != len(document_part.encode("utf-8")):
+        return None
+    text_start = len(document_part[:text_at].encode("utf-8"))
+    text_bytes = len(document_text.encode("utf-8"))
+    byte_starts = np.clip(ends - lengths - text_start, 0, text_bytes)
+    byte_stops = np.clip(ends - text_start, 0, text_bytes)
+    char_of = _char_index_of_bytes(document_text)
+    starts = char_of[byte_starts]
+    stops = np.where(byte_stops > byte_starts, char_of[np.maximum(byte_stops - 1, 0)] + 1, starts)
+    return starts, stops
+
+
 def kept_text_spans(
     model: LlamaModel,
     document_part: str,
@@ -26,25 +49,17 @@ def kept_text_spans(
     document_tokens: list[int],
     kept_positions: Iterable[int],
 ) -> list[tuple[int, int]]:
-    """Merged [start, end) character ranges of `document_text` (which occurs in `document_part`,
-    the rendered prompt prefix that `document_tokens` encode) covered by kept token positions.
+    """Merged [start, end) character ranges of `document_text` covered by kept token positions.
     Empty if the tokens do not spell the rendered text byte for byte."""
-    lengths = model.piece_lengths(document_tokens)
-    ends = np.cumsum(lengths)
-    text_at = document_part.find(document_text)
-    if text_at < 0 or not len(ends) or ends[-1] != len(document_part.encode("utf-8")):
+    ranges = token_char_ranges(model, document_part, document_text, document_tokens)
+    if ranges is None:
         return []
-    text_start = len(document_part[:text_at].encode("utf-8"))
-    text_bytes = len(document_text.encode("utf-8"))
+    starts, stops = ranges
     positions = np.sort(np.fromiter((p for p in kept_positions if 0 <= p < len(document_tokens)), dtype=np.int64))
-    starts = np.clip(ends[positions] - lengths[positions] - text_start, 0, text_bytes)
-    stops = np.clip(ends[positions] - text_start, 0, text_bytes)
-    char_of = _char_index_of_bytes(document_text)
     spans: list[tuple[int, int]] = []
-    for start, stop in zip(starts.tolist(), stops.tolist()):
-        if stop <= start:
+    for first, last in zip(starts[positions].tolist(), stops[positions].tolist()):
+        if last <= first:
             continue
-        first, last = int(char_of[start]), int(char_of[stop - 1]) + 1
         if spans and first <= spans[-1][1]:
             spans[-1] = (spans[-1][0], max(spans[-1][1], last))
         else:

@@ -52,6 +52,9 @@ class AskSettings:
     # saved and reused alone in any combination. Off: block-wise lost 26 points on two contracts
     # asked together (bench/several_documents.py), mixing up which document said what.
     blockwise: bool = False
+    # Each answer names the passages it drew on (sources.py): its tokens are decoded once more
+    # with the attention probe on, after the answer.
+    sources: bool = True
 
     def __post_init__(self) -> None:
         if self.max_tokens < 1:

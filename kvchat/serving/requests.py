@@ -10,15 +10,17 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from kvchat.documents import Document
+from kvchat.engine.cache import KvCache
 from kvchat.engine.engine import Engine
 from kvchat.engine.prompt import Turn, chat_tokens
 from kvchat.engine.prompt_run import PromptRun
 from kvchat.engine.selected import Selected
 from kvchat.engine.settings import AskSettings
-from kvchat.engine.sizing import context_size
+from kvchat.engine.sizing import context_size, round_up
+from kvchat.engine.sources import SourceFinder
 from kvchat.errors import SettingsError
-from kvchat.events import Event
-from kvchat.llama import Sampler, StateBytes
+from kvchat.events import Event, Source
+from kvchat.llama import ContextSettings, LlamaContext, LlamaModel, Sampler, StateBytes
 
 
 MIN_SAVED_READING = 256  # shorter new readings are not worth a state file
@@ -43,6 +45,8 @@ class PreparedPrompt:
     first_token: int  # the answer's first token, sampled from the logits of the whole prompt
     selected: Selected  # the prompt's length, the cells kept and loaded, the reading's and the selection's time
     settings: AskSettings  # those it was read with: the request's, or streamed for a long document
+    tokens: np.ndarray | None = None  # the kept cells' tokens
+    finder: SourceFinder | None = None  # about a document: what names an answer's sources
 
 
 def prepare(engine: Engine, request: ChatRequest, cancel: threading.Event, sampler: Sampler) -> Iterator[Event]:
@@ -61,7 +65,7 @@ def _prepare_document(engine: Engine, request: ChatRequest, cancel: threading.Ev
         conversation.resume(request.turns)
         yield from conversation.open(cancel)
         selected = yield from conversation.select(request.question, cancel, request.settings)
-        return _taken(conversation.run, selected, sampler, conversation.settings)
+        return _taken(conversation.run, selected, sampler, conversation.settings, conversation.source_finder())
     finally:
         conversation.close()
 
@@ -82,7 +86,29 @@ def _prepare_messages(engine: Engine, request: ChatRequest, cancel: threading.Ev
         return _taken(run, selected, sampler, settings)
 
 
-def _taken(run: PromptRun, selected: Selected, sampler: Sampler, settings: AskSettings) -> PreparedPrompt:
+def _taken(
+    run: PromptRun, selected: Selected, sampler: Sampler, settings: AskSettings, finder: SourceFinder | None = None
+) -> PreparedPrompt:
     cache = run.cache
     first_token = sampler.sample(cache.ctx.handle)
-    return PreparedPrompt(cache.state(), cache.positions.copy(), first_token, selected, settings)
+    return PreparedPrompt(cache.state(), cache.positions.copy(), first_token, selected, settings, cache.tokens.copy(), finder)
+
+
+def answer_sources(model: LlamaModel, prompt: PreparedPrompt, answer_tokens: list[int]) -> tuple[Source, ...]:
+    """The passages of the document an answer drew on (engine/sources.py): the prompt's kept
+    cells loaded on a context of their own, and the answer's tokens (at most a batch) read after
+    them with the attention probe on. None for a plain chat, or with sources off."""
+    settings = prompt.settings
+    if prompt.finder is None or prompt.tokens is None or not settings.sources:
+        return ()
+    answer_tokens = [token for token in answer_tokens if not model.is_end_of_generation(token)][: settings.n_batch]
+    if not answer_tokens:
+        return ()
+    layout = settings.layout
+    context = ContextSettings(n_ctx=round_up(len(prompt.positions) + len(answer_tokens) + 1), n_batch=settings.n_batch,
+                              threads=settings.threads, flash_attn=layout.flash_attn, type_k=layout.type_k, type_v=layout.type_v)
+    cache = KvCache(LlamaContext(model, context))
+    with cache.ctx:
+        cache.load(prompt.state, prompt.positions, prompt.tokens)
+        votes = cache.observe(answer_tokens)[..., : len(prompt.positions)]
+    return prompt.finder.sources(prompt.positions, votes.sum(axis=(0, 1), dtype=np.float64))

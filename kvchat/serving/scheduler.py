@@ -20,9 +20,9 @@ from kvchat.engine.engine import Engine
 from kvchat.engine.generate import Generation, answer_stats
 from kvchat.engine.settings import KvLayout
 from kvchat.errors import CancelledError, InternalError, KvchatError, PromptTooLongError
-from kvchat.events import Done, Event, Progress, Token
+from kvchat.events import Done, Event, Progress, Source, Token
 from kvchat.llama import LlamaModel, Sampler, SamplerSettings
-from kvchat.serving.requests import ChatRequest, PreparedPrompt, prepare
+from kvchat.serving.requests import ChatRequest, PreparedPrompt, answer_sources, prepare
 from kvchat.serving.slots import Slot, SlotDecoder
 
 LOGGER = logging.getLogger(__name__)
@@ -247,7 +247,16 @@ class Scheduler:
         )
         self.decoder.release(answer.slot)
         self._answers.remove(answer)
-        answer.job.emit(Done(generation.text, stats))
+        sources = () if generation.stop_reason == "cancelled" else self._sources(answer.prompt, generation.token_ids)
+        answer.job.emit(Done(generation.text, stats, sources))
+
+    def _sources(self, prompt: PreparedPrompt, answer_tokens: list[int]) -> tuple[Source, ...]:
+        """The answer's sources; a failure to find them is logged, and the answer stands without."""
+        try:
+            return answer_sources(self.engine.model, prompt, answer_tokens)
+        except Exception:
+            LOGGER.exception("finding an answer's sources failed")
+            return ()
 
     def _fail_answers(self, error: KvchatError) -> None:
         for answer in list(self._answers):

@@ -1,0 +1,130 @@
+"""Where an answer came from: the passages of the document that its tokens attended to.
+
+After an answer, its tokens are decoded once more over the prompt's cells with the attention
+probe on (PromptRun.answer_attention): one batch, like the question's observation window, so the
+streamed answer is not slowed, and either probe, so flash attention works too. A prompt token's
+score is the attention it drew, summed over layers, heads and the answer's tokens. A passage is
+a sentence or a line of the document's text, a long one cut at a space; its score is its share of
+the attention the answer paid to the document's text, and the best ones are the sources. The
+template, the question and earlier turns are not the document's text, so they are never a source.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from kvchat.documents import Document
+from kvchat.documents.bundle import BUNDLE_KIND
+from kvchat.documents.model import Page
+from kvchat.events import Source
+
+MAX_PASSAGE = 200  # characters: a source quotes one passage, cut at a space beyond this
+MIN_PASSAGE = 40  # a shorter piece (a clause number, a heading) joins the one after it
+SOURCES = 3
+
+_BREAK = re.compile(r"\s*\n\s*|(?<=[.!?])\s+")
+
+
+def _cut(text: str, start: int, end: int) -> list[tuple[int, int]]:
+    """[start, end) in pieces of at most MAX_PASSAGE characters, cut at spaces where there are any."""
+    pieces = []
+    while end - start > MAX_PASSAGE:
+        space = text.rfind(" ", start + MIN_PASSAGE, start + MAX_PASSAGE)
+        stop = space if space > 0 else start + MAX_PASSAGE
+        pieces.append((start, stop))
+        start = stop + 1 if space > 0 else stop
+    return pieces + [(start, end)]
+
+
+def _continues(text: str, before: int, after: int) -> bool:
+    """Whether a sentence goes on over the line break text[before:after] (a page break, a line
+    wrapped in the middle of a sentence): no sentence end before it, a lower-case word after it."""
+    return before > 0 and after < len(text) and text[before - 1] not in ".!?:;" and text[after].islower()
+
+
+def passages(text: str) -> list[tuple[int, int]]:
+    """The [start, end) ranges of `text`'s sentences and lines, in order (a sentence that goes
+    on over a line or page break is one): a long one cut into pieces of at most MAX_PASSAGE
+    characters; one shorter than MIN_PASSAGE joins the sentence before it on its line, and a
+    short line (a heading, a clause number) the line after it."""
+    bounds, start = [], 0
+    for match in _BREAK.finditer(text):
+        if _continues(text, match.start(), match.end()):
+            continue
+        bounds.append((start, match.start()))
+        start = match.end()
+    bounds.append((start, len(text)))
+    joined: list[tuple[int, int]] = []
+    for start, end in (piece for bound in bounds if bound[1] > bound[0] for piece in _cut(text, *bound)):
+        if joined and end - joined[-1][0] <= MAX_PASSAGE:
+            before_start, before_end = joined[-1]
+            short_before = before_end - before_start < MIN_PASSAGE
+            same_line = "\n" not in text[before_end:start]
+            if short_before or (end - start < MIN_PASSAGE and same_line):
+                joined[-1] = (before_start, end)
+                continue
+        joined.append((start, end))
+    return joined
+
+
+class SourceFinder:
+    """The sources of answers about one document: built once (it splits the text into passages)."""
+
+    def __init__(self, document: Document, token_ranges: tuple[np.ndarray, np.ndarray] | None) -> None:
+        """`token_ranges`: (starts, ends), the characters of the text each prompt token at that
+        position covers (kept.token_char_ranges); None when they cannot be known, and then an
+        answer has no sources."""
+        self.document = document
+        self._token_ranges = token_ranges
+        self._passages = np.asarray(passages(document.text) or [(0, 0)], dtype=np.int64)
+
+    def sources(self, positions: np.ndarray, scores: np.ndarray, limit: int = SOURCES) -> tuple[Source, ...]:
+        """The `limit` passages whose tokens drew the most of `scores` (one per prompt cell, which
+        holds `positions`), most first; a passage that drew nothing is not a source."""
+        if self._token_ranges is None:
+            return ()
+        starts, ends = self._token_ranges
+        inside = (positions < len(starts)) & (scores > 0)
+        positions, scores = positions[inside], scores[inside]
+        in_text = ends[positions] > starts[positions]
+        positions, scores = positions[in_text], scores[in_text].astype(np.float64)
+        total = float(scores.sum())
+        if total <= 0:
+            return ()
+        passage = np.searchsorted(self._passages[:, 0], starts[positions], side="right") - 1
+        drawn = np.bincount(np.maximum(passage, 0), weights=scores, minlength=len(self._passages)) / total
+        ranked = [int(i) for i in np.argsort(-drawn, kind="stable")[:limit] if drawn[i] > 0]
+        return tuple(self._source(*self._passages[i], float(drawn[i])) for i in ranked)
+
+    def _source(self, start: int, end: int, score: float) -> Source:
+        start, end = int(start), int(end)
+        quote = " ".join(self.document.text[start:end].split())
+        where, page, name = self._where(start, end)
+        return Source(start=start, end=end, text=quote, score=round(score, 4), where=where, page=page, document=name)
+
+    def _where(self, start: int, end: int) -> tuple[str, int | None, str]:
+        """(how to say where text[start:end] is, its first page or chapter, its document's name)."""
+        document = self.document
+        pages = [page for page in document.pages if page.start < max(end, start + 1) and start < page.end]
+        if not pages:
+            return f"line {self._line(start, 0)}", None, ""
+        first = pages[0]
+        if document.kind == BUNDLE_KIND:
+            own = [page for page in document.pages if page.source == first.source]
+            where = self._pages(pages) if len(own) > 1 else f"line {self._line(start, own[0].start)}"
+            return f"{first.source}, {where}", first.number if len(own) > 1 else None, first.source
+        if document.kind == "pdf":
+            return self._pages(pages), first.number, ""
+        if document.kind == "epub":
+            return f"ch. {first.number}", first.number, ""
+        return f"line {self._line(start, 0)}", None, ""
+
+    @staticmethod
+    def _pages(pages: list[Page]) -> str:
+        first, last = pages[0].number, pages[-1].number
+        return f"p. {first}" if first == last else f"pp. {first}–{last}"
+
+    def _line(self, offset: int, base: int) -> int:
+        return self.document.text.count("\n", base, offset) + 1
