@@ -35,6 +35,18 @@ def test_needle_found_at_budget_256_and_full_agrees(real_engine, depth: float) -
     assert score(full.answer, case.answers) == 1.0, (full.answer, case.answers)
 
 
+@pytest.mark.parametrize("method", [SnapKV(budget=256), Full()])
+def test_the_needles_sentence_is_the_first_source_of_its_answer(real_engine, method) -> None:
+    model = real_engine.model
+    case = needle_case(lambda text: len(model.tokenize(text)), 3000, 0.5, seed=7)
+    settings = AskSettings(method=method, max_tokens=24)
+    ((_, _, events),) = compare(real_engine, [case], [settings])
+    done = answer_of(events)
+    assert score(done.answer, case.answers) == 1.0, (done.answer, case.answers)
+    needle = next(s for s in case.document.split(". ") if case.answers[0] in s)
+    assert needle in done.sources[0].text, [source.text for source in done.sources]
+
+
 def test_quick_start_question_on_the_sample_contract(small_model_path, isolated_home) -> None:
     env = {**os.environ, "KVCHAT_HOME": str(isolated_home)}
     question = "Which country's law governs this agreement?"

@@ -124,7 +124,7 @@ def run_bench(engine: Engine, config: BenchConfig) -> Iterator[tuple[int, int, d
     cases = build_cases(config, lambda text: len(engine.model.tokenize(text)),
                         engine.model.shape.n_ctx_train - PROMPT_ROOM)
     variants = config.variants()
-    base = AskSettings(max_tokens=config.decode_tokens, stop_at_end=False, method=SnapKV(), auto_stream=False)
+    base = AskSettings(max_tokens=config.decode_tokens, stop_at_end=False, method=SnapKV(), auto_stream=False, sources=False)
     all_settings = [variant.settings(base) for variant in variants]
     total, done = len(cases) * len(variants), 0
     yield done, total, None
