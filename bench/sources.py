@@ -9,8 +9,9 @@ Every cuad question about the named contracts (`kvchat bench --tasks cuad` quest
 longer than the model's context is cut as that task cuts it) is answered with the full cache and
 with snapkv at each budget, each from the one reading of its contract. Over the answers that are
 right (scored as the cuad task scores them), it reports the share whose first source overlaps the
-experts' clause (the question's `evidence`) and the share where one of the three does; and the
-time finding the sources took, against the answer's own decoding time.
+experts' clause (the question's `evidence`) and the share where one of the three does, for the
+answer's attention over all layers (what kvchat does) and over each half of them, and for the
+question's window; and the time finding the sources took, against the answer's own decoding.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from kvchat.engine.cache import KvCache
 from kvchat.events import Done, Pruned, Source
 from kvchat.policy import Full, SnapKV
 
-ATTRIBUTIONS = ("answer", "question")
+ATTRIBUTIONS = ("answer", "answer, lower half", "answer, upper half", "question")
 
 
 def _overlaps(sources: tuple[Source, ...], evidence: tuple[int, int]) -> list[bool]:
@@ -66,7 +67,8 @@ class _SelectionVotes:
 
 def _attribute(conversation: Conversation, done: Done, kept: np.ndarray | None, window: int,
                selection: tuple[np.ndarray, np.ndarray] | None) -> dict[str, tuple[tuple[Source, ...], float]]:
-    """Both attributions of the answer just given, with the seconds each took. The question's:
+    """The attributions of the answer just given, with the seconds each took: from the answer's
+    attention (over all layers, as kvchat does, and over each half of them), and the question's:
     the votes its window cast when the selection pruned (over the kept cells), else (nothing was
     pruned) those of the window read once more."""
     cache, n_cells, finder = conversation.run.cache, done.stats.kept_tokens, conversation.source_finder()
@@ -74,6 +76,12 @@ def _attribute(conversation: Conversation, done: Done, kept: np.ndarray | None, 
     attention = cache.answer_attention(n_cells)
     by_answer = finder.sources(*attention) if attention is not None else ()
     answer_s = time.perf_counter() - started
+    found = {"answer": (by_answer, answer_s)}
+    if attention is not None:  # the same attention from half the layers (read once more: not timed)
+        votes = cache.reobserve(n_cells, min(cache.cells - n_cells, cache.ctx.settings.n_batch))
+        half = votes.shape[0] // 2
+        for name, layers in (("answer, lower half", votes[:half]), ("answer, upper half", votes[half:])):
+            found[name] = (finder.sources(attention[0], layers.sum(axis=(0, 1), dtype=np.float64)), 0.0)
     started = time.perf_counter()
     if kept is not None and selection is not None:
         positions, scores = selection
@@ -83,7 +91,7 @@ def _attribute(conversation: Conversation, done: Done, kept: np.ndarray | None, 
         first = n_cells - min(window, n_cells - 1)
         votes = cache.reobserve(first, n_cells - first)  # the question's window, then the answer again
         by_question = finder.sources(cache.positions[:first].copy(), votes.sum(axis=(0, 1), dtype=np.float64))
-    return {"answer": (by_answer, answer_s), "question": (by_question, time.perf_counter() - started)}
+    return {**found, "question": (by_question, time.perf_counter() - started)}
 
 
 def run_contract(engine: Engine, contract: str, ids: set[str], methods: dict[str, AskSettings]) -> list[dict[str, object]]:
@@ -131,10 +139,10 @@ def summary(records: list[dict[str, object]]) -> list[str]:
         right = [r for r in rows if r["right"]]
         decode_s = sum(float(r["decode_s"]) for r in rows)
         for attribution in ATTRIBUTIONS:
-            first = sum(bool(r[attribution]["overlaps"][:1] == [True]) for r in right)
-            any_of = sum(any(r[attribution]["overlaps"]) for r in right)
-            cost = sum(float(r[attribution]["seconds"]) for r in rows)
-            lines.append(f"{method:12s} {attribution:8s} right {len(right)}/{len(rows)} · first source on the clause "
+            first = sum(bool(r[attribution]["overlaps"][:1] == [True]) for r in right if attribution in r)
+            any_of = sum(any(r[attribution]["overlaps"]) for r in right if attribution in r)
+            cost = sum(float(r[attribution]["seconds"]) for r in rows if attribution in r)
+            lines.append(f"{method:12s} {attribution:18s} right {len(right)}/{len(rows)} · first source on the clause "
                          f"{first}/{len(right)} · one of three {any_of}/{len(right)} · finding them {cost:.1f} s "
                          f"({100 * cost / max(decode_s, 1e-9):.0f} % of decoding)")
     return lines
