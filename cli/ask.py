@@ -10,7 +10,7 @@ from rich.console import Console
 from kvchat.cli.interrupt import interrupt_as_cancel
 from kvchat.cli.options import (
     BUDGET, CACHE_TYPE_K, CACHE_TYPE_V, FLASH_ATTN, GPU_LAYERS, MAX_TOKENS, METHOD, MODEL, SAVE_READINGS, TEMPERATURE,
-    SOURCES, THREADS, WINDOW, ask_settings, kv_layout, warn_about_gpu_layers,
+    READ, SOURCES, THREADS, WINDOW, ask_settings, kv_layout, warn_about_gpu_layers,
 )
 from kvchat.cli.render import OcrBar, render
 from kvchat.documents import SUPPORTED, bundle, load_document
@@ -52,6 +52,7 @@ def ask_command(
     select: str = typer.Option("question", help=selections_help()),
     cache: bool = SAVE_READINGS,
     sources: bool = SOURCES,
+    read: str = READ,
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object with the answer and stats."),
 ) -> None:
     """Ask a question about a document (or several: `kvchat ask a.pdf b.docx "…"`); the answer
@@ -59,7 +60,7 @@ def ask_command(
     console = Console(stderr=True)
     warn_about_gpu_layers(gpu_layers, console)
     layout = kv_layout(flash_attn, gpu_layers, cache_type_k, cache_type_v)
-    settings = ask_settings(method, layout, max_tokens, temperature, threads, seed, n_ctx, sources,
+    settings = ask_settings(method, layout, max_tokens, temperature, threads, seed, n_ctx, sources, read,
                             budget=budget, window=window, kernel=kernel, pool=pool, heads=heads, spans=spans)
     stream = StreamSettings(chunk=chunk, recent=recent)
     selection = selection_named(select)

@@ -40,7 +40,8 @@ def _overrides(text: str) -> tuple[tuple[str, str], ...]:
 
 
 def _config(quick: bool, tasks: str | None, lengths: str | None, depths: str | None, budgets: list[int],
-            methods: str | None, variants: list[str], questions: str | None, cuad_data: Path | None) -> BenchConfig:
+            methods: str | None, variants: list[str], questions: str | None, cuad_data: Path | None,
+            reads: str | None = None) -> BenchConfig:
     config = QUICK if quick else BenchConfig()
     changes: dict[str, object] = {"budgets": tuple(budgets) or config.budgets,
                                   "policy_variants": tuple(_overrides(v) for v in variants)}
@@ -58,6 +59,10 @@ def _config(quick: bool, tasks: str | None, lengths: str | None, depths: str | N
         if unknown:
             raise SettingsError(f"unknown method(s) {sorted(unknown)}", f"use {', '.join(METHODS)}")
         changes["methods"] = tuple(_split(methods))
+    if reads:
+        if set(_split(reads)) - {"full", "fast"}:
+            raise SettingsError(f"unknown reading(s) in {reads!r}", "use --read full,fast")
+        changes["reads"] = tuple(_split(reads))
     if cuad_data is not None:
         cuad_contracts(cuad_data)  # refuses a folder without questions.json or a contract before loading a model
         changes["cuad_data"] = str(cuad_data)
@@ -109,13 +114,14 @@ def bench_command(
     questions: str | None = typer.Option(None, help="cuad: the questions asked, by id or contract, e.g. todos,corio.law."),
     cuad_data: Path | None = typer.Option(None, help="cuad: a folder with questions.json and the contracts' .txt files, instead of the shipped ones."),
     variant: list[str] = typer.Option([], "--variant", help="Extra snapkv policy, e.g. pool=avg,kernel=5."),
+    read: str | None = typer.Option(None, "--read", help="full, or full,fast: snapkv at each budget read fast too (the first layers choose)."),
     models: list[str] = typer.Option([], "--model", "-m", help="Registry name (see `kvchat models`) or a GGUF path; repeat to compare models in one run (default: default)."),
     json_path: Path | None = typer.Option(None, "--json", help="Write every record and the summary here."),
     plot: Path | None = typer.Option(None, "--plot", help="Write PNG figures into this folder."),
     quick: bool = typer.Option(False, help="A small grid that finishes in a few minutes."),
 ) -> None:
     """Measure accuracy, decode speed and KV memory of each method side by side, in one run."""
-    config = _config(quick, tasks, lengths, depths, budget, methods, variant, questions, cuad_data)
+    config = _config(quick, tasks, lengths, depths, budget, methods, variant, questions, cuad_data, read)
     for each in config.variants():  # refuse bad settings before loading anything
         each.settings(AskSettings())
     models = list(dict.fromkeys(models)) or ["default"]

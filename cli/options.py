@@ -29,6 +29,10 @@ FLASH_ATTN = typer.Option("auto", help="on, off, or auto (on with --gpu-layers);
 CACHE_TYPE_K = typer.Option(DEFAULTS.layout.type_k, help="KV cache type of K: f16 or q8_0.")
 CACHE_TYPE_V = typer.Option(DEFAULTS.layout.type_v, help="KV cache type of V: f16 or q8_0 (q8_0 needs flash attention).")
 SOURCES = typer.Option(DEFAULTS.sources, "--sources/--no-sources", help="Name the passages each answer drew on (from its attention).")
+READ = typer.Option(
+    DEFAULTS.read, help="full: every layer reads the whole document; fast: its first half chooses the tokens "
+    "and the whole model reads only those (GemFilter; not yet measured against full).",
+)
 SAVE_READINGS = typer.Option(True, "--cache/--no-cache", help="Save each document's reading and reuse it next time.")
 
 
@@ -41,6 +45,7 @@ def ask_settings(
     seed: int | None = None,
     n_ctx: int | None = None,
     sources: bool = DEFAULTS.sources,
+    read: str = DEFAULTS.read,
     **method_options: object,
 ) -> AskSettings:
     """AskSettings from a command's options; `method_options` (budget, window, kernel …) go to
@@ -55,6 +60,7 @@ def ask_settings(
         threads=threads,
         layout=layout,
         sources=sources,
+        read=read,
     )
 
 

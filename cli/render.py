@@ -4,26 +4,26 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import asdict
 from collections.abc import Iterable
+from dataclasses import asdict
 
 from rich.console import Console
 from rich.progress import (
     BarColumn, Progress, ProgressColumn, TaskID, TextColumn, TimeElapsedColumn, TimeRemainingColumn,
 )
 
-from kvchat.events import Done, Event, Notice, Progress as ReadProgress, Pruned, Source, Stats, Token
+from kvchat.events import Done, Event, Notice, Progress as ReadProgress, Pruned, Stats, Token
 
 MIB = 2**20
 JSON_KEYS = (
     "answer", "model", "method", "budget", "prompt_tokens", "loaded_tokens", "read_tokens", "kept_tokens", "kv_bytes_full",
-    "kv_bytes_kept", "prefill_tokens_per_s", "decode_tokens_per_s", "ttft_s", "total_s", "kept_by_document", "sources",
+    "kv_bytes_kept", "prefill_tokens_per_s", "decode_tokens_per_s", "ttft_s", "total_s", "read", "kept_by_document", "sources",
 )
 
 
-
 def stats_line(stats: Stats) -> str:
-    return (
+    read = f"read {stats.read} layers · " if stats.read != "full" else ""
+    return read + (
         f"prompt {stats.prompt_tokens:,} tok · kept {stats.kept_tokens:,} ({stats.compression:.1f}x) · "
         f"KV {stats.kv_bytes_full / MIB:.1f} → {stats.kv_bytes_kept / MIB:.1f} MiB · "
         f"prefill {stats.prefill_tokens_per_s:.0f} tok/s · decode {stats.decode_tokens_per_s:.1f} tok/s · "
@@ -38,10 +38,6 @@ def json_record(done: Done, kept_by_document: tuple[tuple[str, int], ...]) -> di
     record["kept_by_document"] = dict(kept_by_document)  # characters of each document kept; {} for one document
     record["sources"] = [asdict(source) for source in done.sources]  # start, end: offsets into the document's text
     return record
-
-
-def source_line(source: Source) -> str:
-    return f'{source.where} · "{source.text}"'
 
 
 def kept_by_document_line(kept_by_document: tuple[tuple[str, int], ...]) -> str:
@@ -129,7 +125,7 @@ def render(events: Iterable[Event], as_json: bool, console: Console) -> Done | N
         if as_json:
             sys.stdout.write(json.dumps(json_record(done, kept_by_document)) + "\n")
         for source in done.sources:
-            console.print(source_line(source), highlight=False, markup=False, soft_wrap=True)
+            console.print(source.quoted(), highlight=False, markup=False, soft_wrap=True)
         console.print(stats_line(done.stats), highlight=False, soft_wrap=True)
         if kept_by_document:
             console.print(kept_by_document_line(kept_by_document), highlight=False, soft_wrap=True)

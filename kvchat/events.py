@@ -70,6 +70,7 @@ class Stats:
     total_s: float
     peak_cells: int
     stop_reason: str
+    read: str = "full"  # how the prompt was read: "full", or "fast 14/28" (the cheap pass's layers)
 
     @property
     def read_tokens(self) -> int:
@@ -84,8 +85,10 @@ class Stats:
 @dataclass(frozen=True)
 class Source:
     """A passage of the document that an answer drew on: `text` is the document's
-    text[start:end]; `score` its share of the answer's attention to the document. `where` says
-    where it is: a page (PDF), pages when it crosses a page break, a chapter (EPUB) or a line."""
+    text[start:end], its whitespace collapsed (with several documents, offsets into their text
+    together, each after a line naming it); `score` its share of the answer's attention to the
+    document. `where` says where it is: a page (PDF), pages when it crosses a page break, a
+    chapter (EPUB) or a line."""
 
     start: int
     end: int
@@ -94,6 +97,10 @@ class Source:
     where: str
     page: int | None = None  # the PDF page (the EPUB chapter) the passage starts on
     document: str = ""  # which of several documents asked about together
+
+    def quoted(self) -> str:
+        """How front ends show it: where, then the passage."""
+        return f'{self.where} · "{self.text}"'
 
 
 @dataclass(frozen=True)

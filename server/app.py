@@ -160,7 +160,7 @@ def _usage(done: Done) -> dict[str, int]:
 def _kv(done: Done, report: _Reading) -> dict[str, object]:
     """kvchat's extension of a completion: how the prompt was read and kept."""
     stats = done.stats
-    return {"method": stats.method, "prompt_tokens": stats.prompt_tokens, "loaded_tokens": stats.loaded_tokens,
+    return {"method": stats.method, "read": stats.read, "prompt_tokens": stats.prompt_tokens, "loaded_tokens": stats.loaded_tokens,
             "read_tokens": stats.read_tokens, "kept_tokens": stats.kept_tokens, "ttft_s": round(stats.ttft_s, 4),
             "notices": report.notices, "kept_by_document": report.kept_by_document,
             "sources": [asdict(source) for source in done.sources]}

@@ -301,7 +301,8 @@ class FakeEngine:
         answer = script.answer.encode()
         positions = np.arange(script.prompt_tokens - script.kept_tokens, script.prompt_tokens)
         selected = Selected(script.prompt_tokens, script.kept_tokens, script.loaded_tokens, 0.0, 0.0, time.perf_counter())
-        return PreparedPrompt(answer[1:], positions, answer[0] if answer else END, selected, request.settings)
+        return PreparedPrompt(answer[1:], positions, answer[0] if answer else END, selected, request.settings,
+                              np.zeros(len(positions), dtype=np.int64), positions)
 
     def close(self) -> None:
         self.closed = True

@@ -228,6 +228,19 @@ def test_records_and_summary_on_the_tiny_model(tiny_model_path) -> None:
     assert summary["snapkv@128"]["kv_saving"] > 3
 
 
+def test_a_fast_reading_is_a_variant_of_its_own_read_per_question(tiny_model_path) -> None:
+    from kvchat.engine import Engine
+
+    config = BenchConfig(tasks=("needle",), lengths=(700,), depths=(0.25, 0.75), budgets=(128,), decode_tokens=4,
+                         methods=("full", "snapkv"), reads=("full", "fast"))
+    assert [variant.label for variant in config.variants()] == ["full", "snapkv@128", "snapkv@128 fast"]
+    with Engine(str(tiny_model_path), use_cache=False) as engine:
+        records = [record for _, _, record in run_bench(engine, config) if record is not None]
+    fast = [r for r in records if r["variant"] == "snapkv@128 fast"]
+    assert len(fast) == 2 and all(r["kept_tokens"] == 128 and r["method"] == "snapkv" for r in fast)
+    assert {row["variant"] for row in summarize(records)} == {"full", "snapkv@128", "snapkv@128 fast"}
+
+
 def test_summary_says_what_pruning_keeps_of_the_full_caches_answers() -> None:
     def record(model: str, variant: str, case: int, accuracy: float) -> dict:
         return {"model": model, "task": "cuad", "meta": {"id": case}, "method": variant.split("@")[0], "variant": variant,

@@ -20,7 +20,7 @@ from test_documents import BAD_DOCUMENTS
 
 JSON_KEYS = {
     "answer", "model", "method", "budget", "prompt_tokens", "loaded_tokens", "read_tokens", "kept_tokens", "kv_bytes_full",
-    "kv_bytes_kept", "prefill_tokens_per_s", "decode_tokens_per_s", "ttft_s", "total_s", "kept_by_document", "sources",
+    "kv_bytes_kept", "prefill_tokens_per_s", "decode_tokens_per_s", "ttft_s", "total_s", "read", "kept_by_document", "sources",
 }
 
 

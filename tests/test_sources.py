@@ -14,7 +14,8 @@ from kvchat.engine.cache import KvCache
 from kvchat.engine.kept import token_char_ranges
 from kvchat.engine.prompt import document_part
 from kvchat.engine.sources import MAX_PASSAGE, MIN_PASSAGE, SourceFinder, passages
-from kvchat.events import Done
+from kvchat.errors import DecodeError
+from kvchat.events import Done, Notice
 from kvchat.llama import ContextSettings, LlamaContext
 from kvchat.policy import SnapKV
 
@@ -95,6 +96,25 @@ def test_where_a_source_is_in_a_pdf_an_epub_and_several_documents() -> None:
     assert source.where == "one.txt, line 3" and source.page is None
 
 
+def test_a_token_belongs_to_the_passage_of_its_last_character() -> None:
+    """Byte-level BPE tokens carry the space before a word: " Israel" starts in the gap between
+    two sentences, and belongs to the second."""
+    text = "The term of this Agreement is five years from the Effective Date. The law is that of Israel, always and forever."
+    second = text.index("The law")
+    starts = np.array([0, second - 1, text.index(" Israel")])
+    ends = np.array([3, second + 3, text.index(" Israel") + 7])
+    document = Document(Path("c.txt"), "text", text, [Page(1, 0, len(text))])
+    sources = SourceFinder(document, (starts, ends)).sources(np.array([1, 2]), np.array([1.0, 1.0]))
+    assert [source.text for source in sources] == ["The law is that of Israel, always and forever."]
+
+
+def test_a_passage_never_joins_two_documents() -> None:
+    short = Document(Path("a.txt"), "text", "Some opening words.\nA short last line", [Page(1, 0, 37)])
+    pair = bundle([short, Document(Path("b.txt"), "text", CONTRACT, [Page(1, 0, len(CONTRACT))])])
+    second = pair.text.index("=== b.txt")
+    assert all(end <= second or start >= second for start, end in SourceFinder(pair, _words(pair.text))._passages)
+
+
 def test_no_sources_without_token_ranges_or_attention_on_the_text() -> None:
     document = Document(Path("c.txt"), "text", CONTRACT, [Page(1, 0, len(CONTRACT))])
     positions, scores = _planted(document, 0, len(CONTRACT))
@@ -114,11 +134,16 @@ def _plant_on(monkeypatch: pytest.MonkeyPatch, engine: Engine, document: Documen
     starts, ends = ranges
     target = np.flatnonzero((starts >= start) & (ends <= end) & (ends > starts))
     reobserve = KvCache.reobserve
+    if hasattr(reobserve, "targets"):  # planted already: add these tokens to the planted ones
+        reobserve.targets.append(target)
+        return
+    targets = [target]
 
     def planted(cache: KvCache, first_cell: int, count: int) -> np.ndarray:
         votes = reobserve(cache, first_cell, count)
-        return np.where(np.isin(cache.positions[:first_cell], target), 1.0, 0.0) * np.ones_like(votes)
+        return np.where(np.isin(cache.origins[:first_cell], np.concatenate(targets)), 1.0, 0.0) * np.ones_like(votes)
 
+    planted.targets = targets  # type: ignore[attr-defined]
     monkeypatch.setattr(KvCache, "reobserve", planted)
 
 
@@ -157,6 +182,35 @@ def test_a_real_answer_has_consistent_sources_and_none_when_off(tiny_model_path:
             assert document.text[source.start : source.end].split() == source.text.split()
             assert source.where == f"line {document.text.count(chr(10), 0, source.start) + 1}"
     assert off.sources == ()
+
+
+def test_a_streamed_reading_names_the_passage_it_kept_after_positions_were_repacked(tiny_model_path: Path, tmp_path: Path, monkeypatch) -> None:
+    """Over the tiny model's trained context the document is read streamed and its positions
+    are repacked: sources still name the text each cell holds."""
+    law = "This Agreement is governed by the laws of the State of Israel."
+    path = tmp_path / "long.txt"
+    path.write_text(("The ledger was kept in the blue cabinet. " * 16 + law + "\n") * 10)
+    document = load_document(path)
+    with Engine(str(tiny_model_path), use_cache=False) as engine:
+        for match in re.finditer(re.escape(law), document.text):  # attention on every copy of the law
+            _plant_on(monkeypatch, engine, document, match.start(), match.end())
+        done = _answer(engine, document, method=SnapKV(budget=512, window=16))
+    assert done.stats.method == "snapstream" and done.stats.prompt_tokens > 4096
+    assert done.sources and all(source.text == law for source in done.sources)  # no other passage drew any
+
+
+def test_a_failure_to_find_sources_is_a_notice_and_the_answer_stands(tiny_model_path: Path, tmp_path: Path, monkeypatch) -> None:
+    path = tmp_path / "contract.txt"
+    path.write_text(CONTRACT)
+
+    def failing(cache: KvCache, n_prompt_cells: int) -> None:
+        raise DecodeError("llama.cpp rejected the batch as invalid", "")
+
+    monkeypatch.setattr(KvCache, "answer_attention", failing)
+    with Engine(str(tiny_model_path), use_cache=False) as engine:
+        events = list(engine.ask(load_document(path), "Which law governs it?", AskSettings(method=FULL, max_tokens=6, threads=2)))
+    assert [e.text for e in events if isinstance(e, Notice)] == ["no sources for this answer: llama.cpp rejected the batch as invalid"]
+    assert isinstance(events[-1], Done) and events[-1].sources == ()
 
 
 def test_reading_the_answer_again_leaves_the_cache_as_it_was(tiny_model) -> None:

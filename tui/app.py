@@ -181,8 +181,8 @@ class KvchatApp(Dialogs):
         elif isinstance(event, Done):
             panel.show_stats(event.stats)
             self._stopped = event.stats.stop_reason == "cancelled"
-            if event.sources and self._answer is not None and self._answer.parent is not None:
-                await self._answer.parent.mount(SourceList(event.sources))
+            if event.sources and self._answer is not None and self._answer.parent is not None and self.session is not None:
+                await self._answer.parent.mount(SourceList(event.sources, self.session.document, self._kept))
 
     async def on_job_ended(self, message: JobEnded) -> None:
         self.busy = None
@@ -229,6 +229,7 @@ class KvchatApp(Dialogs):
             return
         message.input.value = ""
         exchange = Exchange(question)
+        self._kept = None  # until this answer's selection prunes
         await self.query_one("#transcript").mount(exchange)
         self._answer = exchange.answer
         self._stream = Markdown.get_stream(self._answer)
@@ -236,8 +237,8 @@ class KvchatApp(Dialogs):
 
     @on(OptionList.OptionSelected, "SourceList")
     def source_chosen(self, message: OptionList.OptionSelected) -> None:
-        sources = message.option_list.sources  # type: ignore[attr-defined]
-        self.show_source(sources[message.option_index])
+        if isinstance(listed := message.option_list, SourceList):
+            self.show_source(listed.sources[message.option_index], listed.document, listed.kept)
 
     def action_stop(self) -> None:
         if self.busy is not None:

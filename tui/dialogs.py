@@ -10,6 +10,7 @@ from pathlib import Path
 from textual.app import App
 from textual.screen import ModalScreen
 
+from kvchat.documents import Document
 from kvchat.documents.bundle import kept_by_source
 from kvchat.engine import AskSettings
 from kvchat.events import Source
@@ -86,19 +87,24 @@ class Dialogs(App[None]):
         if self.session is None or self._kept is None:
             self.notify("nothing pruned yet: the kept view shows what the last answer's selection kept")
             return
-        self._show_document()
+        self._show_document(self._kept)
 
-    def show_source(self, source: Source) -> None:
-        """The kept view (the whole document when nothing was pruned) at one of an answer's sources."""
-        if self.session is not None and not self._dialog_open():
-            self._show_document((source.start, source.end))
+    def show_source(self, source: Source, document: Document, kept: tuple[tuple[int, ...], int] | None) -> None:
+        """The kept view at one of an answer's sources, with what that answer's selection kept
+        (the whole document when nothing was pruned)."""
+        if self.session is None or self._dialog_open():
+            return
+        if document is not self.session.document:
+            self.notify("that answer was about another document: open it again to see its sources", severity="warning")
+            return
+        self._show_document(kept, (source.start, source.end))
 
-    def _show_document(self, focus: tuple[int, int] | None = None) -> None:
+    def _show_document(self, kept: tuple[tuple[int, ...], int] | None, focus: tuple[int, int] | None = None) -> None:
         assert self.session is not None
         spans: list[tuple[int, int]] = []
         summary = "nothing was pruned: the answer saw the whole document"
-        if self._kept is not None:
-            positions, prompt_tokens = self._kept
+        if kept is not None:
+            positions, prompt_tokens = kept
             spans = self.session.kept_spans(positions)
             summary = f"{len(positions):,} of {prompt_tokens:,} prompt tokens kept; the highlighted text is what the answer saw"
             if per_document := kept_by_source(self.session.document, spans):

@@ -13,6 +13,7 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import Label, Markdown, OptionList, ProgressBar, Static
 from textual.widgets.option_list import Option
 
+from kvchat.documents import Document
 from kvchat.engine import AskSettings
 from kvchat.events import Progress, Source, Stats
 
@@ -155,12 +156,12 @@ class Exchange(Vertical):
 
 
 class SourceList(OptionList):
-    """The passages an answer drew on, under it; choosing one shows it in the document."""
+    """The passages an answer drew on, under it; choosing one shows it in the document the
+    answer was about, with what that answer's selection kept (`kept`: positions, prompt tokens)."""
 
-    def __init__(self, sources: Sequence[Source]) -> None:
-        super().__init__(*(Option(Text(f'{source.where} · "{source.text}"'), id=str(index))
-                           for index, source in enumerate(sources)))
-        self.sources = tuple(sources)
+    def __init__(self, sources: Sequence[Source], document: Document, kept: tuple[tuple[int, ...], int] | None) -> None:
+        super().__init__(*(Option(Text(source.quoted())) for source in sources))
+        self.sources, self.document, self.kept = tuple(sources), document, kept
 
 
 class NoticeView(Static):

@@ -22,23 +22,26 @@ PROMPT_ROOM = 512  # tokens of the model's trained context left to the template 
 
 @dataclass(frozen=True)
 class Variant:
-    """A method at a budget, with optional policy overrides (`pool=avg,kernel=5`)."""
+    """A method at a budget, with optional policy overrides (`pool=avg,kernel=5`), read in full
+    or fast (AskSettings.read)."""
 
     method: str
     budget: int
     overrides: tuple[tuple[str, str], ...] = ()
+    read: str = "full"
 
     @property
     def label(self) -> str:
         extra = ",".join(f"{k}={v}" for k, v in self.overrides)
-        return self.method if self.method == "full" else f"{self.method}@{self.budget}" + (f"({extra})" if extra else "")
+        label = self.method if self.method == "full" else f"{self.method}@{self.budget}" + (f"({extra})" if extra else "")
+        return label if self.read == "full" else f"{label} {self.read}"
 
     def settings(self, base: AskSettings) -> AskSettings:
         options = {**method_options(base.method), "budget": self.budget}
         for key, value in self.overrides:
             current = options[key]
             options[key] = type(current)(value) if not isinstance(current, bool) else value == "true"
-        return replace(base, method=method_named(self.method, **options))
+        return replace(base, method=method_named(self.method, **options), read=self.read)
 
 
 @dataclass(frozen=True)
@@ -53,12 +56,14 @@ class BenchConfig:
     seed: int = 0
     cuad_ids: tuple[str, ...] | None = None  # the cuad questions asked; None: all of them
     cuad_data: str | None = None  # a folder of cuad questions and contracts; None: the shipped ones
+    reads: tuple[str, ...] = ("full",)  # with "fast": snapkv at each budget read fast too
 
     def variants(self) -> list[Variant]:
         found = [Variant("full", max(self.budgets))] if "full" in self.methods else []
         for budget in self.budgets:
             found += [Variant(m, budget) for m in self.methods if m != "full"]
             found += [Variant("snapkv", budget, overrides) for overrides in self.policy_variants]
+            found += [Variant("snapkv", budget, read="fast")] if "fast" in self.reads else []
         return found
 
 

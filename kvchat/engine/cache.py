@@ -3,7 +3,8 @@
 Cells stay dense (hole-free) and in position order: every decode appends, every prune removes
 runs and compacts. So cell index i holds `positions[i]`, and the attention probe's columns are
 cells. The same bookkeeping serves one-shot SnapKV (positions 0..n-1), streaming reading
-(sparse positions) and the decode ring.
+(sparse positions) and the decode ring. `origins[i]` is the index in the prompt of the token
+cell i holds: its position, until a repack renumbers positions (streamed reading, the ring).
 """
 
 from __future__ import annotations
@@ -25,18 +26,25 @@ class KvCache:
         self.ctx = ctx
         self.positions = np.zeros(0, dtype=np.int64)
         self.tokens = np.zeros(0, dtype=np.int64)
+        self.origins = np.zeros(0, dtype=np.int64)
         self.next_pos = 0
+        self.next_origin = 0  # the prompt index of the next token decoded
         self.peak_cells = 0
 
     @property
     def cells(self) -> int:
         return len(self.positions)
 
-    def reset(self, positions: np.ndarray | None = None, tokens: np.ndarray | None = None) -> None:
-        """Forget the bookkeeping (after clearing or loading the context's memory)."""
+    def reset(
+        self, positions: np.ndarray | None = None, tokens: np.ndarray | None = None, origins: np.ndarray | None = None
+    ) -> None:
+        """Forget the bookkeeping (after clearing or loading the context's memory); `origins`
+        default to the positions (a cache never repacked)."""
         self.positions = np.zeros(0, dtype=np.int64) if positions is None else positions.astype(np.int64)
         self.tokens = np.zeros(0, dtype=np.int64) if tokens is None else tokens.astype(np.int64)
+        self.origins = self.positions.copy() if origins is None else origins.astype(np.int64)
         self.next_pos = int(self.positions[-1]) + 1 if len(self.positions) else 0
+        self.next_origin = int(self.origins[-1]) + 1 if len(self.origins) else 0
         self.peak_cells = max(self.peak_cells, self.cells)
 
     def decode(self, tokens: list[int], want_logits: bool = False) -> None:
@@ -63,6 +71,9 @@ class KvCache:
 
     def _append(self, tokens: list[int]) -> None:
         new_positions = np.arange(self.next_pos, self.next_pos + len(tokens), dtype=np.int64)
+        new_origins = np.arange(self.next_origin, self.next_origin + len(tokens), dtype=np.int64)
+        self.origins = np.concatenate([self.origins, new_origins])
+        self.next_origin += len(tokens)
         self.positions = np.concatenate([self.positions, new_positions])
         self.tokens = np.concatenate([self.tokens, np.asarray(tokens, dtype=np.int64)])
         self.next_pos += len(tokens)
@@ -92,7 +103,7 @@ class KvCache:
 
     def answer_attention(self, n_prompt_cells: int) -> tuple[np.ndarray, np.ndarray] | None:
         """What the answer in the cells after the first `n_prompt_cells` (the kept prompt)
-        attended to: (positions, scores) of the prompt's cells, each score the attention it drew,
+        attended to: (origins, scores) of the prompt's cells (their tokens' indices in the prompt), each score the attention it drew,
         summed over layers, heads and the answer's tokens (at most a batch of them: the first).
         None when no answer token is in the cache, or the ring evicted some (the rest then do
         not follow the prompt's positions)."""
@@ -103,7 +114,7 @@ class KvCache:
         if not np.array_equal(answer, follows):
             return None
         votes = self.reobserve(n_prompt_cells, min(len(answer), self.ctx.settings.n_batch))
-        return self.positions[:n_prompt_cells].copy(), votes.sum(axis=(0, 1), dtype=np.float64)
+        return self.origins[:n_prompt_cells].copy(), votes.sum(axis=(0, 1), dtype=np.float64)
 
     def reobserve(self, first_cell: int, count: int) -> np.ndarray:
         """Decode the cells from `first_cell` on once more, the first `count` of them with the
@@ -114,6 +125,8 @@ class KvCache:
         start = int(self.positions[first_cell])
         self.ctx.remove(0, start, -1)
         self.positions, self.tokens = self.positions[:first_cell], self.tokens[:first_cell]
+        self.next_origin = int(self.origins[first_cell])
+        self.origins = self.origins[:first_cell]
         self.next_pos = start
         votes = self.observe(tokens[:count])
         self.decode(tokens[count:])
@@ -146,7 +159,7 @@ class KvCache:
         dropped = self.positions[~mask]
         self.ctx.remove_runs(0, merge_runs(dropped))
         written = self.ctx.compact(0)
-        self.positions, self.tokens = self.positions[mask], self.tokens[mask]
+        self.positions, self.tokens, self.origins = self.positions[mask], self.tokens[mask], self.origins[mask]
         self.verify(written)
         return dropped
 
@@ -162,45 +175,50 @@ class KvCache:
 
     def repack(self) -> None:
         """Shift positions so they are dense from 0 (seq_add per run; K is re-rotated by llama.cpp)."""
+        if self.cells == 0:
+            self.next_pos = 0
+            return
+        self.move_to(np.arange(self.cells, dtype=np.int64))
+
+    def move_to(self, targets: np.ndarray) -> None:
+        """Give the cells the positions `targets` (increasing, as theirs are), one seq_add per run
+        of cells that move alike, in the order that never lands a run on one still to move (K is
+        re-rotated by llama.cpp at the next decode)."""
         if not self.ctx.can_shift():
             raise SettingsError(
                 "this model's cache cannot shift positions, so it cannot read past its trained context",
                 "use a shorter document or --method snapkv",
             )
-        if self.cells == 0:
-            self.next_pos = 0
-            return
-        targets = np.arange(self.cells, dtype=np.int64)
+        targets = np.asarray(targets, dtype=np.int64)
         deltas = targets - self.positions
-        start = 0
-        for end in list(np.flatnonzero(np.diff(deltas)) + 1) + [self.cells]:
-            delta = int(deltas[start])
-            if delta:
+        bounds = [0, *(np.flatnonzero(np.diff(deltas)) + 1).tolist(), self.cells]
+        runs = list(zip(bounds, bounds[1:]))
+        for start, end in reversed(runs) if (deltas > 0).any() else runs:  # up: the last run first
+            if delta := int(deltas[start]):
                 self.ctx.shift(0, int(self.positions[start]), int(self.positions[end - 1]) + 1, delta)
-            start = end
         self.positions = targets
-        self.next_pos = self.cells
+        self.next_pos = int(targets[-1]) + 1
 
     def keep_prefix(self, n_positions: int) -> None:
         """Keep the cells of positions [0, n_positions) (all there), continue at n_positions."""
         self.keep_cells(np.flatnonzero(self.positions < n_positions))
-        self.next_pos = n_positions
+        self.next_pos = self.next_origin = n_positions
 
     def recreate(self, settings: ContextSettings) -> None:
         """Replace the context by one with `settings` (more cells), keeping the cells; the old
         one is closed first, so the two are never held at once."""
-        state, positions, tokens, model = self.state(), self.positions, self.tokens, self.ctx.model
+        state, positions, tokens, origins, model = self.state(), self.positions, self.tokens, self.origins, self.ctx.model
         self.ctx.close()
         self.ctx = LlamaContext(model, settings)
-        self.load(state, positions, tokens)
+        self.load(state, positions, tokens, origins)
 
     def state(self) -> bytes:
         return self.ctx.state_bytes(0)
 
-    def load(self, state: StateBytes, positions: np.ndarray, tokens: np.ndarray) -> None:
+    def load(self, state: StateBytes, positions: np.ndarray, tokens: np.ndarray, origins: np.ndarray | None = None) -> None:
         self.ctx.clear()
         self.ctx.load_state(state, 0)
-        self.reset(positions, tokens)
+        self.reset(positions, tokens, origins)
 
     def append_reading(self, state: StateBytes, skip: int, tokens: list[int]) -> None:
         """Put after the cells held the cells of a reading saved on its own: its positions from
@@ -219,5 +237,6 @@ class KvCache:
         ctx.copy(1, 0, -1, -1)
         ctx.remove(1, -1, -1)
         self.reset(np.concatenate([self.positions, np.arange(start, end)]),
-                   np.concatenate([self.tokens, np.asarray(tokens, dtype=np.int64)]))
+                   np.concatenate([self.tokens, np.asarray(tokens, dtype=np.int64)]),
+                   np.concatenate([self.origins, np.arange(start, end)]))
         self.verify(ctx.compact(0))  # dense again: the trimmed cells left holes

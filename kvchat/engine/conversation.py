@@ -11,6 +11,7 @@ readings put together (PromptRun.compose), so each is saved and reused alone.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Generator, Iterable, Iterator
 from dataclasses import replace
@@ -28,10 +29,12 @@ from kvchat.engine.sources import SourceFinder
 from kvchat.engine.speeds import ReadingSpeeds
 from kvchat.engine.states import DocumentStates
 from kvchat.engine.stream import StreamSettings, stream_context_size
+from kvchat.errors import KvchatError
 from kvchat.events import Done, Event, Notice, Pruned
 from kvchat.llama import LlamaModel
 
 CONVERSATION_ROOM = 1024
+LOGGER = logging.getLogger(__name__)
 
 
 class Conversation:
@@ -67,6 +70,7 @@ class Conversation:
         self.run = PromptRun(model, self._context_size(), self.settings, model_name, composes=self._composes)
         self.prompt_tokens: list[int] = []  # the last question's whole prompt
         self._reading_s = 0.0
+        self._unread = False  # open() left the reading to the first question (a fast reading)
         self._source_finder: SourceFinder | None = None  # built at the first answer's sources
 
     def _document_runs(self, part: PromptPart) -> list[list[int]] | None:
@@ -104,9 +108,16 @@ class Conversation:
 
         `question`, when known, observes a streamed reading (query-aware streaming).
         """
-        tokens = self.document_tokens
         if self._notice:
             yield Notice(self._notice)
+        saved = self.states is not None and self.states.has(self.document_tokens)
+        if self.settings.read == "fast" and not self._composes and not saved:
+            self._unread = True  # the first question reads fast; a follow-up reads the document first
+            return
+        yield from self._read(cancel, question)
+
+    def _read(self, cancel: threading.Event | None, question: str | None = None) -> Iterator[Event]:
+        tokens = self.document_tokens
         if self.settings.method.streams:
             observer = self.question_window(question) if question and self.stream.query_aware else None
             yield from self.run.stream(tokens, observer, self.settings, self.stream, cancel)
@@ -135,7 +146,7 @@ class Conversation:
         done: Done | None = None
         for event in self.run.answer(settings, selected, cancel):
             if isinstance(event, Done):
-                event = done = self._with_answer_sources(event, selected.kept, settings)
+                event = done = yield from self._with_answer_sources(event, selected.kept, settings)
             yield event
         if done is not None:
             self.turns.append(Turn(question, done.answer))
@@ -148,10 +159,18 @@ class Conversation:
         _, earlier, question_part = self._split(question)
         earlier_tokens = earlier.tokens(self.model)
         tokens = self.document_tokens + earlier_tokens + question_part.tokens(self.model)
+        # the document's reading counts towards the TTFT of the answer it was read for
+        reading_s = 0.0 if self.turns else self._reading_s
+        if self._unread:
+            if settings.read == "fast" and not self.turns:
+                self.prompt_tokens = tokens
+                return (yield from self._with_kept_by_document(self.run.read_fast(tokens, settings, cancel)))
+            self._unread = False
+            self.run.clear()
+            yield from self._read(cancel)
+            reading_s = self._reading_s
         start = self.selection.before_question(self, tokens, len(earlier_tokens))
         self._make_room(len(tokens) - self.run.read_upto, settings.max_tokens)
-        # the document's reading counts towards the first answer's TTFT, not the follow-ups'
-        reading_s = 0.0 if self.turns else self._reading_s
         selection = self.run.select(tokens, settings, start.pinned, cancel, start.prunes, reading_s)
         selected = yield from self._with_kept_by_document(selection)
         self.prompt_tokens = tokens
@@ -169,11 +188,17 @@ class Conversation:
                 event = replace(event, kept_by_document=tuple(kept.items()))
             yield event
 
-    def _with_answer_sources(self, done: Done, n_prompt_cells: int, settings: AskSettings) -> Done:
-        """`done` with the passages the answer drew on (sources.py), unless sources are off."""
+    def _with_answer_sources(self, done: Done, n_prompt_cells: int, settings: AskSettings) -> Generator[Event, None, Done]:
+        """`done` with the passages the answer drew on (sources.py), unless sources are off. If
+        finding them fails, a Notice says so and the answer stands without."""
         if not settings.sources or done.stats.stop_reason == "cancelled":
             return done
-        attention = self.run.cache.answer_attention(n_prompt_cells)
+        try:
+            attention = self.run.cache.answer_attention(n_prompt_cells)
+        except KvchatError as error:
+            LOGGER.exception("finding the answer's sources failed")
+            yield Notice(f"no sources for this answer: {error.message}")
+            return done
         if attention is None:
             return done
         return replace(done, sources=self.source_finder().sources(*attention))

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from kvchat.engine.cache import KvCache
+from kvchat.engine.fast import fast_select
 from kvchat.engine.generate import Generation, answer_stats, generate
 from kvchat.engine.selected import Selected
 from kvchat.engine.settings import AskSettings
@@ -47,7 +48,7 @@ class PromptRun:
         self.read_upto = 0
         self.loaded_upto = 0
         self.read_s = 0.0
-        self._saved: tuple[StateBytes, np.ndarray, np.ndarray, int] | None = None
+        self._saved: tuple[StateBytes, np.ndarray, np.ndarray, np.ndarray, int] | None = None
         self._at_saved = False  # the cache is exactly the saved state (restore() has nothing to do)
 
     @property
@@ -90,7 +91,7 @@ class PromptRun:
     def save(self) -> bytes:
         """Make the cache as it is now the restore point (and return its state)."""
         state = self.cache.state()
-        self._saved = (state, self.cache.positions, self.cache.tokens, self.read_upto)
+        self._saved = (state, self.cache.positions, self.cache.tokens, self.cache.origins, self.read_upto)
         self._at_saved = True
         return state
 
@@ -186,7 +187,7 @@ class PromptRun:
                 yield from states.discard(tokens[:length], "llama.cpp refused it")
                 continue
             self.read_upto = self.loaded_upto = length
-            self._saved = (found, self.cache.positions, self.cache.tokens, length)
+            self._saved = (found, self.cache.positions, self.cache.tokens, self.cache.origins, length)
             self._at_saved = True
             self.read_s += time.perf_counter() - started
             name = Path(label).name
@@ -202,8 +203,8 @@ class PromptRun:
             return
         if self._saved is None:
             raise RuntimeError("restore() without save()")
-        state, positions, tokens, read_upto = self._saved
-        self.cache.load(state, positions, tokens)
+        state, positions, tokens, origins, read_upto = self._saved
+        self.cache.load(state, positions, tokens, origins)
         self.read_upto = self.loaded_upto = read_upto
         self._at_saved = True
 
@@ -218,6 +219,21 @@ class PromptRun:
         self.cache.keep_prefix(shared)
         self.read_upto = self.loaded_upto = shared
         self._at_saved = False
+
+    def clear(self) -> None:
+        """Empty the cache and forget the restore point."""
+        self.cache.ctx.clear()
+        self.cache.reset()
+        self.read_upto = self.loaded_upto = 0
+        self._saved, self._at_saved = None, False
+
+    def read_fast(self, tokens: list[int], settings: AskSettings, cancel: threading.Event | None = None) -> Iterator[Event]:
+        """Instead of reading and select(): a fast reading of the whole prompt (fast.py) into the
+        emptied cache. Returns the Selected that answer() takes."""
+        self.clear()
+        selected = yield from fast_select(self.cache, tokens, settings, cancel)
+        self.read_upto = len(tokens)
+        return selected
 
     def select(
         self,
@@ -251,7 +267,7 @@ class PromptRun:
             plan = self.cache.plan(method, window, votes, (pin_start, pin_start + n_pinned))
             compact_started = time.perf_counter()
             self.cache.keep_cells(plan.kept)
-            yield Pruned(n_prompt, self.cache.cells, tuple(int(p) for p in self.cache.positions),
+            yield Pruned(n_prompt, self.cache.cells, tuple(int(p) for p in self.cache.origins),
                          window_s, time.perf_counter() - compact_started)
         else:
             self.cache.decode(tokens[window_start:], want_logits=True)

@@ -16,3 +16,4 @@ class Selected:
     reading_s: float
     window_s: float
     started: float  # when the selection began
+    read_layers: int = 0  # a fast reading: the layers its cheap pass read the prompt with (0: a full reading)

@@ -55,6 +55,13 @@ class AskSettings:
     # Each answer names the passages it drew on (sources.py): its tokens are decoded once more
     # with the attention probe on, after the answer.
     sources: bool = True
+    # "fast": the first question about a document is answered from a fast reading: the model's
+    # first `fast_depth` of its layers read the whole prompt, their attention chooses the method's
+    # budget of tokens, and the whole model reads only those (GemFilter). A follow-up reads the
+    # whole document first. "full" (the default until measured better): every layer reads it all.
+    read: str = "full"
+    fast_depth: float = 0.5
+    fast_positions: str = "consecutive"  # or "original": the chosen tokens moved back to their own positions
 
     def __post_init__(self) -> None:
         if self.max_tokens < 1:
@@ -63,6 +70,14 @@ class AskSettings:
             raise SettingsError(f"threads must be at least 1, got {self.threads}", "use 1 or more threads, or leave it unset for all cores")
         if self.n_ctx is not None and self.n_ctx < 1:
             raise SettingsError(f"context size must be at least 1, got {self.n_ctx}", "leave it unset to fit the prompt")
+        if self.read not in ("full", "fast"):
+            raise SettingsError(f"unknown reading {self.read!r}", "read full or fast")
+        if self.read == "fast" and (not self.method.scores or self.method.streams):
+            raise SettingsError(f"a fast reading chooses tokens as snapkv does, not with {self.method.name}", "use snapkv, or read full")
+        if self.fast_positions not in ("consecutive", "original"):
+            raise SettingsError(f"unknown fast reading positions {self.fast_positions!r}", "use consecutive or original")
+        if not 0 < self.fast_depth <= 1:
+            raise SettingsError(f"the fast reading's depth must be in (0, 1], got {self.fast_depth}", "0.5 reads with the first half of the layers")
         if self.method.window > self.n_batch:
             raise SettingsError(
                 f"window {self.method.window} is larger than the batch size {self.n_batch}",

@@ -1,7 +1,7 @@
 """Where an answer came from: the passages of the document that its tokens attended to.
 
 After an answer, its tokens are decoded once more over the prompt's cells with the attention
-probe on (PromptRun.answer_attention): one batch, like the question's observation window, so the
+probe on (KvCache.answer_attention): one batch, like the question's observation window, so the
 streamed answer is not slowed, and either probe, so flash attention works too. A prompt token's
 score is the attention it drew, summed over layers, heads and the answer's tokens. A passage is
 a sentence or a line of the document's text, a long one cut at a space; its score is its share of
@@ -16,7 +16,7 @@ import re
 import numpy as np
 
 from kvchat.documents import Document
-from kvchat.documents.bundle import BUNDLE_KIND
+from kvchat.documents.bundle import BUNDLE_KIND, document_starts
 from kvchat.documents.model import Page
 from kvchat.events import Source
 
@@ -78,7 +78,9 @@ class SourceFinder:
         answer has no sources."""
         self.document = document
         self._token_ranges = token_ranges
-        self._passages = np.asarray(passages(document.text) or [(0, 0)], dtype=np.int64)
+        text, cuts = document.text, [0, *document_starts(document)[1:], len(document.text)]  # several: each its own
+        found = [(start + a, start + b) for start, end in zip(cuts, cuts[1:]) for a, b in passages(text[start:end])]
+        self._passages = np.asarray(found or [(0, 0)], dtype=np.int64)
 
     def sources(self, positions: np.ndarray, scores: np.ndarray, limit: int = SOURCES) -> tuple[Source, ...]:
         """The `limit` passages whose tokens drew the most of `scores` (one per prompt cell, which
@@ -93,7 +95,8 @@ class SourceFinder:
         total = float(scores.sum())
         if total <= 0:
             return ()
-        passage = np.searchsorted(self._passages[:, 0], starts[positions], side="right") - 1
+        # a token belongs where its last character is (" Israel" starts on the space before)
+        passage = np.searchsorted(self._passages[:, 0], ends[positions] - 1, side="right") - 1
         drawn = np.bincount(np.maximum(passage, 0), weights=scores, minlength=len(self._passages)) / total
         ranked = [int(i) for i in np.argsort(-drawn, kind="stable")[:limit] if drawn[i] > 0]
         return tuple(self._source(*self._passages[i], float(drawn[i])) for i in ranked)
@@ -113,6 +116,7 @@ class SourceFinder:
         first = pages[0]
         if document.kind == BUNDLE_KIND:
             own = [page for page in document.pages if page.source == first.source]
+            pages = [page for page in pages if page.source == first.source]
             where = self._pages(pages) if len(own) > 1 else f"line {self._line(start, own[0].start)}"
             return f"{first.source}, {where}", first.number if len(own) > 1 else None, first.source
         if document.kind == "pdf":

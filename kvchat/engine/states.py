@@ -40,6 +40,10 @@ class DocumentStates:
         material += (f"|v={layout.type_v}" if layout.type_v != "f16" else "") + ("|flash-attn" if layout.flash_attn else "")
         return hashlib.sha256(material.encode()).hexdigest()[:40]
 
+    def has(self, tokens: Sequence[int]) -> bool:
+        """Whether a reading of `tokens` is saved (it may still turn out damaged when loaded)."""
+        return self.store.path_for(self.key(tokens_sha256(tokens))).exists()
+
     def saved_lengths(self, at_most: int) -> list[int]:
         """Token counts of the saved readings, longest first (candidates for a prompt prefix)."""
         return sorted({entry.header.n_tokens for entry in self.store.entries() if entry.header.n_tokens <= at_most}, reverse=True)

@@ -87,6 +87,12 @@ class LlamaContext:
         params.cb_eval_user_data = None
         return params
 
+    def cut_after_layer(self, layer: int | None) -> None:
+        """Stop every decode after `layer` (the cheap pass of a fast reading; see NodeWatcher),
+        or run them whole again (None). The cells a cut decode writes are usable up to that
+        layer only, and its logits not at all: remove them before a whole decode."""
+        self.probe.cut_after(layer)
+
     @property
     def n_ctx(self) -> int:
         return raw.llama_n_ctx(self._ctx)

@@ -38,16 +38,16 @@ class AttentionProbe(NodeWatcher):
         self._error = None
 
     def stop(self) -> np.ndarray:
-        """Stop observing; the votes of every layer, shape (n_layer, n_head, n_cells)."""
+        """Stop observing; the votes of every layer computed, shape (layer_count, n_head, n_cells)."""
         self._raise_kept()
-        missing = [il for il in range(self.n_layer) if il not in self._seen]
+        missing = [il for il in range(self.layer_count) if il not in self._seen]
         if missing or self._votes is None:
             raise KvchatError(
                 f"the attention probe saw no attention for layers {missing[:4]}",
                 "attention scores need flash attention off and ordinary attention layers",
             )
         votes, self._votes = self._votes, None
-        return votes
+        return votes[: self.layer_count]
 
     def abort(self) -> None:
         """Stop observing after a failed decode; the partial votes are dropped."""

@@ -41,13 +41,13 @@ class QueryProbe(NodeWatcher):
 
     def stop(self) -> np.ndarray:
         self._raise_kept()
-        missing = [il for il in range(self.n_layer) if il not in self._queries]
+        missing = [il for il in range(self.layer_count) if il not in self._queries]
         if missing or self.state_source is None:
             raise KvchatError(f"the query probe saw no queries for layers {missing[:4]}", "use --flash-attn off")
         state = self.state_source()
         keys = cell_keys(state, self.n_layer, self.head_dim)[:, : self._n_cells]
         positions = cell_positions(state)[: self._n_cells]
-        votes = [self._layer_votes(self._queries[il], keys[il], positions) for il in range(self.n_layer)]
+        votes = [self._layer_votes(self._queries[il], keys[il], positions) for il in range(self.layer_count)]
         self._queries = {}
         return np.stack(votes)
 

@@ -45,8 +45,9 @@ class PreparedPrompt:
     first_token: int  # the answer's first token, sampled from the logits of the whole prompt
     selected: Selected  # the prompt's length, the cells kept and loaded, the reading's and the selection's time
     settings: AskSettings  # those it was read with: the request's, or streamed for a long document
-    tokens: np.ndarray | None = None  # the kept cells' tokens
-    finder: SourceFinder | None = None  # about a document: what names an answer's sources
+    tokens: np.ndarray  # the kept cells' tokens
+    origins: np.ndarray  # their indices in the prompt (their positions, unless repacked)
+    finder: SourceFinder | None = None  # about a document, with sources on: what names an answer's sources
 
 
 def prepare(engine: Engine, request: ChatRequest, cancel: threading.Event, sampler: Sampler) -> Iterator[Event]:
@@ -65,7 +66,8 @@ def _prepare_document(engine: Engine, request: ChatRequest, cancel: threading.Ev
         conversation.resume(request.turns)
         yield from conversation.open(cancel)
         selected = yield from conversation.select(request.question, cancel, request.settings)
-        return _taken(conversation.run, selected, sampler, conversation.settings, conversation.source_finder())
+        finder = conversation.source_finder() if request.settings.sources else None
+        return _taken(conversation.run, selected, sampler, conversation.settings, finder)
     finally:
         conversation.close()
 
@@ -91,24 +93,24 @@ def _taken(
 ) -> PreparedPrompt:
     cache = run.cache
     first_token = sampler.sample(cache.ctx.handle)
-    return PreparedPrompt(cache.state(), cache.positions.copy(), first_token, selected, settings, cache.tokens.copy(), finder)
+    return PreparedPrompt(cache.state(), cache.positions.copy(), first_token, selected, settings, cache.tokens.copy(),
+                          cache.origins.copy(), finder)
 
 
 def answer_sources(model: LlamaModel, prompt: PreparedPrompt, answer_tokens: list[int]) -> tuple[Source, ...]:
-    """The passages of the document an answer drew on (engine/sources.py): the prompt's kept
-    cells loaded on a context of their own, and the answer's tokens (at most a batch) read after
-    them with the attention probe on. None for a plain chat, or with sources off."""
+    """The passages of the document an answer drew on (engine/sources.py), as a conversation
+    finds them: the prompt's kept cells loaded on a context of their own, and the answer's tokens
+    its sequence decoded (all but the last one taken; at most a batch) read after them with the
+    attention probe on. Empty for a plain chat, with sources off, or for a one-token answer."""
     settings = prompt.settings
-    if prompt.finder is None or prompt.tokens is None or not settings.sources:
-        return ()
-    answer_tokens = [token for token in answer_tokens if not model.is_end_of_generation(token)][: settings.n_batch]
-    if not answer_tokens:
+    answer_tokens = answer_tokens[:-1][: settings.n_batch]
+    if prompt.finder is None or not answer_tokens:
         return ()
     layout = settings.layout
     context = ContextSettings(n_ctx=round_up(len(prompt.positions) + len(answer_tokens) + 1), n_batch=settings.n_batch,
                               threads=settings.threads, flash_attn=layout.flash_attn, type_k=layout.type_k, type_v=layout.type_v)
     cache = KvCache(LlamaContext(model, context))
     with cache.ctx:
-        cache.load(prompt.state, prompt.positions, prompt.tokens)
+        cache.load(prompt.state, prompt.positions, prompt.tokens, prompt.origins)
         votes = cache.observe(answer_tokens)[..., : len(prompt.positions)]
-    return prompt.finder.sources(prompt.positions, votes.sum(axis=(0, 1), dtype=np.float64))
+    return prompt.finder.sources(prompt.origins, votes.sum(axis=(0, 1), dtype=np.float64))

@@ -1,0 +1,130 @@
+"""A fast reading: the first layers read the whole prompt and choose, the whole model reads the chosen."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kvchat.documents import load_document
+from kvchat.engine import AskSettings, Engine
+from kvchat.engine.cache import KvCache
+from kvchat.engine.fast import fast_select, last_read_layer
+from kvchat.events import Done, Progress, Pruned
+from kvchat.llama import ContextSettings, LlamaContext
+from kvchat.policy import SnapKV
+
+from inspect_helpers import last_logits
+from test_cli import run_kvchat
+
+WINDOW = 16
+
+
+def _tokens(n: int = 600) -> list[int]:
+    rng = np.random.default_rng(3)
+    return [int(t) for t in rng.integers(3, 250, size=n)]
+
+
+def _cache(model, flash_attn: bool = False) -> KvCache:
+    return KvCache(LlamaContext(model, ContextSettings(n_ctx=2048, n_batch=256, threads=2, flash_attn=flash_attn)))
+
+
+def _run(cache: KvCache, tokens: list[int], settings: AskSettings):
+    events = fast_select(cache, tokens, settings)
+    seen = []
+    while True:
+        try:
+            seen.append(next(events))
+        except StopIteration as finished:
+            return seen, finished.value
+
+
+@pytest.mark.parametrize("flash_attn", [False, True])
+def test_the_cheap_pass_sees_the_first_layers_as_a_whole_pass_does(tiny_model, flash_attn: bool) -> None:
+    tokens = _tokens()
+    votes = []
+    for cut in (None, 0):
+        cache = _cache(tiny_model, flash_attn)
+        with cache.ctx:
+            cache.ctx.cut_after_layer(cut)
+            cache.decode(tokens[:-WINDOW])
+            votes.append(cache.observe(tokens[-WINDOW:]))
+    whole, cheap = votes
+    assert whole.shape[0] == 2 and cheap.shape[0] == 1
+    np.testing.assert_allclose(cheap[0], whole[0], rtol=1e-5, atol=1e-6)
+
+
+def test_only_the_chosen_tokens_stay_read_by_the_whole_model(tiny_model) -> None:
+    tokens = _tokens()
+    settings = AskSettings(method=SnapKV(budget=96, window=WINDOW), read="fast")
+    cache = _cache(tiny_model)
+    with cache.ctx:
+        events, selected = _run(cache, tokens, settings)
+        pruned = [e for e in events if isinstance(e, Pruned)]
+        assert [e.done for e in events if isinstance(e, Progress)][-1] == len(tokens) - WINDOW
+        assert len(pruned) == 1 and pruned[0].kept_tokens == 96 == cache.cells == selected.kept
+        kept = np.asarray(pruned[0].kept_positions)
+        assert np.array_equal(cache.origins, kept) and np.array_equal(cache.positions, np.arange(96))
+        assert np.array_equal(cache.tokens, np.asarray(tokens)[kept]) and kept[-1] == len(tokens) - 1
+        cache.verify()  # llama.cpp holds exactly these 96 cells: none of the cheap pass is left
+        assert selected.read_layers == last_read_layer(2, 0.5) + 1 == 1
+
+
+def test_kept_at_their_own_positions_every_token_gives_a_plain_readings_logits(tiny_model) -> None:
+    tokens = _tokens(400)
+    plain = _cache(tiny_model)
+    with plain.ctx:
+        plain.decode(tokens, want_logits=True)
+        expected = last_logits(plain.ctx)
+    for positions in ("consecutive", "original"):
+        cache = _cache(tiny_model)
+        with cache.ctx:
+            settings = AskSettings(method=SnapKV(budget=1000, window=WINDOW), read="fast", fast_positions=positions)
+            _run(cache, tokens, settings)
+            assert np.array_equal(cache.positions, np.arange(len(tokens)))
+            np.testing.assert_allclose(last_logits(cache.ctx), expected, rtol=1e-4, atol=1e-4)
+
+
+def test_original_positions_move_the_chosen_tokens_back(tiny_model) -> None:
+    tokens = _tokens()
+    cache = _cache(tiny_model)
+    with cache.ctx:
+        _, selected = _run(cache, tokens, AskSettings(method=SnapKV(budget=96, window=WINDOW), read="fast", fast_positions="original"))
+        assert np.array_equal(cache.positions, cache.origins) and cache.next_pos == len(tokens)
+        cache.verify()
+        cache.decode([5], want_logits=True)  # the answer goes on after the prompt's last position
+        assert cache.positions[-1] == len(tokens)
+
+
+def test_a_conversation_reads_fast_first_and_the_whole_document_for_a_follow_up(tiny_model_path: Path, tmp_path: Path) -> None:
+    path = tmp_path / "notes.txt"
+    path.write_text("The boat was named the Grey Heron. The radio failed on day four. " * 40)
+    settings = AskSettings(method=SnapKV(budget=64, window=16), max_tokens=4, read="fast", threads=2)
+    with Engine(str(tiny_model_path)) as engine:
+        conversation = engine.conversation(load_document(path), settings)
+        try:
+            assert list(conversation.open()) == []  # nothing read before the question
+            first = [e for e in conversation.ask("What was the boat called?") if isinstance(e, Done)][0]
+            second = [e for e in conversation.ask("What failed?") if isinstance(e, Done)][0]
+        finally:
+            conversation.close()
+        again = [e for e in engine.ask(load_document(path), "Boat?", settings) if isinstance(e, Done)][0]
+    assert first.stats.read == "fast 1/2" and first.stats.kept_tokens == 64 and first.stats.loaded_tokens == 0
+    assert second.stats.read == "full" and second.stats.loaded_tokens == 0  # read whole (and saved)
+    assert again.stats.read == "full" and again.stats.loaded_tokens > 1500  # the saved reading, not a fast one
+
+
+def test_ask_read_fast_says_so(tiny_model_path: Path, tmp_path: Path, isolated_home: Path) -> None:
+    path = tmp_path / "notes.txt"
+    path.write_text("The boat was named the Grey Heron. " * 60)
+    args = ["ask", str(path), "Boat?", "--model", str(tiny_model_path), "--budget", "64", "--window", "16",
+            "--max-tokens", "4", "--threads", "2", "--read", "fast", "--no-cache"]
+    result = run_kvchat(*args, "--json", home=isolated_home)
+    plain = run_kvchat(*args, home=isolated_home)
+    assert result.returncode == plain.returncode == 0, result.stderr + plain.stderr
+    assert json.loads(result.stdout)["read"] == "fast 1/2"
+    assert [line for line in plain.stderr.splitlines() if line.startswith("read fast 1/2 layers · prompt ")]
+    refused = run_kvchat(*args, "--method", "full", home=isolated_home)
+    assert refused.returncode == 2 and "a fast reading chooses tokens as snapkv does" in refused.stderr
