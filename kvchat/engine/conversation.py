@@ -117,6 +117,8 @@ class Conversation:
         yield from self._read(cancel, question)
 
     def _read(self, cancel: threading.Event | None, question: str | None = None) -> Iterator[Event]:
+        """Read the document whole: streamed, put together from its documents' readings, or
+        loaded (the longest saved reading of it) and read on; it becomes the restore point."""
         tokens = self.document_tokens
         if self.settings.method.streams:
             observer = self.question_window(question) if question and self.stream.query_aware else None
