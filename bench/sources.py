@@ -10,14 +10,15 @@ longer than the model's context is cut as that task cuts it) is answered with th
 with snapkv at each budget, each from the one reading of its contract. Over the answers that are
 right (scored as the cuad task scores them), it reports the share whose first source overlaps the
 experts' clause (the question's `evidence`) and the share where one of the three does, for the
-answer's attention over all layers (what kvchat does) and over each half of them, and for the
-question's window; and the time finding the sources took, against the answer's own decoding.
+answer's attention over the upper half of the layers (what kvchat does), over all of them and
+over the lower half, and for the question's window; and the time finding the sources took, against the answer's own decoding.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time
 from dataclasses import replace
@@ -34,7 +35,7 @@ from kvchat.engine.cache import KvCache
 from kvchat.events import Done, Pruned, Source
 from kvchat.policy import Full, SnapKV
 
-ATTRIBUTIONS = ("answer", "answer, lower half", "answer, upper half", "question")
+ATTRIBUTIONS = ("answer", "answer, all layers", "answer, lower half", "question")
 
 
 def _overlaps(sources: tuple[Source, ...], evidence: tuple[int, int]) -> list[bool]:
@@ -68,7 +69,7 @@ class _SelectionVotes:
 def _attribute(conversation: Conversation, done: Done, kept: np.ndarray | None, window: int,
                selection: tuple[np.ndarray, np.ndarray] | None) -> dict[str, tuple[tuple[Source, ...], float]]:
     """The attributions of the answer just given, with the seconds each took: from the answer's
-    attention (over all layers, as kvchat does, and over each half of them), and the question's:
+    attention (as kvchat sums it, over all layers, and over the lower half), and the question's:
     the votes its window cast when the selection pruned (over the kept cells), else (nothing was
     pruned) those of the window read once more."""
     cache, n_cells, finder = conversation.run.cache, done.stats.kept_tokens, conversation.source_finder()
@@ -80,7 +81,7 @@ def _attribute(conversation: Conversation, done: Done, kept: np.ndarray | None, 
     if attention is not None:  # the same attention from half the layers (read once more: not timed)
         votes = cache.reobserve(n_cells, min(cache.cells - n_cells, cache.ctx.settings.n_batch))
         half = votes.shape[0] // 2
-        for name, layers in (("answer, lower half", votes[:half]), ("answer, upper half", votes[half:])):
+        for name, layers in (("answer, all layers", votes), ("answer, lower half", votes[:half])):
             found[name] = (finder.sources(attention[0], layers.sum(axis=(0, 1), dtype=np.float64)), 0.0)
     started = time.perf_counter()
     if kept is not None and selection is not None:
@@ -98,15 +99,17 @@ def run_contract(engine: Engine, contract: str, ids: set[str], methods: dict[str
     max_tokens = engine.model.shape.n_ctx_train - PROMPT_ROOM
     text = cut_to_tokens(contract_text(contract), lambda t: len(engine.model.tokenize(t)), max_tokens)
     document = Document.from_pages(Path(f"{contract}.txt"), "text", [text])
-    questions = [q for q in cuad_questions() if q.contract == contract and q.id in ids and q.evidence in document.text]
+    clauses = {q.id: re.search(r"\s+".join(map(re.escape, q.evidence.split())), document.text) for q in cuad_questions()
+             if q.contract == contract and q.id in ids}
+    questions = [q for q in cuad_questions() if clauses.get(q.id)]
     conversation = engine.conversation(document, next(iter(methods.values())))
     records = []
     try:
         for _ in conversation.open():
             pass
         for question in questions:
-            at = document.text.index(question.evidence)
-            evidence = (at, at + len(question.evidence))
+            match = clauses[question.id]
+            evidence = (match.start(), match.end())  # the clause, whitespace as the document has it
             for name, settings in methods.items():
                 conversation.reset()
                 with _SelectionVotes() as selection:

@@ -177,7 +177,7 @@ def test_a_real_answer_has_consistent_sources_and_none_when_off(tiny_model_path:
     for done in (full, pruned):
         assert 1 <= len(done.sources) <= 3
         assert [s.score for s in done.sources] == sorted((s.score for s in done.sources), reverse=True)
-        assert 0 < sum(s.score for s in done.sources) <= 1.0 + 1e-6
+        assert 0 < sum(s.score for s in done.sources) <= 1.0 + 2e-4  # each rounded to 4 places
         for source in done.sources:
             assert document.text[source.start : source.end].split() == source.text.split()
             assert source.where == f"line {document.text.count(chr(10), 0, source.start) + 1}"
@@ -224,7 +224,7 @@ def test_reading_the_answer_again_leaves_the_cache_as_it_was(tiny_model) -> None
     assert found is not None
     cell_positions, scores = found
     assert np.array_equal(cell_positions, np.arange(280)) and scores.shape == (280,)
-    assert 0 < scores.sum() < 20 * 2 * 4  # 20 answer rows x 2 layers x 4 heads, less what they paid each other
+    assert 0 < scores.sum() < 20 * 1 * 4  # 20 answer rows x the upper layer x 4 heads, less what they paid each other
     assert np.array_equal(caches[0].positions, positions) and np.array_equal(caches[0].tokens, token_ids)
     caches[0].verify()
     for cache in caches:

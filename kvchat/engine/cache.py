@@ -16,6 +16,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from kvchat.errors import KvchatError, SettingsError, raise_if_cancelled
+from kvchat.engine.sources import answer_scores
 from kvchat.events import Progress
 from kvchat.llama import ContextSettings, LlamaContext, StateBytes
 from kvchat.policy import Method, PrunePlan, merge_runs, spans_from_pieces
@@ -103,9 +104,9 @@ class KvCache:
 
     def answer_attention(self, n_prompt_cells: int) -> tuple[np.ndarray, np.ndarray] | None:
         """What the answer in the cells after the first `n_prompt_cells` (the kept prompt)
-        attended to: (origins, scores) of the prompt's cells (their tokens' indices in the prompt), each score the attention it drew,
-        summed over layers, heads and the answer's tokens (at most a batch of them: the first).
-        None when no answer token is in the cache, or the ring evicted some (the rest then do
+        attended to: (origins, scores) of the prompt's cells (their tokens' indices in the prompt),
+        each score the attention it drew from the answer's tokens (at most a batch of them: the
+        first), as sources.answer_scores sums it. None when no answer token is in the cache, or the ring evicted some (the rest then do
         not follow the prompt's positions)."""
         answer = self.positions[n_prompt_cells:]
         if not len(answer) or not n_prompt_cells:
@@ -114,7 +115,7 @@ class KvCache:
         if not np.array_equal(answer, follows):
             return None
         votes = self.reobserve(n_prompt_cells, min(len(answer), self.ctx.settings.n_batch))
-        return self.origins[:n_prompt_cells].copy(), votes.sum(axis=(0, 1), dtype=np.float64)
+        return self.origins[:n_prompt_cells].copy(), answer_scores(votes)
 
     def reobserve(self, first_cell: int, count: int) -> np.ndarray:
         """Decode the cells from `first_cell` on once more, the first `count` of them with the

@@ -3,7 +3,8 @@
 After an answer, its tokens are decoded once more over the prompt's cells with the attention
 probe on (KvCache.answer_attention): one batch, like the question's observation window, so the
 streamed answer is not slowed, and either probe, so flash attention works too. A prompt token's
-score is the attention it drew, summed over layers, heads and the answer's tokens. A passage is
+score is the attention it drew, summed over the upper half of the layers (answer_scores), the
+heads and the answer's tokens. A passage is
 a sentence or a line of the document's text, a long one cut at a space; its score is its share of
 the attention the answer paid to the document's text, and the best ones are the sources. The
 template, the question and earlier turns are not the document's text, so they are never a source.
@@ -67,6 +68,15 @@ def passages(text: str) -> list[tuple[int, int]]:
                 continue
         joined.append((start, end))
     return joined
+
+
+def answer_scores(votes: np.ndarray) -> np.ndarray:
+    """Each prompt cell's score from the answer's votes (n_layer, n_head, cells): summed over
+    heads and the upper half of the layers. Measured with bench/sources.py (default model, 12
+    right answers about two CUAD contracts, full cache and snapkv at 1024 and 256): the first
+    source held the experts' clause 30 of 36 times from the upper half, 28 from all layers, 22
+    from the lower half; one of three 36, 35 and 34 times."""
+    return votes[votes.shape[0] // 2 :].sum(axis=(0, 1), dtype=np.float64)
 
 
 class SourceFinder:

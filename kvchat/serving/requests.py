@@ -17,7 +17,7 @@ from kvchat.engine.prompt_run import PromptRun
 from kvchat.engine.selected import Selected
 from kvchat.engine.settings import AskSettings
 from kvchat.engine.sizing import context_size, round_up
-from kvchat.engine.sources import SourceFinder
+from kvchat.engine.sources import SourceFinder, answer_scores
 from kvchat.errors import SettingsError
 from kvchat.events import Event, Source
 from kvchat.llama import ContextSettings, LlamaContext, LlamaModel, Sampler, StateBytes
@@ -113,4 +113,4 @@ def answer_sources(model: LlamaModel, prompt: PreparedPrompt, answer_tokens: lis
     with cache.ctx:
         cache.load(prompt.state, prompt.positions, prompt.tokens, prompt.origins)
         votes = cache.observe(answer_tokens)[..., : len(prompt.positions)]
-    return prompt.finder.sources(prompt.origins, votes.sum(axis=(0, 1), dtype=np.float64))
+    return prompt.finder.sources(prompt.origins, answer_scores(votes))
