@@ -121,7 +121,8 @@ def run_contract(engine: Engine, contract: str, ids: set[str], methods: dict[str
                 record: dict[str, object] = {
                     "id": question.id, "method": name, "answer": done.answer,
                     "right": answer_matches(done.answer, question.answers, question.refuse),
-                    "decode_s": round(done.stats.generated_tokens / max(done.stats.decode_tokens_per_s, 1e-9), 3),
+                    "decode_s": round(done.stats.generated_tokens / done.stats.decode_tokens_per_s, 3)
+                    if done.stats.decode_tokens_per_s else 0.0,  # a one-token answer decodes nothing
                     "cut": OMISSION in text,
                 }
                 found = _attribute(conversation, done, kept, settings.method.window, selection.last)
