@@ -48,6 +48,11 @@ class KvCache:
         self.next_origin = int(self.origins[-1]) + 1 if len(self.origins) else 0
         self.peak_cells = max(self.peak_cells, self.cells)
 
+    def clear(self) -> None:
+        """Empty llama.cpp's memory of the sequence and the bookkeeping."""
+        self.ctx.clear()
+        self.reset()
+
     def decode(self, tokens: list[int], want_logits: bool = False) -> None:
         """Decode `tokens` at the next positions (in n_batch slices) and record their cells."""
         step = self.ctx.settings.n_batch
@@ -106,8 +111,8 @@ class KvCache:
         """What the answer in the cells after the first `n_prompt_cells` (the kept prompt)
         attended to: (origins, scores) of the prompt's cells (their tokens' indices in the prompt),
         each score the attention it drew from the answer's tokens (at most a batch of them: the
-        first), as sources.answer_scores sums it. None when no answer token is in the cache, or the ring evicted some (the rest then do
-        not follow the prompt's positions)."""
+        first), as sources.answer_scores sums it. None when no answer token is in the cache, or
+        the ring evicted some (the rest then do not follow the prompt's positions)."""
         answer = self.positions[n_prompt_cells:]
         if not len(answer) or not n_prompt_cells:
             return None

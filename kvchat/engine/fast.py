@@ -43,8 +43,7 @@ def fast_select(
     finally:
         ctx.cut_after_layer(None)
     kept = cache.plan(method, n_prompt - window_start, votes[-1:]).kept
-    ctx.clear()
-    cache.reset()
+    cache.clear()
     cache.decode([tokens[p] for p in kept], want_logits=True)
     if settings.fast_positions == "original" and ctx.can_shift():
         cache.move_to(kept)

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from kvchat.engine.cache import KvCache
+from kvchat.engine.compose import read_blockwise
 from kvchat.engine.fast import fast_select
 from kvchat.engine.generate import Generation, answer_stats, generate
 from kvchat.engine.selected import Selected
@@ -129,43 +130,12 @@ class PromptRun:
         labels: list[str],
         cancel: threading.Event | None = None,
     ) -> Iterator[Event]:
-        """Bring prefix + blocks + suffix into the cache, each block as read on its own after
-        `prefix` (block-wise: a block does not see the others), so each block's reading is saved
-        and loaded on its own (under its label) and any combination of them is put together
-        without reading again; then the suffix, which sees them all (a few tokens: no progress).
-        loaded_upto counts the tokens loaded rather than read."""
-        total = len(prefix) + sum(len(block) for block in blocks)
-        work = sum(len(prefix) + len(block) for block in blocks)  # what progress counts: each block's reading
-        readings: list[StateBytes] = []
-        loaded = done = 0
-        for block, label in zip(blocks, labels):
-            tokens = prefix + block
-            found = (yield from states.load(tokens)) if states is not None else None
-            if found is None:
-                yield from self._read_alone(tokens, done, work, cancel)
-                found = self.cache.state()
-                if states is not None:
-                    yield from states.save(tokens, found, label)
-            else:
-                loaded += len(block) + (0 if readings else len(prefix))
-                yield Notice(f"loaded the saved reading of {Path(label).name} ({len(tokens):,} tokens)")
-            readings.append(found)
-            done += len(tokens)
-        first = np.asarray(prefix + blocks[0], dtype=np.int64)
-        self.cache.load(readings[0], np.arange(len(first)), first)
-        for block, reading in zip(blocks[1:], readings[1:]):
-            self.cache.append_reading(reading, len(prefix), block)
-        self.cache.decode(suffix)
-        self.read_upto, self.loaded_upto, self._at_saved = total + len(suffix), loaded, False
-
-    def _read_alone(self, tokens: list[int], done: int, work: int, cancel: threading.Event | None) -> Iterator[Progress]:
-        """Read `tokens` into an empty cache: a block of compose(), after `done` of its `work`."""
-        started = time.perf_counter()
-        self.cache.ctx.clear()
-        self.cache.reset()
-        yield Progress(done=done, total=work, elapsed_s=0.0)
-        yield from self.cache.prefill(tokens, done, work, cancel)
-        self.read_s += time.perf_counter() - started
+        """Bring prefix + blocks + suffix into the cache block-wise (compose.py); loaded_upto
+        counts the tokens loaded rather than read."""
+        loaded, read_s = yield from read_blockwise(self.cache, prefix, blocks, suffix, states, labels, cancel)
+        self.read_s += read_s
+        total = len(prefix) + sum(len(block) for block in blocks) + len(suffix)
+        self.read_upto, self.loaded_upto, self._at_saved = total, loaded, False
 
     def _load_longest(self, states: DocumentStates, tokens: list[int], label: str) -> Iterator[Event]:
         """Load the longest saved reading of a prefix of `tokens`: loaded_upto says how long.
@@ -182,8 +152,7 @@ class PromptRun:
             try:
                 self.cache.load(found, positions, np.asarray(tokens[:length], dtype=np.int64))
             except DecodeError:
-                self.cache.ctx.clear()  # a refusal midway can leave part of the state in the cells
-                self.cache.reset()
+                self.cache.clear()  # a refusal midway can leave part of the state in the cells
                 yield from states.discard(tokens[:length], "llama.cpp refused it")
                 continue
             self.read_upto = self.loaded_upto = length
@@ -222,8 +191,7 @@ class PromptRun:
 
     def clear(self) -> None:
         """Empty the cache and forget the restore point."""
-        self.cache.ctx.clear()
-        self.cache.reset()
+        self.cache.clear()
         self.read_upto = self.loaded_upto = 0
         self._saved, self._at_saved = None, False
 
