@@ -9,8 +9,8 @@ from rich.console import Console
 
 from kvchat.cli.interrupt import interrupt_as_cancel
 from kvchat.cli.options import (
-    BUDGET, CACHE_TYPE_K, CACHE_TYPE_V, FLASH_ATTN, GPU_LAYERS, MAX_TOKENS, METHOD, MODEL, SAVE_READINGS, TEMPERATURE,
-    READ, SOURCES, THREADS, WINDOW, ask_settings, kv_layout, warn_about_gpu_layers,
+    BUDGET, CACHE_TYPE_K, CACHE_TYPE_V, FLASH_ATTN, GPU_LAYERS, HEADS, MAX_TOKENS, METHOD, MODEL, SAVE_READINGS,
+    TEMPERATURE, READ, SOURCES, THREADS, WINDOW, ask_settings, kv_layout, warn_about_gpu_layers,
 )
 from kvchat.cli.render import OcrBar, render
 from kvchat.documents import SUPPORTED, bundle, load_document
@@ -35,7 +35,7 @@ def ask_command(
     window: int = WINDOW,
     kernel: int = typer.Option(SNAPKV.kernel, help="Pooling kernel (odd) that keeps neighbours of chosen tokens."),
     pool: str = typer.Option(SNAPKV.pool, help="Pooling: max or avg."),
-    heads: HeadReduction = typer.Option(SNAPKV.heads, help="How votes of all heads become one score."),
+    heads: HeadReduction = HEADS,
     spans: str = typer.Option(SNAPKV.spans, help="Keep whole spans once one of their tokens is chosen: words (numbers and words), sentences, or none."),
     method: str | None = METHOD,
     chunk: int = typer.Option(StreamSettings.chunk, help="snapstream: tokens read between evictions."),

@@ -7,10 +7,11 @@ from pathlib import Path
 import typer
 
 from kvchat.cli.options import (
-    BUDGET, CACHE_TYPE_K, CACHE_TYPE_V, FLASH_ATTN, GPU_LAYERS, MAX_TOKENS, METHOD, MODEL, SAVE_READINGS, TEMPERATURE,
-    THREADS, WINDOW, ask_settings, gpu_layers_warning, kv_layout,
+    BUDGET, CACHE_TYPE_K, CACHE_TYPE_V, FLASH_ATTN, GPU_LAYERS, HEADS, MAX_TOKENS, METHOD, MODEL, SAVE_READINGS,
+    TEMPERATURE, THREADS, WINDOW, ask_settings, gpu_layers_warning, kv_layout,
 )
 from kvchat.documents import SUPPORTED
+from kvchat.policy import HeadReduction
 
 
 def chat_command(
@@ -21,6 +22,7 @@ def chat_command(
     model: str = MODEL,
     budget: int = BUDGET,
     window: int = WINDOW,
+    heads: HeadReduction = HEADS,
     method: str | None = METHOD,
     max_tokens: int = MAX_TOKENS,
     temperature: float = TEMPERATURE,
@@ -33,7 +35,7 @@ def chat_command(
 ) -> None:
     """Chat with a document in a terminal UI (F1 inside lists the keys)."""
     layout = kv_layout(flash_attn, gpu_layers, cache_type_k, cache_type_v)
-    settings = ask_settings(method, layout, max_tokens, temperature, threads, budget=budget, window=window)
+    settings = ask_settings(method, layout, max_tokens, temperature, threads, budget=budget, window=window, heads=heads)
     from kvchat.tui.app import KvchatApp  # Textual is imported only for this command
     from kvchat.tui.sessions import EngineSessions
 

@@ -10,7 +10,7 @@ from rich.console import Console
 from kvchat.engine import AskSettings, KvLayout
 from kvchat.errors import SettingsError
 from kvchat.llama import SamplerSettings, gpu_offload_supported
-from kvchat.policy import method_named, methods_help
+from kvchat.policy import SnapKV, method_named, methods_help
 
 DEFAULTS = AskSettings()
 
@@ -32,6 +32,11 @@ SOURCES = typer.Option(DEFAULTS.sources, "--sources/--no-sources", help="Name th
 READ = typer.Option(
     DEFAULTS.read, help="full: every layer reads the whole document; fast: its first half chooses the tokens "
     "and the whole model reads only those (GemFilter; not yet measured against full).",
+)
+HEADS = typer.Option(
+    SnapKV().heads,
+    help="How the heads choose: sum (one ranking of their votes, the default), normalized, topk-count, or "
+    "per-head (each layer and KV head keeps its own tokens, in the same number of cells).",
 )
 SAVE_READINGS = typer.Option(True, "--cache/--no-cache", help="Save each document's reading and reuse it next time.")
 

@@ -9,9 +9,10 @@ import typer
 from rich.console import Console
 
 from kvchat.cli.options import (
-    CACHE_TYPE_K, CACHE_TYPE_V, DEFAULTS, FLASH_ATTN, GPU_LAYERS, MAX_TOKENS, MODEL, SAVE_READINGS, THREADS, kv_layout,
-    warn_about_gpu_layers,
+    CACHE_TYPE_K, CACHE_TYPE_V, DEFAULTS, FLASH_ATTN, GPU_LAYERS, HEADS, MAX_TOKENS, MODEL, SAVE_READINGS, THREADS,
+    kv_layout, warn_about_gpu_layers,
 )
+from kvchat.policy import HeadReduction
 from kvchat.engine import AskSettings, Engine
 from kvchat.errors import SettingsError
 from kvchat.serving.slots import DEFAULT_ROOM
@@ -55,6 +56,7 @@ def serve_command(
     max_sessions: int = typer.Option(8, help="Conversations held in the KV cache at once (one sequence each)."),
     max_tokens: int = MAX_TOKENS,
     max_waiting: int = typer.Option(16, help="Requests that may wait for a sequence; more get 429."),
+    heads: HeadReduction = HEADS,
     room: int = typer.Option(DEFAULT_ROOM, help="Cells per conversation for its question and earlier turns, besides the budget."),
     threads: int | None = THREADS,
     gpu_layers: int = GPU_LAYERS,
@@ -75,7 +77,7 @@ def serve_command(
     console = Console(stderr=True)
     warn_about_gpu_layers(gpu_layers, console)
     limits = ServerLimits(model_id=model, budget=budget, max_tokens=max_tokens, sequences=max_sessions,
-                          max_waiting=max_waiting, room=room, layout=layout)
+                          max_waiting=max_waiting, room=room, layout=layout, heads=heads)
     service = ChatService(Engine(model, gpu_layers=gpu_layers, use_cache=cache), limits, threads)
     try:
         url = f"http://{'127.0.0.1' if host == '0.0.0.0' else host}:{port}"

@@ -21,6 +21,8 @@ class Progress:
 @dataclass(frozen=True)
 class Pruned:
     """The prompt's cache was reduced from `prompt_tokens` to `kept_tokens` entries;
+    `kept_positions`: the prompt tokens kept (by any head); `kept_heads`: kept per head, how many
+    of the model's (layer, KV head) pairs kept each of them, of `head_count` (none: all kept all);
     `kept_by_document`: characters of each document's text kept, when several are asked about."""
 
     prompt_tokens: int
@@ -29,6 +31,8 @@ class Pruned:
     observe_s: float = 0.0
     compact_s: float = 0.0
     kept_by_document: tuple[tuple[str, int], ...] = ()
+    kept_heads: tuple[int, ...] = field(default=(), repr=False)
+    head_count: int = 0
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from kvchat.engine.prompt import Turn
 from kvchat.errors import KvchatError
 from kvchat.events import Done, Event
 from kvchat.llama import SamplerSettings
-from kvchat.policy import DEFAULT_BUDGET, DEFAULT_WINDOW, SnapKV, method_named
+from kvchat.policy import DEFAULT_BUDGET, DEFAULT_WINDOW, HeadReduction, SnapKV, method_named
 from kvchat.server.documents import DocumentLibrary
 from kvchat.server.errors import ApiError, api_error
 from kvchat.server.schemas import MIN_KV_BUDGET, ChatCompletionRequest, ChatMessage
@@ -42,6 +42,7 @@ class ServerLimits:
     max_documents: int = 64
     room: int = DEFAULT_ROOM
     layout: KvLayout = KvLayout()  # flash attention and KV cache types of every context
+    heads: HeadReduction = SnapKV().heads  # how snapkv's heads choose
 
     @property
     def sequence_cells(self) -> int:
@@ -84,7 +85,7 @@ class ChatService:
             raise ApiError(400, f"max_tokens {max_tokens} is over this server's limit of {limits.max_tokens}", "max_tokens_too_large", "max_tokens")
         sampler = SamplerSettings(temperature=body.temperature or 0.0, top_p=body.top_p or SamplerSettings.top_p, seed=body.seed)
         try:
-            method = method_named(body.kv_method or SnapKV.name, budget=budget, window=min(DEFAULT_WINDOW, budget - 8))
+            method = method_named(body.kv_method or SnapKV.name, budget=budget, window=min(DEFAULT_WINDOW, budget - 8), heads=limits.heads)
             return AskSettings(method=method, max_tokens=max_tokens, sampler=sampler, threads=self.threads,
                                layout=limits.layout, auto_stream=body.kv_method is None, sources=body.kv_sources)
         except KvchatError as error:

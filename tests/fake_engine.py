@@ -25,6 +25,7 @@ from typing import Generic, TypeVar
 import numpy as np
 
 from kvchat.engine import KvLayout
+from kvchat.engine.cache import SavedCells
 from kvchat.engine.selected import Selected
 from kvchat.errors import CancelledError, KvchatError
 from kvchat.events import Done, Event, Progress, Token
@@ -301,8 +302,8 @@ class FakeEngine:
         answer = script.answer.encode()
         positions = np.arange(script.prompt_tokens - script.kept_tokens, script.prompt_tokens)
         selected = Selected(script.prompt_tokens, script.kept_tokens, script.loaded_tokens, 0.0, 0.0, time.perf_counter())
-        return PreparedPrompt(answer[1:], positions, answer[0] if answer else END, selected, request.settings,
-                              np.zeros(len(positions), dtype=np.int64), positions)
+        kept = SavedCells(answer[1:], positions, np.zeros(len(positions), dtype=np.int64), positions)
+        return PreparedPrompt(kept, answer[0] if answer else END, selected, request.settings)
 
     def close(self) -> None:
         self.closed = True

@@ -1,5 +1,6 @@
 """What the tests read that the library itself never needs: the last logits, a sequence's position
-range, a plan's dropped runs and each query row's attention mass.
+range, a plan's dropped runs, each query row's attention mass, layer 0's attention output and
+the V a state holds.
 
 Built on the context's raw handle (`LlamaContext.handle`), a plan's `kept` positions and the
 attention probe's own node reading, so the library carries no code that only tests call.
@@ -7,10 +8,13 @@ attention probe's own node reading, so the library carries no code that only tes
 
 from __future__ import annotations
 
+import struct
+
 import numpy as np
 
 from kvchat.llama import AttentionProbe, LlamaContext
 from kvchat.llama._lib import GgmlTensorHead, raw
+from kvchat.llama.state import cell_table
 from kvchat.policy import PrunePlan, merge_runs
 
 
@@ -55,3 +59,43 @@ class RowMassProbe(AttentionProbe):
         """Per layer, head and query row of the last observation: the attention mass on valid
         cells (should be ~1)."""
         return np.stack([np.concatenate(self._mass[il], axis=1) for il in range(self.n_layer)])
+
+
+class OutputProbe(AttentionProbe):
+    """An attention probe that also keeps layer 0's attention output (`kqv_out-0`, the heads'
+    weighted values side by side, before the output projection) of the tokens it observes."""
+
+    def start(self, n_cells: int) -> None:
+        super().start(n_cells)
+        self.output: np.ndarray | None = None
+
+    def _on_node(self, tensor: int, ask: bool, user_data: object) -> bool:
+        if self._active and self._lib.ggml_get_name(tensor) == b"kqv_out-0":
+            if not ask:
+                head = GgmlTensorHead.from_address(tensor)
+                width, n_tokens = int(head.ne[0]), int(head.ne[1])
+                self.output = self._probabilities(tensor, head)[: width * n_tokens].reshape(n_tokens, width).copy()
+            return True
+        return super()._on_node(tensor, ask, user_data)
+
+
+def cell_values(state: bytes, n_layer: int) -> np.ndarray:
+    """The V of every cell of a one-sequence f16 state written with V transposed (flash attention
+    off), (n_layer, cells, n_embd_v) float32."""
+    positions, offset = cell_table(state)
+    n_cells = len(positions)
+    v_trans, layers = struct.unpack_from("<II", state, offset)
+    assert v_trans == 1 and layers == n_layer
+    offset += 8
+    for _ in range(n_layer):  # skip K
+        _type, row_bytes = struct.unpack_from("<iQ", state, offset)
+        offset += 12 + n_cells * row_bytes
+    values = []
+    for _ in range(n_layer):
+        _type, element_bytes, n_embd = struct.unpack_from("<iII", state, offset)
+        assert element_bytes == 2
+        offset += 12
+        columns = np.frombuffer(state, dtype=np.float16, count=n_embd * n_cells, offset=offset)
+        values.append(columns.reshape(n_embd, n_cells).T.astype(np.float32))
+        offset += n_embd * n_cells * element_bytes
+    return np.stack(values)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from kvchat.errors import SettingsError
-from kvchat.policy import HeadReduction, PrunePlan, SnapKV, merge_runs, pool_scores, spans_from_pieces
+from kvchat.policy import HeadReduction, PrunePlan, SnapKV, merge_runs, pool_scores, reduce_votes, spans_from_pieces
 
 from inspect_helpers import drop_runs
 
@@ -199,3 +199,22 @@ def test_sentence_spans_keep_the_words_around_a_winner() -> None:
 def test_snapkv_refuses_an_unknown_span_mode() -> None:
     with pytest.raises(SettingsError, match="spans must be one of none, words, sentences"):
         SnapKV(spans="paragraphs")  # type: ignore[arg-type]
+
+
+def test_per_head_selection_keeps_each_heads_own_choice_and_every_pin_in_each() -> None:
+    votes = synthetic_votes(2000)[:, :2]  # per KV head, as the cache sums each GQA group
+    votes[0, 1, 1234] += 5.0  # one head of one layer looks hard at position 1234
+    extra = np.zeros(2000, dtype=bool)
+    extra[1500:1510] = True  # an earlier turn
+    plan = SnapKV(budget=64, window=16, heads=HeadReduction.PER_HEAD, spans="none").plan(2000, 16, votes, extra_pins=extra)
+    assert plan.head_kept is not None and plan.head_kept.shape == (N_LAYERS, 2, 64 + 10)
+    pinned = np.r_[0:4, 1500:1510, 1984:2000]
+    for row in plan.head_kept.reshape(-1, 74):
+        assert np.all(np.diff(row) > 0) and set(pinned) <= set(row.tolist())
+    assert 1234 in plan.head_kept[0, 1] and 1234 in plan.kept
+    assert np.array_equal(plan.kept, np.unique(plan.head_kept))
+
+
+def test_heads_cannot_be_reduced_per_head() -> None:
+    with pytest.raises(ValueError, match="nothing to reduce"):
+        reduce_votes(synthetic_votes(100), np.ones(100, dtype=bool), HeadReduction.PER_HEAD, 10)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -52,13 +53,13 @@ def _prepared(engine: Engine, text: str, settings: AskSettings = SETTINGS, messa
         sampler.close()
 
 
-def _single_sequence(engine: Engine, text: str) -> tuple[int, np.ndarray]:
+def _single_sequence(engine: Engine, text: str, settings: AskSettings = SETTINGS) -> tuple[int, np.ndarray]:
     """The reference, as `kvchat ask` does it on a context of its own: the greedy first token and
     the logits after decoding it."""
     tokens = chat_tokens(engine.model, [{"role": "user", "content": text}])
-    with PromptRun(engine.model, 4096, SETTINGS, "tiny") as run:
-        list(run.read(tokens, len(tokens) - SETTINGS.method.window))
-        list(run.select(tokens, SETTINGS))
+    with PromptRun(engine.model, 4096, settings, "tiny") as run:
+        list(run.read(tokens, len(tokens) - settings.method.window))
+        list(run.select(tokens, settings))
         first = int(last_logits(run.cache.ctx).argmax())
         run.cache.decode([first], want_logits=True)
         return first, last_logits(run.cache.ctx)
@@ -71,17 +72,20 @@ def _row_logits(decoder: SlotDecoder, row: int) -> np.ndarray:
     return np.ctypeslib.as_array(pointer, shape=(decoder.model.shape.n_vocab,)).copy()
 
 
-def test_a_pruned_prompt_moved_into_a_sequence_answers_as_on_its_own_context(engine: Engine) -> None:
-    prepared = _prepared(engine, LONG)
-    assert len(prepared.positions) <= SETTINGS.method.budget < prepared.selected.n_prompt
-    first, logits_after_first = _single_sequence(engine, LONG)
+@pytest.mark.parametrize("heads", ["sum", "per-head"])
+def test_a_pruned_prompt_moved_into_a_sequence_answers_as_on_its_own_context(engine: Engine, heads: str) -> None:
+    settings = replace(SETTINGS, method=replace(SETTINGS.method, heads=heads))
+    prepared = _prepared(engine, LONG, settings)
+    assert len(prepared.kept.positions) <= SETTINGS.method.budget < prepared.selected.n_prompt
+    assert (prepared.kept.head_origins is not None) == (heads == "per-head")
+    first, logits_after_first = _single_sequence(engine, LONG, settings)
     assert prepared.first_token == first
     decoder = SlotDecoder(engine.model, n_slots=3, slot_cells=512)
     try:
         decoder.ctx.decode(engine.model.tokenize("something else entirely"), 0, seq=0, want_logits=False)
         slot = decoder.slots[1]
-        decoder.load(slot, prepared.state, prepared.positions)
-        assert slot.cells == len(prepared.positions) and slot.next_pos == prepared.positions[-1] + 1 and slot.busy
+        decoder.load(slot, prepared.kept.state, prepared.kept.positions)
+        assert slot.cells == len(prepared.kept.positions) and slot.next_pos == prepared.kept.positions[-1] + 1 and slot.busy
         decoder.step([slot], [prepared.first_token])
         np.testing.assert_allclose(_row_logits(decoder, 0), logits_after_first, atol=1e-4)
     finally:
@@ -95,8 +99,8 @@ def test_a_batched_step_equals_separate_steps(engine: Engine) -> None:
         decoder = SlotDecoder(engine.model, n_slots=2, slot_cells=512)
         try:
             a, b = decoder.slots
-            decoder.load(a, first.state, first.positions)
-            decoder.load(b, second.state, second.positions)
+            decoder.load(a, first.kept.state, first.kept.positions)
+            decoder.load(b, second.kept.state, second.kept.positions)
             if together:
                 decoder.step([a, b], [first.first_token, second.first_token])
                 rows[together] = (_row_logits(decoder, 0), _row_logits(decoder, 1))

@@ -61,9 +61,12 @@ def test_ring_invariants_after_many_evictions(short_model, query_aware: bool) ->
     assert evictions >= len(tokens) // CHUNK - 3
 
 
-def test_long_generation_runs_past_the_cache(short_model) -> None:
+@pytest.mark.parametrize("heads", ["sum", "per-head"])
+def test_long_generation_runs_past_the_cache(short_model, heads: str) -> None:
+    """Per head, the reading evicts for all heads at once (stream.py says why), the question's
+    selection is per head, and the ring repacks those cells past the trained context."""
     document = Document(path=Path("boxes.txt"), kind="text", text=" ".join(f"Box {i} holds {i * 3}." for i in range(40)))
-    settings = AskSettings(method=SnapStream(budget=96, window=16), max_tokens=1500, threads=2, stop_at_end=False)
+    settings = AskSettings(method=SnapStream(budget=96, window=16, heads=heads), max_tokens=1500, threads=2, stop_at_end=False)
     conversation = Conversation(short_model, "tiny", document, settings, stream=StreamSettings(chunk=64, recent=16))
     try:
         list(conversation.open(question="What does box 3 hold?"))
@@ -77,6 +80,7 @@ def test_long_generation_runs_past_the_cache(short_model) -> None:
         assert conversation.run.cache.positions[-1] < TRAINED_CONTEXT  # repacked past the trained context
         assert done.stats.peak_cells <= n_ctx
         assert "".join(e.text for e in events if isinstance(e, Token)) == done.answer
+        assert (conversation.run.cache.head_origins is not None) == (heads == "per-head")
     finally:
         conversation.close()
 

@@ -68,39 +68,40 @@ def _add_tokenizer(writer: gguf.GGUFWriter) -> None:
     writer.add_chat_template(CHATML_TEMPLATE)
 
 
-def _add_tensors(writer: gguf.GGUFWriter, n_vocab: int, rng: np.random.Generator) -> None:
-    head_dim = N_EMBD // N_HEAD
+def _add_tensors(writer: gguf.GGUFWriter, n_vocab: int, rng: np.random.Generator, n_embd: int) -> None:
+    head_dim = n_embd // N_HEAD
     kv_dim = N_HEAD_KV * head_dim
 
     def weight(rows: int, cols: int, scale: float = 0.08) -> np.ndarray:
         return (rng.standard_normal((rows, cols)) * scale).astype(np.float32)
 
-    writer.add_tensor("token_embd.weight", weight(n_vocab, N_EMBD, 1.0))
-    writer.add_tensor("output_norm.weight", np.ones(N_EMBD, dtype=np.float32))
-    writer.add_tensor("output.weight", weight(n_vocab, N_EMBD, 0.2))
+    writer.add_tensor("token_embd.weight", weight(n_vocab, n_embd, 1.0))
+    writer.add_tensor("output_norm.weight", np.ones(n_embd, dtype=np.float32))
+    writer.add_tensor("output.weight", weight(n_vocab, n_embd, 0.2))
     for layer in range(N_LAYER):
         prefix = f"blk.{layer}"
-        writer.add_tensor(f"{prefix}.attn_norm.weight", np.ones(N_EMBD, dtype=np.float32))
-        writer.add_tensor(f"{prefix}.attn_q.weight", weight(N_EMBD, N_EMBD, 0.3))
-        writer.add_tensor(f"{prefix}.attn_q.bias", np.zeros(N_EMBD, dtype=np.float32))
-        writer.add_tensor(f"{prefix}.attn_k.weight", weight(kv_dim, N_EMBD, 0.3))
+        writer.add_tensor(f"{prefix}.attn_norm.weight", np.ones(n_embd, dtype=np.float32))
+        writer.add_tensor(f"{prefix}.attn_q.weight", weight(n_embd, n_embd, 0.3))
+        writer.add_tensor(f"{prefix}.attn_q.bias", np.zeros(n_embd, dtype=np.float32))
+        writer.add_tensor(f"{prefix}.attn_k.weight", weight(kv_dim, n_embd, 0.3))
         writer.add_tensor(f"{prefix}.attn_k.bias", np.zeros(kv_dim, dtype=np.float32))
-        writer.add_tensor(f"{prefix}.attn_v.weight", weight(kv_dim, N_EMBD))
+        writer.add_tensor(f"{prefix}.attn_v.weight", weight(kv_dim, n_embd))
         writer.add_tensor(f"{prefix}.attn_v.bias", np.zeros(kv_dim, dtype=np.float32))
-        writer.add_tensor(f"{prefix}.attn_output.weight", weight(N_EMBD, N_EMBD))
-        writer.add_tensor(f"{prefix}.ffn_norm.weight", np.ones(N_EMBD, dtype=np.float32))
-        writer.add_tensor(f"{prefix}.ffn_gate.weight", weight(N_FF, N_EMBD))
-        writer.add_tensor(f"{prefix}.ffn_up.weight", weight(N_FF, N_EMBD))
-        writer.add_tensor(f"{prefix}.ffn_down.weight", weight(N_EMBD, N_FF))
+        writer.add_tensor(f"{prefix}.attn_output.weight", weight(n_embd, n_embd))
+        writer.add_tensor(f"{prefix}.ffn_norm.weight", np.ones(n_embd, dtype=np.float32))
+        writer.add_tensor(f"{prefix}.ffn_gate.weight", weight(N_FF, n_embd))
+        writer.add_tensor(f"{prefix}.ffn_up.weight", weight(N_FF, n_embd))
+        writer.add_tensor(f"{prefix}.ffn_down.weight", weight(n_embd, N_FF))
 
 
-def write_tiny_gguf(path: Path, seed: int = 0, context_length: int = CONTEXT_LENGTH) -> Path:
-    """Write the tiny model to `path` and return it."""
+def write_tiny_gguf(path: Path, seed: int = 0, context_length: int = CONTEXT_LENGTH, n_embd: int = N_EMBD) -> Path:
+    """Write the tiny model to `path` and return it; `n_embd` 128 gives heads 32 wide, which a
+    q8_0 block (32 values) fits."""
     rng = np.random.default_rng(seed)
     writer = gguf.GGUFWriter(str(path), "qwen2")
     writer.add_name("kvchat-tiny-random")
     writer.add_context_length(context_length)
-    writer.add_embedding_length(N_EMBD)
+    writer.add_embedding_length(n_embd)
     writer.add_block_count(N_LAYER)
     writer.add_feed_forward_length(N_FF)
     writer.add_head_count(N_HEAD)
@@ -110,7 +111,7 @@ def write_tiny_gguf(path: Path, seed: int = 0, context_length: int = CONTEXT_LEN
     writer.add_file_type(gguf.LlamaFileType.ALL_F32)
     _add_tokenizer(writer)
     n_vocab = len(vocabulary()[0])
-    _add_tensors(writer, n_vocab, rng)
+    _add_tensors(writer, n_vocab, rng, n_embd)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()

@@ -12,14 +12,26 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import numpy as np
 
 from kvchat.errors import KvchatError, SettingsError, raise_if_cancelled
 from kvchat.engine.sources import answer_scores
-from kvchat.events import Progress
+from kvchat.events import Progress, Pruned
 from kvchat.llama import ContextSettings, LlamaContext, StateBytes
 from kvchat.policy import Method, PrunePlan, merge_runs, spans_from_pieces
+
+
+@dataclass(frozen=True)
+class SavedCells:
+    """A sequence's cells as llama.cpp's state, with kvchat's record of what they hold."""
+
+    state: StateBytes
+    positions: np.ndarray
+    tokens: np.ndarray
+    origins: np.ndarray
+    head_origins: np.ndarray | None = None
 
 
 class KvCache:
@@ -28,6 +40,7 @@ class KvCache:
         self.positions = np.zeros(0, dtype=np.int64)
         self.tokens = np.zeros(0, dtype=np.int64)
         self.origins = np.zeros(0, dtype=np.int64)
+        self.head_origins: np.ndarray | None = None  # per layer and KV head, once kept per head
         self.next_pos = 0
         self.next_origin = 0  # the prompt index of the next token decoded
         self.peak_cells = 0
@@ -37,13 +50,19 @@ class KvCache:
         return len(self.positions)
 
     def reset(
-        self, positions: np.ndarray | None = None, tokens: np.ndarray | None = None, origins: np.ndarray | None = None
+        self,
+        positions: np.ndarray | None = None,
+        tokens: np.ndarray | None = None,
+        origins: np.ndarray | None = None,
+        head_origins: np.ndarray | None = None,
     ) -> None:
         """Forget the bookkeeping (after clearing or loading the context's memory); `origins`
-        default to the positions (a cache never repacked)."""
+        default to the positions (a cache never repacked), `head_origins` to every head holding
+        the cell's own token."""
         self.positions = np.zeros(0, dtype=np.int64) if positions is None else positions.astype(np.int64)
         self.tokens = np.zeros(0, dtype=np.int64) if tokens is None else tokens.astype(np.int64)
         self.origins = self.positions.copy() if origins is None else origins.astype(np.int64)
+        self.head_origins = head_origins
         self.next_pos = int(self.positions[-1]) + 1 if len(self.positions) else 0
         self.next_origin = int(self.origins[-1]) + 1 if len(self.origins) else 0
         self.peak_cells = max(self.peak_cells, self.cells)
@@ -79,6 +98,9 @@ class KvCache:
         new_positions = np.arange(self.next_pos, self.next_pos + len(tokens), dtype=np.int64)
         new_origins = np.arange(self.next_origin, self.next_origin + len(tokens), dtype=np.int64)
         self.origins = np.concatenate([self.origins, new_origins])
+        if self.head_origins is not None:
+            shape = (*self.head_origins.shape[:2], len(tokens))
+            self.head_origins = np.concatenate([self.head_origins, np.broadcast_to(new_origins, shape)], axis=-1)
         self.next_origin += len(tokens)
         self.positions = np.concatenate([self.positions, new_positions])
         self.tokens = np.concatenate([self.tokens, np.asarray(tokens, dtype=np.int64)])
@@ -120,7 +142,7 @@ class KvCache:
         if not np.array_equal(answer, follows):
             return None
         votes = self.reobserve(n_prompt_cells, min(len(answer), self.ctx.settings.n_batch))
-        return self.origins[:n_prompt_cells].copy(), answer_scores(votes)
+        return answer_scores(votes, self.origins.copy(), self.head_origins)
 
     def reobserve(self, first_cell: int, count: int) -> np.ndarray:
         """Decode the cells from `first_cell` on once more, the first `count` of them with the
@@ -133,6 +155,8 @@ class KvCache:
         self.positions, self.tokens = self.positions[:first_cell], self.tokens[:first_cell]
         self.next_origin = int(self.origins[first_cell])
         self.origins = self.origins[:first_cell]
+        if self.head_origins is not None:
+            self.head_origins = self.head_origins[..., :first_cell]
         self.next_pos = start
         votes = self.observe(tokens[:count])
         self.decode(tokens[count:])
@@ -146,6 +170,8 @@ class KvCache:
         budget (a conversation's earlier turns)."""
         n_cells = self.cells if votes is None else votes.shape[-1]
         span_ids = None
+        if votes is not None and method.per_head:  # the votes of each KV head's query heads, summed
+            votes = votes.reshape(len(votes), self.ctx.model.shape.n_head_kv, -1, n_cells).sum(axis=2)
         if votes is not None and method.needs_spans:
             pieces = self.ctx.model.pieces_text([int(t) for t in self.tokens[:n_cells]])
             span_ids = spans_from_pieces(pieces, method.span_mode)
@@ -154,6 +180,56 @@ class KvCache:
             extra = np.zeros(n_cells, dtype=bool)
             extra[pinned[0] : pinned[1]] = True
         return method.plan(n_cells, window, votes, span_ids=span_ids, extra_pins=extra)
+
+    def apply(self, plan: PrunePlan) -> np.ndarray:
+        """Keep what `plan` (made by plan()) keeps: the same cells in every head, or each head its
+        own. Returns the positions no head keeps."""
+        if plan.head_kept is None:
+            return self.keep_cells(plan.kept)
+        return self.keep_per_head(plan.head_kept)
+
+    def keep_per_head(self, head_cells: np.ndarray) -> np.ndarray:
+        """Keep for each layer and KV head its own cells, `head_cells` (n_layer, n_head_kv, B),
+        each row sorted: afterwards cell i holds, in layer l and KV head h, what cell
+        head_cells[l, h, i] held there, and the position of the latest cell any head took for it
+        (so the positions still increase, and the pinned window keeps its own). The cells no head
+        keeps go first, so the state rewritten is no larger than needed. Returns their positions.
+
+        A later shift (the ring's repack) moves a cell's heads alike, from the cell's position."""
+        union = np.unique(head_cells)
+        mask = np.zeros(self.cells, dtype=bool)
+        mask[union] = True
+        dropped = self.positions[~mask]
+        self.ctx.remove_runs(0, merge_runs(dropped))
+        latest = head_cells.max(axis=(0, 1))
+        sources = np.searchsorted(union, head_cells)  # the state lists the union's cells in order
+        written = self.ctx.compact_per_head(0, sources, self.positions[latest])
+        held = self.held_origins(*head_cells.shape[:2])
+        self.head_origins = np.take_along_axis(held, head_cells, axis=-1)
+        self.positions, self.tokens, self.origins = self.positions[latest], self.tokens[latest], self.origins[latest]
+        self.verify(written)
+        return dropped
+
+    def held_origins(self, n_layer: int, n_head_kv: int) -> np.ndarray:
+        """(n_layer, n_head_kv, cells): the prompt index of the token each head holds in each cell."""
+        if self.head_origins is not None:
+            return self.head_origins
+        return np.broadcast_to(self.origins, (n_layer, n_head_kv, self.cells))
+
+    def kept_origins(self) -> tuple[np.ndarray, np.ndarray | None]:
+        """The prompt indices of the tokens the cells hold, sorted, and for a cache kept per head
+        how many (layer, KV head) pairs hold each (None: every head holds every one)."""
+        if self.head_origins is None:
+            return np.sort(self.origins), None
+        return np.unique(self.head_origins, return_counts=True)
+
+    def pruned(self, n_prompt: int, observe_s: float, compact_s: float) -> Pruned:
+        """The event saying what a selection from `n_prompt` tokens kept."""
+        kept, heads = self.kept_origins()
+        if heads is None:
+            return Pruned(n_prompt, self.cells, tuple(int(p) for p in kept), observe_s, compact_s)
+        return Pruned(n_prompt, self.cells, tuple(int(p) for p in kept), observe_s, compact_s,
+                      kept_heads=tuple(int(n) for n in heads), head_count=int(np.prod(self.head_origins.shape[:2])))
 
     def keep_cells(self, kept_cells: np.ndarray) -> np.ndarray:
         """Remove every cell not in `kept_cells` (sorted cell indices), compact, verify.
@@ -166,6 +242,8 @@ class KvCache:
         self.ctx.remove_runs(0, merge_runs(dropped))
         written = self.ctx.compact(0)
         self.positions, self.tokens, self.origins = self.positions[mask], self.tokens[mask], self.origins[mask]
+        if self.head_origins is not None:
+            self.head_origins = self.head_origins[..., mask]
         self.verify(written)
         return dropped
 
@@ -213,36 +291,24 @@ class KvCache:
     def recreate(self, settings: ContextSettings) -> None:
         """Replace the context by one with `settings` (more cells), keeping the cells; the old
         one is closed first, so the two are never held at once."""
-        state, positions, tokens, origins, model = self.state(), self.positions, self.tokens, self.origins, self.ctx.model
+        saved, model = self.saved(), self.ctx.model
         self.ctx.close()
         self.ctx = LlamaContext(model, settings)
-        self.load(state, positions, tokens, origins)
+        self.restore(saved)
 
     def state(self) -> bytes:
         return self.ctx.state_bytes(0)
 
+    def saved(self) -> SavedCells:
+        """The cells as they are now, to restore() later (here or on another context)."""
+        return SavedCells(self.state(), self.positions, self.tokens, self.origins, self.head_origins)
+
+    def restore(self, saved: SavedCells) -> None:
+        self.load(saved.state, saved.positions, saved.tokens, saved.origins)
+        self.head_origins = saved.head_origins
+
     def load(self, state: StateBytes, positions: np.ndarray, tokens: np.ndarray, origins: np.ndarray | None = None) -> None:
+        """Load a state whose cells hold `tokens` at `positions` (the same token in every head)."""
         self.ctx.clear()
         self.ctx.load_state(state, 0)
         self.reset(positions, tokens, origins)
-
-    def append_reading(self, state: StateBytes, skip: int, tokens: list[int]) -> None:
-        """Put after the cells held the cells of a reading saved on its own: its positions from
-        `skip` on, which hold `tokens`, moved to follow on (they attended only to the reading's
-        own first `skip` positions: block-wise reading). Needs a context with a second sequence
-        in the same stream (ContextSettings n_seq_max=2, kv_unified): the reading is loaded
-        there, trimmed, shifted, and its cells handed to sequence 0."""
-        ctx, start, end = self.ctx, self.next_pos, self.next_pos + len(tokens)
-        ctx.load_state(state, 1)
-        ctx.remove(1, 0, skip)
-        ctx.shift(1, skip, -1, start - skip)
-        # llama.cpp re-rotates shifted keys when it next decodes, and a state saved before that
-        # would hold them unrotated: one throwaway token applies the shift now.
-        ctx.decode(tokens[:1], end, seq=1, want_logits=False)
-        ctx.remove(1, end, -1)
-        ctx.copy(1, 0, -1, -1)
-        ctx.remove(1, -1, -1)
-        self.reset(np.concatenate([self.positions, np.arange(start, end)]),
-                   np.concatenate([self.tokens, np.asarray(tokens, dtype=np.int64)]),
-                   np.concatenate([self.origins, np.arange(start, end)]))
-        self.verify(ctx.compact(0))  # dense again: the trimmed cells left holes

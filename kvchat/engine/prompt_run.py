@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from kvchat.engine.cache import KvCache
+from kvchat.engine.cache import KvCache, SavedCells
 from kvchat.engine.compose import read_blockwise
 from kvchat.engine.fast import fast_select
 from kvchat.engine.generate import Generation, answer_stats, generate
@@ -25,8 +25,8 @@ from kvchat.engine.settings import AskSettings
 from kvchat.engine.states import DocumentStates
 from kvchat.engine.stream import StreamSettings, stream_read
 from kvchat.errors import DecodeError
-from kvchat.events import Done, Event, Notice, Progress, Pruned
-from kvchat.llama import ContextSettings, LlamaContext, LlamaModel, Sampler, StateBytes
+from kvchat.events import Done, Event, Notice, Progress
+from kvchat.llama import ContextSettings, LlamaContext, LlamaModel, Sampler
 
 
 class PromptRun:
@@ -49,7 +49,7 @@ class PromptRun:
         self.read_upto = 0
         self.loaded_upto = 0
         self.read_s = 0.0
-        self._saved: tuple[StateBytes, np.ndarray, np.ndarray, np.ndarray, int] | None = None
+        self._saved: tuple[SavedCells, int] | None = None  # and read_upto then
         self._at_saved = False  # the cache is exactly the saved state (restore() has nothing to do)
 
     @property
@@ -91,10 +91,10 @@ class PromptRun:
 
     def save(self) -> bytes:
         """Make the cache as it is now the restore point (and return its state)."""
-        state = self.cache.state()
-        self._saved = (state, self.cache.positions, self.cache.tokens, self.cache.origins, self.read_upto)
+        saved = self.cache.saved()
+        self._saved = (saved, self.read_upto)
         self._at_saved = True
-        return state
+        return saved.state
 
     def open(
         self,
@@ -156,7 +156,7 @@ class PromptRun:
                 yield from states.discard(tokens[:length], "llama.cpp refused it")
                 continue
             self.read_upto = self.loaded_upto = length
-            self._saved = (found, self.cache.positions, self.cache.tokens, self.cache.origins, length)
+            self._saved = (SavedCells(found, self.cache.positions, self.cache.tokens, self.cache.origins), length)
             self._at_saved = True
             self.read_s += time.perf_counter() - started
             name = Path(label).name
@@ -172,8 +172,8 @@ class PromptRun:
             return
         if self._saved is None:
             raise RuntimeError("restore() without save()")
-        state, positions, tokens, origins, read_upto = self._saved
-        self.cache.load(state, positions, tokens, origins)
+        saved, read_upto = self._saved
+        self.cache.restore(saved)
         self.read_upto = self.loaded_upto = read_upto
         self._at_saved = True
 
@@ -234,9 +234,8 @@ class PromptRun:
             window_s = time.perf_counter() - started
             plan = self.cache.plan(method, window, votes, (pin_start, pin_start + n_pinned))
             compact_started = time.perf_counter()
-            self.cache.keep_cells(plan.kept)
-            yield Pruned(n_prompt, self.cache.cells, tuple(int(p) for p in self.cache.origins),
-                         window_s, time.perf_counter() - compact_started)
+            self.cache.apply(plan)
+            yield self.cache.pruned(n_prompt, window_s, time.perf_counter() - compact_started)
         else:
             self.cache.decode(tokens[window_start:], want_logits=True)
             window_s = time.perf_counter() - started

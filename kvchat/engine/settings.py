@@ -74,6 +74,8 @@ class AskSettings:
             raise SettingsError(f"unknown reading {self.read!r}", "read full or fast")
         if self.read == "fast" and (not self.method.scores or self.method.streams):
             raise SettingsError(f"a fast reading chooses tokens as snapkv does, not with {self.method.name}", "use snapkv, or read full")
+        if self.read == "fast" and self.method.per_head:
+            raise SettingsError("a fast reading chooses one set of tokens to read again, not one per head", "use --heads sum, or read full")
         if self.fast_positions not in ("consecutive", "original"):
             raise SettingsError(f"unknown fast reading positions {self.fast_positions!r}", "use consecutive or original")
         if not 0 < self.fast_depth <= 1:

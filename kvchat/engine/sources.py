@@ -70,13 +70,22 @@ def passages(text: str) -> list[tuple[int, int]]:
     return joined
 
 
-def answer_scores(votes: np.ndarray) -> np.ndarray:
-    """Each prompt cell's score from the answer's votes (n_layer, n_head, cells): summed over
-    heads and the upper half of the layers. Measured with bench/sources.py (default model, 12
-    right answers about two CUAD contracts, full cache and snapkv at 1024 and 256): the first
-    source held the experts' clause 30 of 36 times from the upper half, 28 from all layers, 22
-    from the lower half; one of three 36, 35 and 34 times."""
-    return votes[votes.shape[0] // 2 :].sum(axis=(0, 1), dtype=np.float64)
+def answer_scores(votes: np.ndarray, origins: np.ndarray, head_origins: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(tokens, scores): the prompt tokens the cells hold (their indices in the prompt) and each
+    one's score from the answer's votes (n_layer, n_head, cells), summed over heads and the upper
+    half of the layers. Measured with bench/sources.py (default model, 12 right answers about two
+    CUAD contracts, full cache and snapkv at 1024 and 256): the first source held the experts'
+    clause 30 of 36 times from the upper half, 28 from all layers, 22 from the lower half; one of
+    three 36, 35 and 34 times. In a cache kept per head, a cell holds a token per layer and KV head
+    (`head_origins`, (n_layer, n_head_kv, cells)), and each head's attention goes to its own."""
+    upper = votes[votes.shape[0] // 2 :]
+    n_cells = upper.shape[-1]
+    if head_origins is None:
+        return origins[:n_cells], upper.sum(axis=(0, 1), dtype=np.float64)
+    held = head_origins[votes.shape[0] // 2 : votes.shape[0], :, :n_cells]
+    per_kv_head = upper.reshape(len(upper), held.shape[1], -1, n_cells).sum(axis=2, dtype=np.float64)
+    tokens, index = np.unique(held, return_inverse=True)
+    return tokens, np.bincount(index.ravel(), weights=per_kv_head.ravel(), minlength=len(tokens))
 
 
 class SourceFinder:

@@ -9,6 +9,12 @@ window after the chunk, its attention read, and removed again. Query-agnostic: t
 last tokens observe. Each eviction re-scores every cell with the fresh window (see
 `StreamSettings.carry` for carrying old votes along); positions are repacked with seq_add
 before they would pass the model's trained context.
+
+Evictions while reading rank cells for all heads at once, even with `--heads per-head`: a repack
+shifts a cell's heads alike, by the cell's position, and a cell kept per head holds tokens of
+different positions in its heads, so the relative positions of a per-head reading would drift
+with every repack (and the carried votes are per cell). The selection the question makes once the
+reading is done is per head as asked.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -25,6 +31,7 @@ from kvchat.engine.settings import AskSettings
 from kvchat.errors import SettingsError, raise_if_cancelled
 from kvchat.events import Event, Evicted, Progress
 from kvchat.llama import LlamaModel
+from kvchat.policy import HeadReduction
 
 
 @dataclass(frozen=True)
@@ -97,6 +104,8 @@ def stream_read(
     each Progress says how far the reading got (PromptRun.stream keeps count)."""
     total, method, read_upto = len(tokens), settings.method, start
     recency_only = not method.scores  # StreamingLLM: evict by position, no observation
+    if method.per_head:  # see the module's docstring
+        method = replace(method, heads=HeadReduction.SUM)
     # the recent ring takes at most half of what the budget leaves after the sinks
     recent = min(stream.recent, (method.budget - method.sinks) // 2)
     scorer = _Scorer(stream.carry)

@@ -11,6 +11,7 @@ import numpy as np
 from kvchat.errors import DecodeError, KvCacheFullError, ModelError, SettingsError
 from kvchat.llama._lib import raw
 from kvchat.llama.model import CACHE_TYPE_BYTES, LlamaModel
+from kvchat.llama.composite import composite_state
 from kvchat.llama.probe import AttentionProbe
 from kvchat.llama.query_probe import QueryProbe
 from kvchat.llama.state import cell_positions
@@ -194,6 +195,18 @@ class LlamaContext:
         kept cells back densely, so decoding really gets faster.
         """
         data = self.state_bytes(seq)
+        self.remove(seq, -1, -1)
+        self.load_state(data, seq)
+        return cell_positions(data)
+
+    def compact_per_head(self, seq: int, sources: np.ndarray, positions: np.ndarray) -> np.ndarray:
+        """Rewrite the sequence as `len(positions)` cells from cell 0, cell i holding in layer l and
+        KV head h what its cell `sources[l, h, i]` held there (composite.py); returns the positions
+        written. A state laid out otherwise is refused before anything is removed."""
+        try:
+            data = composite_state(self.state_bytes(seq), sources, positions)
+        except ValueError as error:
+            raise SettingsError(f"this model's KV cache cannot keep tokens per head: {error}", "use --heads sum") from error
         self.remove(seq, -1, -1)
         self.load_state(data, seq)
         return cell_positions(data)

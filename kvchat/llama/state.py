@@ -22,10 +22,10 @@ def cell_positions(state: bytes) -> np.ndarray:
     """Positions of the cells in the first stream of a one-sequence state, in cell order."""
     if len(state) < HEADER.size:
         return np.zeros(0, dtype=np.int64)
-    return _cell_table(state)[0]
+    return cell_table(state)[0]
 
 
-def _cell_table(state: bytes | bytearray | memoryview) -> tuple[np.ndarray, int]:
+def cell_table(state: bytes | bytearray | memoryview) -> tuple[np.ndarray, int]:
     """The first stream's cell positions and the offset where the K/V data begins."""
     magic, _seq, n_stream, cell_count = HEADER.unpack_from(state, 0)
     if magic != STATE_MAGIC or n_stream < 1:
@@ -61,7 +61,7 @@ def cell_keys(state: bytes | bytearray | memoryview, n_layer: int, head_dim: int
 
     After the cell table: u32 v_trans, u32 n_layer, then per layer i32 ggml type, u64 row size and
     one row per cell, in cell order."""
-    positions, offset = _cell_table(state)
+    positions, offset = cell_table(state)
     cell_count = len(positions)
     _v_trans, layers = struct.unpack_from("<II", state, offset)
     offset += 8

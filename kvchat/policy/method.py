@@ -54,6 +54,11 @@ class Method:
         return self.streams or self.scores
 
     @property
+    def per_head(self) -> bool:
+        """Whether plan() chooses per layer and KV head (its votes then come summed per KV head)."""
+        return False
+
+    @property
     def span_mode(self) -> SpanMode:
         """How plan() wants the tokens grouped (`span_ids`): not at all, into words, into sentences."""
         return "none"
@@ -78,7 +83,8 @@ class Method:
         extra_pins: np.ndarray | None = None,
     ) -> PrunePlan:
         """Which of `n_tokens` positions to keep; the last `window` observed. `votes`
-        (n_layers, n_heads, n_tokens) is given to methods that score; `span_ids` groups tokens
+        (n_layers, n_heads, n_tokens) is given to methods that score (per KV head for a per-head
+        method, per query head otherwise); `span_ids` groups tokens
         of one span (see span_mode); `extra_pins` (a conversation's earlier turns) are kept on top of
         the budget: the budget bounds what is chosen from the document, never the conversation."""
         raise NotImplementedError

@@ -20,10 +20,17 @@ def merge_runs(positions: np.ndarray) -> list[tuple[int, int]]:
 
 @dataclass(frozen=True)
 class PrunePlan:
-    """Kept positions (sorted) out of `n_tokens`."""
+    """Kept positions (sorted) out of `n_tokens`. A per-head plan also says which positions each
+    layer and KV head keeps: `head_kept` (n_layer, n_head_kv, cells), each row sorted and of the
+    same length; `kept` is then their union."""
 
     n_tokens: int
     kept: np.ndarray
+    head_kept: np.ndarray | None = None
+
+    @classmethod
+    def per_head(cls, n_tokens: int, head_kept: np.ndarray) -> "PrunePlan":
+        return cls(n_tokens=n_tokens, kept=np.unique(head_kept), head_kept=head_kept)
 
     @classmethod
     def from_mask(cls, keep_mask: np.ndarray) -> "PrunePlan":

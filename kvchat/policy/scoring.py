@@ -7,7 +7,10 @@ layers at once, so SnapKV's per-head selection has to become one ranking of posi
 - `normalized`: each head's votes over the candidate positions are scaled to sum to one before
   summing, so every head gets one equal vote.
 - `topk-count`: each head picks its own top-k; a position scores the number of heads that picked
-  it (ties broken by the normalized sum). Closest to SnapKV's per-head selection.
+  it (ties broken by the normalized sum).
+- `per-head` is no reduction: each layer and KV head keeps its own tokens, and the cache is
+  rewritten so that the shared cells hold them (SnapKV as the paper does it; snapkv.py and
+  llama/composite.py).
 
 Measured with `python bench/policy_variants.py` on the default model (4K-token essays; 8-key
 multi-key retrieval with 7-digit values over 12 seeds, single needles at 10/50/90 %), span-aware
@@ -28,6 +31,7 @@ class HeadReduction(str, Enum):
     SUM = "sum"
     NORMALIZED = "normalized"
     TOPK_COUNT = "topk-count"
+    PER_HEAD = "per-head"
 
 
 def _normalized(votes: np.ndarray, candidates: np.ndarray) -> np.ndarray:
@@ -57,6 +61,8 @@ def reduce_votes(
     `k` is how many of them will be kept. Non-candidates score -inf.
     """
     reduction = HeadReduction(reduction)
+    if reduction is HeadReduction.PER_HEAD:
+        raise ValueError("per-head selection keeps each head's own tokens: there is nothing to reduce")
     if reduction is HeadReduction.SUM:
         scores = votes.reshape(-1, votes.shape[-1]).sum(axis=0, dtype=np.float64)
     elif reduction is HeadReduction.NORMALIZED:

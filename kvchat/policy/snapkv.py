@@ -3,7 +3,9 @@
 The last `window` prompt tokens (the question) observe: each earlier position gets the attention
 it received from them, pooled per head so neighbours of chosen tokens survive together, reduced
 over heads and layers to one score (llama.cpp's cells are shared by all heads), and the top ones
-under the budget are kept.
+under the budget are kept. With `heads="per-head"` there is no reduction: each layer and KV head
+keeps its own top positions (the votes of its GQA group summed, as kvpress does), every pinned
+one included, and the engine rewrites the cells to hold them (llama/composite.py).
 """
 
 from __future__ import annotations
@@ -47,6 +49,10 @@ class SnapKV(Method):
     def span_mode(self) -> SpanMode:
         return self.spans
 
+    @property
+    def per_head(self) -> bool:
+        return self.heads == HeadReduction.PER_HEAD
+
     def plan(
         self,
         n_tokens: int,
@@ -64,12 +70,28 @@ class SnapKV(Method):
         capacity = self.budget - int(pinned.sum())
         pinned |= extra
         pooled = pool_scores(votes, self.kernel, self.pool)
-        scores = reduce_votes(pooled, ~pinned, self.heads, capacity)
-        if self.needs_spans and span_ids is not None:
-            keep = _keep_spans(scores, pinned, capacity, span_ids)
-        else:
-            keep = _keep_top(scores, pinned, capacity)
-        return PrunePlan.from_mask(keep)
+        spans = span_ids if self.needs_spans else None
+        if self.per_head:
+            return PrunePlan.per_head(n_tokens, _keep_per_head(pooled, pinned, capacity, spans))
+        return PrunePlan.from_mask(_keep(reduce_votes(pooled, ~pinned, self.heads, capacity), pinned, capacity, spans))
+
+
+def _keep(scores: np.ndarray, pinned: np.ndarray, capacity: int, span_ids: np.ndarray | None) -> np.ndarray:
+    """The pinned positions and the best `capacity` others, whole spans first when given."""
+    if span_ids is not None:
+        return _keep_spans(scores, pinned, capacity, span_ids)
+    return _keep_top(scores, pinned, capacity)
+
+
+def _keep_per_head(pooled: np.ndarray, pinned: np.ndarray, capacity: int, span_ids: np.ndarray | None) -> np.ndarray:
+    """(n_layer, n_head_kv, pinned + capacity) sorted positions: each head's own choice."""
+    n_layer, n_head = pooled.shape[:2]
+    kept = np.empty((n_layer, n_head, int(pinned.sum()) + capacity), dtype=np.int64)
+    for layer in range(n_layer):
+        for head in range(n_head):
+            scores = np.where(pinned, -np.inf, pooled[layer, head].astype(np.float64))
+            kept[layer, head] = np.flatnonzero(_keep(scores, pinned, capacity, span_ids))
+    return kept
 
 
 def _keep_top(scores: np.ndarray, pinned: np.ndarray, capacity: int) -> np.ndarray:

@@ -7,10 +7,9 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-import numpy as np
 
 from kvchat.documents import Document
-from kvchat.engine.cache import KvCache
+from kvchat.engine.cache import KvCache, SavedCells
 from kvchat.engine.engine import Engine
 from kvchat.engine.prompt import Turn, chat_tokens
 from kvchat.engine.prompt_run import PromptRun
@@ -20,7 +19,7 @@ from kvchat.engine.sizing import context_size, round_up
 from kvchat.engine.sources import SourceFinder, answer_scores
 from kvchat.errors import SettingsError
 from kvchat.events import Event, Source
-from kvchat.llama import ContextSettings, LlamaContext, LlamaModel, Sampler, StateBytes
+from kvchat.llama import ContextSettings, LlamaContext, LlamaModel, Sampler
 
 
 MIN_SAVED_READING = 256  # shorter new readings are not worth a state file
@@ -40,13 +39,10 @@ class ChatRequest:
 
 @dataclass
 class PreparedPrompt:
-    state: StateBytes  # the kept cells, as a one-sequence state
-    positions: np.ndarray  # their positions
+    kept: SavedCells  # the kept cells, as a one-sequence state, and what they hold
     first_token: int  # the answer's first token, sampled from the logits of the whole prompt
     selected: Selected  # the prompt's length, the cells kept and loaded, the reading's and the selection's time
     settings: AskSettings  # those it was read with: the request's, or streamed for a long document
-    tokens: np.ndarray  # the kept cells' tokens
-    origins: np.ndarray  # their indices in the prompt (their positions, unless repacked)
     finder: SourceFinder | None = None  # about a document, with sources on: what names an answer's sources
 
 
@@ -93,8 +89,7 @@ def _taken(
 ) -> PreparedPrompt:
     cache = run.cache
     first_token = sampler.sample(cache.ctx.handle)
-    return PreparedPrompt(cache.state(), cache.positions.copy(), first_token, selected, settings, cache.tokens.copy(),
-                          cache.origins.copy(), finder)
+    return PreparedPrompt(cache.saved(), first_token, selected, settings, finder)
 
 
 def answer_sources(model: LlamaModel, prompt: PreparedPrompt, answer_tokens: list[int]) -> tuple[Source, ...]:
@@ -107,10 +102,11 @@ def answer_sources(model: LlamaModel, prompt: PreparedPrompt, answer_tokens: lis
     if prompt.finder is None or not answer_tokens:
         return ()
     layout = settings.layout
-    context = ContextSettings(n_ctx=round_up(len(prompt.positions) + len(answer_tokens) + 1), n_batch=settings.n_batch,
+    kept = prompt.kept
+    context = ContextSettings(n_ctx=round_up(len(kept.positions) + len(answer_tokens) + 1), n_batch=settings.n_batch,
                               threads=settings.threads, flash_attn=layout.flash_attn, type_k=layout.type_k, type_v=layout.type_v)
     cache = KvCache(LlamaContext(model, context))
     with cache.ctx:
-        cache.load(prompt.state, prompt.positions, prompt.tokens, prompt.origins)
-        votes = cache.observe(answer_tokens)[..., : len(prompt.positions)]
-    return prompt.finder.sources(prompt.origins, answer_scores(votes))
+        cache.restore(kept)
+        votes = cache.observe(answer_tokens)[..., : len(kept.positions)]
+    return prompt.finder.sources(*answer_scores(votes, kept.origins, kept.head_origins))

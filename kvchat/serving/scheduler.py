@@ -158,9 +158,9 @@ class Scheduler:
         sampler = self._new_sampler(job.request.settings.sampler)
         try:
             prepared = self._prepare(job, sampler)
-            if len(prepared.positions) + 1 > self.decoder.slot_cells:
+            if len(prepared.kept.positions) + 1 > self.decoder.slot_cells:
                 raise PromptTooLongError(
-                    f"the kept prompt is {len(prepared.positions):,} tokens; a sequence holds {self.decoder.slot_cells:,}",
+                    f"the kept prompt is {len(prepared.kept.positions):,} tokens; a sequence holds {self.decoder.slot_cells:,}",
                     "use kv_method snapkv with a smaller kv_budget, or a shorter conversation",
                 )
             slot = self._load(job, prepared)
@@ -197,7 +197,7 @@ class Scheduler:
         slot = self.decoder.free_slot()
         assert slot is not None  # only this thread takes slots, and one was free before preparing
         try:
-            self.decoder.load(slot, prepared.state, prepared.positions)
+            self.decoder.load(slot, prepared.kept.state, prepared.kept.positions)
         except Exception:
             self.decoder.release(slot)
             raise

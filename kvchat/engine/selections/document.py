@@ -26,7 +26,7 @@ class PerDocument(PerQuestion):
         cache = conversation.run.cache
         votes = cache.observe(conversation.question_window(GENERIC_QUESTION), keep=False)
         # the document's last token stands in the window
-        cache.keep_cells(cache.plan(conversation.settings.method, 1, votes).kept)
+        cache.apply(cache.plan(conversation.settings.method, 1, votes))
         conversation.run.save()
 
     def before_question(self, conversation: Conversation, tokens: list[int], n_earlier: int) -> QuestionStart:
