@@ -16,6 +16,9 @@ from kvchat.events import Done, Event, Notice, Progress, Pruned, Source, Stats, 
 DOCUMENT_TEXT = "Field notes. The boat was named the Grey Heron. The radio failed on day four."
 ANSWER = ["The boat ", "was named ", "the **Grey Heron**."]
 RADIO = DOCUMENT_TEXT.index("The radio")
+SENTENCES = ((0, 12), (13, 47), (RADIO, len(DOCUMENT_TEXT)))  # the three "tokens" of a selection per head
+PRUNED = Pruned(prompt_tokens=2000, kept_tokens=256, kept_positions=tuple(range(256)))
+PRUNED_PER_HEAD = Pruned(prompt_tokens=2000, kept_tokens=2, kept_positions=(0, 1, 2), kept_heads=(4, 1, 4), head_count=4)
 SOURCES = (Source(start=RADIO, end=len(DOCUMENT_TEXT), text=DOCUMENT_TEXT[RADIO:], score=0.6, where="line 1"),
            Source(start=0, end=12, text="Field notes.", score=0.3, where="line 1"))
 
@@ -40,6 +43,7 @@ class FakeSession:
     answer: list[str] = field(default_factory=lambda: list(ANSWER))
     token_count: int = 2000
     sources: tuple[Source, ...] = ()  # each answer's
+    pruned: Pruned = PRUNED  # what each answer's selection kept
     asked: list[tuple[str, AskSettings]] = field(default_factory=list)
     turns: int = 0
     resets: int = 0
@@ -69,7 +73,7 @@ class FakeSession:
         self.asked.append((question, settings))
         if cancel.is_set():  # stopped before the answer began: the engine raises
             raise CancelledError("stopped", "")
-        yield Pruned(prompt_tokens=2000, kept_tokens=256, kept_positions=tuple(range(256)))
+        yield self.pruned
         sent: list[str] = []
         for piece in self.answer:
             self._wait_turn(self.paced_answer)
@@ -87,6 +91,8 @@ class FakeSession:
         self.turns = 0
 
     def kept_spans(self, kept_positions: Iterable[int]) -> list[tuple[int, int]]:
+        if self.pruned.kept_heads:
+            return [SENTENCES[p] for p in sorted(kept_positions)]
         return [(13, 47)]
 
     def close(self) -> None:
@@ -103,6 +109,7 @@ class FakeSessions:
     answer: list[str] | None = None
     scanned_pages: int = 0  # pages an opened document "OCRs" before its reading
     sources: tuple[Source, ...] = ()
+    pruned: Pruned = PRUNED
     opened: list[FakeSession] = field(default_factory=list)
     closed: bool = False
 
@@ -113,7 +120,7 @@ class FakeSessions:
             ocr_progress(done, self.scanned_pages)
         document = bundle([Document(path=path, kind="text", text=DOCUMENT_TEXT, pages=[Page(1, 0, len(DOCUMENT_TEXT))])
                            for path in paths])
-        session = FakeSession(document, self.paced_reading, self.paced_answer, sources=self.sources)
+        session = FakeSession(document, self.paced_reading, self.paced_answer, sources=self.sources, pruned=self.pruned)
         if self.answer is not None:
             session.answer = list(self.answer)
         self.opened.append(session)

@@ -51,7 +51,9 @@ def test_needle_length_and_single_answer(count_tokens, length: int) -> None:
 def test_multikey_and_vt_answers_appear_once(count_tokens) -> None:
     case = multikey_case(count_tokens, 3000, 8, seed=4)
     assert case.document.count(case.answers[0]) == 1
-    assert case.document.count("special magic number") == 8
+    assert case.document.count("special magic number") == 8 and case.task == "multikey"
+    sixteen = multikey_case(count_tokens, 3000, 16, seed=4)
+    assert sixteen.document.count("special magic number") == 16 and sixteen.task == "multikey16"
     vt = variable_tracking_case(count_tokens, 3000, seed=4)
     value = vt.question.split("value ")[1].split(",")[0]
     assert vt.document.count(value) == 1 and len(vt.answers) == 5

@@ -10,7 +10,7 @@ import pytest
 from textual.message import Message
 from textual.widgets import Input, Label
 
-from fake_sessions import SOURCES, FakeSessions
+from fake_sessions import PRUNED_PER_HEAD, SOURCES, FakeSessions
 from kvchat.errors import DocumentError, ModelError
 from kvchat.tui.app import KvchatApp
 from kvchat.tui.messages import JobEnded
@@ -225,6 +225,20 @@ async def test_kept_view_highlights_what_the_selection_kept() -> None:
         highlighted = [text.plain[span.start : span.end] for span in text.spans if "yellow" in str(span.style)]
         assert highlighted == ["The boat was named the Grey Heron."]
         assert "256 of 2,000 prompt tokens kept" in app.screen.summary
+
+
+async def test_kept_view_of_a_selection_per_head_tells_every_head_from_some() -> None:
+    app = KvchatApp(FakeSessions(pruned=PRUNED_PER_HEAD), [DOCUMENT])
+    async with app.run_test(size=SIZE) as pilot:
+        await ask(pilot, app, "Boat?")
+        await pilot.press("ctrl+t")
+        await wait_for(pilot, lambda: isinstance(app.screen, KeptScreen))
+        text = app.screen.query_one("#kept-text").visual
+        styled = {text.plain[span.start : span.end]: str(span.style) for span in text.spans}
+        assert styled["Field notes."].endswith("on ansi_yellow bold") and styled["The radio failed on day four."] == styled["Field notes."]
+        assert "yellow" in styled["The boat was named the Grey Heron."] and " on " not in styled["The boat was named the Grey Heron."]
+        assert "kept by each of 4 layer and KV heads" in app.screen.summary
+        assert "every head (2 tokens)" in app.screen.summary and "some of them (1)" in app.screen.summary
 
 
 async def test_an_answer_lists_its_sources_and_one_opens_the_document_there() -> None:

@@ -72,7 +72,7 @@ class KvchatApp(Dialogs):
         self._answer: AnswerView | None = None
         self._answer_text = ""
         self._stopped = False  # the last answer ended because Esc was pressed
-        self._kept: tuple[tuple[int, ...], int] | None = None  # kept positions, prompt tokens
+        self._kept: Pruned | None = None  # what the last answer's selection kept
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -173,7 +173,7 @@ class KvchatApp(Dialogs):
                 panel.figures.prefill_tps = event.tokens_per_s
             panel.refresh_figures()
         elif isinstance(event, Pruned):
-            self._kept = (event.kept_positions, event.prompt_tokens)
+            self._kept = event
             panel.figures.cells, panel.figures.prompt_tokens = event.kept_tokens, event.prompt_tokens
             panel.refresh_figures()
         elif isinstance(event, Notice):

@@ -13,7 +13,7 @@ from textual.screen import ModalScreen
 from kvchat.documents import Document
 from kvchat.documents.bundle import kept_by_source
 from kvchat.engine import AskSettings
-from kvchat.events import Source
+from kvchat.events import Pruned, Source
 from kvchat.tui.messages import Job
 from kvchat.tui.screens import HelpScreen, KeptScreen, PickerScreen, SettingsScreen
 from kvchat.tui.sessions import ChatSession
@@ -89,7 +89,7 @@ class Dialogs(App[None]):
             return
         self._show_document(self._kept)
 
-    def show_source(self, source: Source, document: Document, kept: tuple[tuple[int, ...], int] | None) -> None:
+    def show_source(self, source: Source, document: Document, kept: Pruned | None) -> None:
         """The kept view at one of an answer's sources, with what that answer's selection kept
         (the whole document when nothing was pruned)."""
         if self.session is None or self._dialog_open():
@@ -99,17 +99,25 @@ class Dialogs(App[None]):
             return
         self._show_document(kept, (source.start, source.end))
 
-    def _show_document(self, kept: tuple[tuple[int, ...], int] | None, focus: tuple[int, int] | None = None) -> None:
+    def _show_document(self, kept: Pruned | None, focus: tuple[int, int] | None = None) -> None:
         assert self.session is not None
         spans: list[tuple[int, int]] = []
+        partial: list[tuple[int, int]] = []
         summary = "nothing was pruned: the answer saw the whole document"
-        if kept is not None:
-            positions, prompt_tokens = kept
-            spans = self.session.kept_spans(positions)
-            summary = f"{len(positions):,} of {prompt_tokens:,} prompt tokens kept; the highlighted text is what the answer saw"
-            if per_document := kept_by_source(self.session.document, spans):
-                summary += " · " + " · ".join(f"{name}: {chars:,} chars" for name, chars in per_document.items())
-        self.push_screen(KeptScreen(self.session.document.text.strip(), spans, summary, focus))
+        if kept is not None and kept.kept_heads:  # kept per head: by every head, or by some
+            every = [p for p, heads in zip(kept.kept_positions, kept.kept_heads) if heads == kept.head_count]
+            some = [p for p, heads in zip(kept.kept_positions, kept.kept_heads) if heads < kept.head_count]
+            spans, partial = self.session.kept_spans(every), self.session.kept_spans(some)
+            summary = (f"{kept.kept_tokens:,} of {kept.prompt_tokens:,} prompt tokens kept by each of {kept.head_count} "
+                       f"layer and KV heads; highlighted: kept by every head ({len(every):,} tokens), "
+                       f"yellow: by some of them ({len(some):,})")
+        elif kept is not None:
+            spans = self.session.kept_spans(kept.kept_positions)
+            summary = f"{kept.kept_tokens:,} of {kept.prompt_tokens:,} prompt tokens kept; the highlighted text is what the answer saw"
+        kept_any = spans if not partial else self.session.kept_spans(kept.kept_positions if kept else ())
+        if per_document := kept_by_source(self.session.document, kept_any):
+            summary += " · " + " · ".join(f"{name}: {chars:,} chars" for name, chars in per_document.items())
+        self.push_screen(KeptScreen(self.session.document.text.strip(), spans, summary, focus, partial))
 
     def action_help(self) -> None:
         if self._dialog_open(HelpScreen):

@@ -148,17 +148,23 @@ class PickerScreen(ModalScreen[Path | None]):
 
 
 class KeptScreen(ModalScreen[None]):
-    """The document with the spans the last selection kept highlighted; `focus`, a source of an
-    answer, is marked apart and scrolled to."""
+    """The document with the spans the last selection kept highlighted (`partial`: kept by some
+    heads only, of a selection per head, in yellow); `focus`, a source of an answer, is marked
+    apart and scrolled to."""
 
     BINDINGS = [Binding("escape,ctrl+t,q", "dismiss", "Close")]
 
-    def __init__(self, text: str, spans: list[tuple[int, int]], summary: str, focus: tuple[int, int] | None = None) -> None:
+    def __init__(
+        self, text: str, spans: list[tuple[int, int]], summary: str, focus: tuple[int, int] | None = None,
+        partial: list[tuple[int, int]] | None = None,
+    ) -> None:
         super().__init__()
-        self.text, self.spans, self.summary, self.focus = text, spans, summary, focus
+        self.text, self.spans, self.summary, self.focus, self.partial = text, spans, summary, focus, partial or []
 
     def compose(self) -> ComposeResult:
         body = Text(self.text, style="dim")
+        for start, end in self.partial:
+            body.stylize("not dim yellow", start, end)
         for start, end in self.spans:
             body.stylize("bold black on yellow", start, end)
         if self.focus is not None:

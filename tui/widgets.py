@@ -15,7 +15,7 @@ from textual.widgets.option_list import Option
 
 from kvchat.documents import Document
 from kvchat.engine import AskSettings
-from kvchat.events import Progress, Source, Stats
+from kvchat.events import Progress, Pruned, Source, Stats
 
 MIB = 2**20
 
@@ -157,9 +157,9 @@ class Exchange(Vertical):
 
 class SourceList(OptionList):
     """The passages an answer drew on, under it; choosing one shows it in the document the
-    answer was about, with what that answer's selection kept (`kept`: positions, prompt tokens)."""
+    answer was about, with what that answer's selection kept (`kept`; None: nothing was pruned)."""
 
-    def __init__(self, sources: Sequence[Source], document: Document, kept: tuple[tuple[int, ...], int] | None) -> None:
+    def __init__(self, sources: Sequence[Source], document: Document, kept: Pruned | None) -> None:
         super().__init__(*(Option(Text(source.quoted())) for source in sources))
         self.sources, self.document, self.kept = tuple(sources), document, kept
 

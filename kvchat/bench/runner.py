@@ -10,12 +10,14 @@ from pathlib import Path
 
 from kvchat.bench.compare import answer_of, compare
 from kvchat.bench.cuad import cuad_cases
-from kvchat.bench.tasks import Case, CountTokens, case_score, multikey_case, needle_case, variable_tracking_case
+from kvchat.bench.tasks import (
+    MULTIKEY_TASKS, Case, CountTokens, case_score, multikey_case, needle_case, variable_tracking_case,
+)
 from kvchat.engine import AskSettings, Engine
 from kvchat.events import Pruned
 from kvchat.policy import DEFAULT_BUDGET, METHODS, SnapKV, method_named, method_options
 
-TASKS = ("needle", "multikey", "vt", "cuad")
+TASKS = ("needle", "multikey", "multikey16", "vt", "cuad")
 DEFAULT_TASKS = ("needle", "multikey", "vt")  # cuad reads whole contracts (up to 32K tokens): asked for by name
 PROMPT_ROOM = 512  # tokens of the model's trained context left to the template and the question
 
@@ -82,8 +84,9 @@ def build_cases(config: BenchConfig, count_tokens: CountTokens, max_document_tok
     if "needle" in config.tasks:
         cases += [needle_case(count_tokens, n, d, config.seed + i) for n in config.lengths
                   for i, d in enumerate(config.depths)]
-    if "multikey" in config.tasks:
-        cases.append(multikey_case(count_tokens, longest, 8, config.seed))
+    for task, n_keys in MULTIKEY_TASKS.items():
+        if task in config.tasks:
+            cases.append(multikey_case(count_tokens, longest, n_keys, config.seed))
     if "vt" in config.tasks:
         cases.append(variable_tracking_case(count_tokens, longest, config.seed))
     if "cuad" in config.tasks:

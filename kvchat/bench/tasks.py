@@ -105,8 +105,12 @@ def needle_case(count_tokens: CountTokens, length: int, depth: float, seed: int)
                 {"length": length, "depth": depth, "seed": seed})
 
 
+MULTIKEY_TASKS = {"multikey": 8, "multikey16": 16}  # task name: its number of keys
+
+
 def multikey_case(count_tokens: CountTokens, length: int, n_keys: int, seed: int) -> Case:
-    """`n_keys` key-to-number needles spread through the essays; one of them is asked."""
+    """`n_keys` key-to-number needles spread through the essays; one of them is asked. Its task is
+    named after the keys (MULTIKEY_TASKS)."""
     rng = random.Random(seed)
     pairs = []
     while len(pairs) < n_keys:
@@ -121,7 +125,8 @@ def multikey_case(count_tokens: CountTokens, length: int, n_keys: int, seed: int
     asked = rng.randrange(n_keys)
     key, value = pairs[asked]
     question = f"What is the special magic number for {key} mentioned in the provided text?"
-    return Case("multikey", filler, question, (value,),
+    task = next((name for name, keys in MULTIKEY_TASKS.items() if keys == n_keys), f"multikey{n_keys}")
+    return Case(task, filler, question, (value,),
                 {"length": length, "keys": n_keys, "asked_depth": depths[asked], "seed": seed})
 
 
