@@ -9,12 +9,12 @@ import typer
 from rich.console import Console
 
 from kvchat.cli.options import (
-    CACHE_TYPE_K, CACHE_TYPE_V, DEFAULTS, FLASH_ATTN, GPU_LAYERS, HEADS, MAX_TOKENS, MODEL, SAVE_READINGS, THREADS,
-    kv_layout, warn_about_gpu_layers,
+    CACHE_TYPE_K, CACHE_TYPE_V, DEFAULTS, FLASH_ATTN, GPU_LAYERS, HEADS, MAX_TOKENS, MODEL, READ, SAVE_READINGS,
+    THREADS, kv_layout, warn_about_gpu_layers,
 )
-from kvchat.policy import HeadReduction
 from kvchat.engine import AskSettings, Engine
 from kvchat.errors import SettingsError
+from kvchat.policy import HeadReduction
 from kvchat.serving.slots import DEFAULT_ROOM
 
 CURL_EXAMPLE = """\
@@ -64,6 +64,7 @@ def serve_command(
     cache_type_k: str = CACHE_TYPE_K,
     cache_type_v: str = CACHE_TYPE_V,
     cache: bool = SAVE_READINGS,
+    read: str = READ,
 ) -> None:
     """Serve an OpenAI-compatible API: chat completions, models, and documents to chat about."""
     from kvchat.server.runner import server_for
@@ -71,13 +72,13 @@ def serve_command(
 
     if max_sessions < 1 or max_waiting < 1 or budget < 40 or max_tokens < 1 or room < 16:
         raise SettingsError("--max-sessions, --max-waiting, --max-tokens must be >= 1, --budget >= 40, --room >= 16", "see kvchat serve --help")
-    AskSettings(threads=threads)  # refuses a bad thread count now: requests build their settings later
+    AskSettings(threads=threads, read=read)  # refuses a bad thread count or reading now: requests build their settings later
     layout = kv_layout(flash_attn, gpu_layers, cache_type_k, cache_type_v)
     _check_port(host, port)
     console = Console(stderr=True)
     warn_about_gpu_layers(gpu_layers, console)
     limits = ServerLimits(model_id=model, budget=budget, max_tokens=max_tokens, sequences=max_sessions,
-                          max_waiting=max_waiting, room=room, layout=layout, heads=heads)
+                          max_waiting=max_waiting, room=room, layout=layout, heads=heads, read=read)
     service = ChatService(Engine(model, gpu_layers=gpu_layers, use_cache=cache), limits, threads)
     try:
         url = f"http://{'127.0.0.1' if host == '0.0.0.0' else host}:{port}"

@@ -43,6 +43,7 @@ class ServerLimits:
     room: int = DEFAULT_ROOM
     layout: KvLayout = KvLayout()  # flash attention and KV cache types of every context
     heads: HeadReduction = SnapKV().heads  # how snapkv's heads choose
+    read: str = AskSettings().read  # how a request that does not say (kv_read) reads a new document
 
     @property
     def sequence_cells(self) -> int:
@@ -87,7 +88,8 @@ class ChatService:
         try:
             method = method_named(body.kv_method or SnapKV.name, budget=budget, window=min(DEFAULT_WINDOW, budget - 8), heads=limits.heads)
             return AskSettings(method=method, max_tokens=max_tokens, sampler=sampler, threads=self.threads,
-                               layout=limits.layout, auto_stream=body.kv_method is None, sources=body.kv_sources)
+                               layout=limits.layout, auto_stream=body.kv_method is None, sources=body.kv_sources,
+                               read=body.kv_read or limits.read)
         except KvchatError as error:
             raise api_error(error) from None
 

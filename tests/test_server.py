@@ -429,6 +429,21 @@ def test_an_answer_about_a_document_names_its_sources_in_the_kv_block(server, cl
     assert ask(client, "What was the boat called?").model_extra["kv"]["sources"] == []  # a plain chat has no document
 
 
+def test_a_request_may_ask_for_a_fast_reading_of_a_new_document(server, client) -> None:
+    url, _ = server
+    text = b" ".join(b"Crate %d held %d bolts." % (i, 7 * i) for i in range(150))
+    upload = httpx.post(f"{url}/v1/documents", files={"file": ("crates.txt", text)}).json()
+    about = {"document_id": upload["id"], "kv_budget": 64}
+    first = ask(client, "How many bolts did crate 3 hold?", extra_body={**about, "kv_read": "fast"}).model_extra["kv"]
+    assert first["read"] == "fast 1/2" and first["kept_tokens"] == 64 < first["prompt_tokens"]
+    turns = [{"role": "user", "content": "How many bolts did crate 3 hold?"}, {"role": "assistant", "content": "21"},
+             {"role": "user", "content": "And crate 4?"}]
+    follow_up = client.chat.completions.create(model=MODEL, messages=turns, max_tokens=4, extra_body={**about, "kv_read": "fast"})
+    assert follow_up.model_extra["kv"]["read"] == "full"  # a follow-up reads the whole document
+    refused = httpx.post(f"{url}/v1/chat/completions", json={"model": MODEL, "messages": turns, **about, "kv_read": "skim"})
+    assert refused.status_code == 400
+
+
 def test_a_document_longer_than_the_models_context_is_answered_streamed_unless_a_method_is_named(server, client) -> None:
     url, service = server
     words = b"The ledger was kept in the blue cabinet. " * 600

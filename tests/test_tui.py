@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import io
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 from textual.message import Message
 from textual.widgets import Input, Label
 
 from fake_sessions import PRUNED_PER_HEAD, SOURCES, FakeSessions
+from kvchat.engine import AskSettings
 from kvchat.errors import DocumentError, ModelError
 from kvchat.tui.app import KvchatApp
 from kvchat.tui.messages import JobEnded
@@ -88,6 +91,18 @@ async def test_a_question_gets_a_streamed_answer_and_the_panel_its_figures() -> 
         assert (figures.cells, figures.prompt_tokens, figures.ttft_s) == (256, 2000, 0.5)
         assert figures.document_tokens == 2000 and figures.pages == 1
         assert app.query_one("#question", Input).value == ""
+
+
+async def test_the_panel_says_when_a_prompt_was_read_fast() -> None:
+    app = KvchatApp(FakeSessions(), [DOCUMENT], AskSettings(read="fast"))
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.session is not None)
+        await ask(pilot, app, "What was the boat called?")
+        panel = app.query_one(KvPanel)
+        assert panel.figures.read == "fast 12/24"
+        shown = Console(record=True, width=60, file=io.StringIO())
+        shown.print(panel.content)
+        assert "read        fast 12/24 layers" in shown.export_text()
 
 
 async def test_a_startup_warning_is_shown_once_the_app_is_up() -> None:

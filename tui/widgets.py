@@ -34,6 +34,7 @@ class KvFigures:
     prefill_tps: float | None = None
     decode_tps: float | None = None
     ttft_s: float | None = None
+    read: str = "full"  # how the last answer's prompt was read ("fast 12/24": by the first 12 of 24 layers)
 
 
 def _count(value: int | None) -> str:
@@ -83,6 +84,7 @@ class KvPanel(Static):
             ("prefill", _figure(figures.prefill_tps, "tok/s", 0)),
             ("decode", _figure(figures.decode_tps, "tok/s")),
             ("TTFT", _figure(figures.ttft_s, "s", 2)),
+            *([("read", f"{figures.read} layers")] if figures.read != "full" else []),
             ("", ""),
             ("Settings", ""),
             ("method", settings.method.name),
@@ -98,7 +100,7 @@ class KvPanel(Static):
         figures = self.figures
         figures.cells, figures.prompt_tokens = stats.kept_tokens, stats.prompt_tokens
         figures.kv_kept_bytes, figures.kv_full_bytes = stats.kv_bytes_kept, stats.kv_bytes_full
-        figures.ttft_s = stats.ttft_s
+        figures.ttft_s, figures.read = stats.ttft_s, stats.read
         if stats.generated_tokens > 1:  # a one-token answer has no decode speed
             figures.decode_tps = stats.decode_tokens_per_s
         if stats.prefill_tokens_per_s:
