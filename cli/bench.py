@@ -13,7 +13,7 @@ from rich.table import Table
 from kvchat.bench.cuad import cuad_contracts, cuad_ids_named
 from kvchat.bench.report import summarize, write_json
 from kvchat.cli.options import DEFAULTS
-from kvchat.bench.runner import QUICK, TASKS, BenchConfig, run_bench
+from kvchat.bench.runner import QUICK, READING_OPTIONS, TASKS, BenchConfig, run_bench
 from kvchat.engine import AskSettings, Engine
 from kvchat.errors import SettingsError
 from kvchat.models import resolve_model
@@ -33,8 +33,8 @@ def _overrides(text: str) -> tuple[tuple[str, str], ...]:
     pairs = []
     for item in _split(text):
         key, _, value = item.partition("=")
-        if key not in ("pool", "kernel", "window", "heads", "spans", "sinks") or not value:
-            raise SettingsError(f"bad variant {item!r}", "use e.g. --variant pool=avg,kernel=5")
+        if key not in ("pool", "kernel", "window", "heads", "spans", "sinks", *READING_OPTIONS) or not value:
+            raise SettingsError(f"bad variant {item!r}", "use e.g. --variant pool=avg,kernel=5 or --variant read=fast,fast_depth=0.4")
         pairs.append((key, value))
     return tuple(pairs)
 
@@ -113,7 +113,7 @@ def bench_command(
     methods: str | None = typer.Option(None, help=f"Comma-separated: {', '.join(METHODS)}."),
     questions: str | None = typer.Option(None, help="cuad: the questions asked, by id or contract, e.g. todos,corio.law."),
     cuad_data: Path | None = typer.Option(None, help="cuad: a folder with questions.json and the contracts' .txt files, instead of the shipped ones."),
-    variant: list[str] = typer.Option([], "--variant", help="Extra snapkv policy, e.g. pool=avg,kernel=5."),
+    variant: list[str] = typer.Option([], "--variant", help="Extra snapkv variant, e.g. pool=avg,kernel=5 or read=fast,fast_depth=0.4."),
     read: str | None = typer.Option(None, "--read", help="full, or full,fast: snapkv at each budget read fast too (the first layers choose)."),
     models: list[str] = typer.Option([], "--model", "-m", help="Registry name (see `kvchat models`) or a GGUF path; repeat to compare models in one run (default: default)."),
     json_path: Path | None = typer.Option(None, "--json", help="Write every record and the summary here."),

@@ -243,6 +243,18 @@ def test_a_fast_reading_is_a_variant_of_its_own_read_per_question(tiny_model_pat
     assert {row["variant"] for row in summarize(records)} == {"full", "snapkv@128", "snapkv@128 fast"}
 
 
+def test_a_variant_sets_a_reading_option_or_a_method_option() -> None:
+    from kvchat.bench.runner import Variant
+    from kvchat.engine import AskSettings
+
+    variant = Variant("snapkv", 512, (("read", "fast"), ("fast_depth", "0.25"), ("fast_layers", "3"), ("kernel", "5")))
+    settings = variant.settings(AskSettings())
+    assert (settings.read, settings.fast_depth, settings.fast_layers) == ("fast", 0.25, 3)
+    assert settings.method.kernel == 5 and settings.method.budget == 512
+    assert variant.label == "snapkv@512(read=fast,fast_depth=0.25,fast_layers=3,kernel=5)"
+    assert Variant("snapkv", 512, (("heads", "per-head"),)).settings(AskSettings()).method.per_head
+
+
 def test_summary_says_what_pruning_keeps_of_the_full_caches_answers() -> None:
     def record(model: str, variant: str, case: int, accuracy: float) -> dict:
         return {"model": model, "task": "cuad", "meta": {"id": case}, "method": variant.split("@")[0], "variant": variant,

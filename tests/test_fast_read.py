@@ -72,6 +72,25 @@ def test_only_the_chosen_tokens_stay_read_by_the_whole_model(tiny_model) -> None
         assert selected.read_layers == last_read_layer(2, 0.5) + 1 == 1
 
 
+def test_scored_by_every_layer_of_a_whole_pass_a_fast_reading_keeps_what_snapkv_keeps(tiny_model) -> None:
+    """fast_layers sums the cheap pass's last layers; through all of them, at full depth, it is
+    SnapKV's own choice from the same window. With one layer (the default) it is not here."""
+    tokens, method = _tokens(), SnapKV(budget=96, window=WINDOW)
+    cache = _cache(tiny_model)
+    with cache.ctx:
+        cache.decode(tokens[:-WINDOW])
+        snapkv_kept = cache.plan(method, WINDOW, cache.observe(tokens[-WINDOW:])).kept
+        cache.clear()
+        chosen = {}
+        for layers in (1, 2, 9):
+            _, selected = _run(cache, tokens, AskSettings(method=method, read="fast", fast_depth=1.0, fast_layers=layers))
+            chosen[layers] = cache.origins.copy()
+            assert selected.read_layers == 2
+            cache.clear()
+    assert np.array_equal(chosen[2], snapkv_kept) and np.array_equal(chosen[9], snapkv_kept)
+    assert not np.array_equal(chosen[1], snapkv_kept)
+
+
 def test_kept_at_their_own_positions_every_token_gives_a_plain_readings_logits(tiny_model) -> None:
     tokens = _tokens(400)
     plain = _cache(tiny_model)

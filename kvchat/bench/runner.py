@@ -19,6 +19,7 @@ from kvchat.policy import DEFAULT_BUDGET, METHODS, SnapKV, method_named, method_
 
 TASKS = ("needle", "multikey", "multikey16", "vt", "cuad")
 DEFAULT_TASKS = ("needle", "multikey", "vt")  # cuad reads whole contracts (up to 32K tokens): asked for by name
+READING_OPTIONS = ("read", "fast_depth", "fast_positions", "fast_layers")  # AskSettings a variant may set
 PROMPT_ROOM = 512  # tokens of the model's trained context left to the template and the question
 
 
@@ -39,11 +40,15 @@ class Variant:
         return label if self.read == "full" else f"{label} {self.read}"
 
     def settings(self, base: AskSettings) -> AskSettings:
+        """`base` with this variant's method, budget and read; an override names a method option
+        (kernel, heads …) or one of the reading's (READING_OPTIONS)."""
         options = {**method_options(base.method), "budget": self.budget}
+        reading: dict[str, object] = {"read": self.read}
         for key, value in self.overrides:
-            current = options[key]
-            options[key] = type(current)(value) if not isinstance(current, bool) else value == "true"
-        return replace(base, method=method_named(self.method, **options), read=self.read)
+            target = reading if key in READING_OPTIONS else options
+            current = getattr(base, key) if key in READING_OPTIONS else options[key]
+            target[key] = type(current)(value) if not isinstance(current, bool) else value == "true"
+        return replace(base, method=method_named(self.method, **options), **reading)  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)

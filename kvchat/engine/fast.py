@@ -3,7 +3,8 @@ the whole model reads only those.
 
 Every decode of the cheap pass stops after layer r (LlamaContext.cut_after_layer), so reading
 the whole prompt costs about r / n_layer of a full reading. The question's window observes at
-those layers, the method chooses its budget from layer r's attention (the paper's choice), the
+those layers, the method chooses its budget from layer r's attention (the paper's choice; or the
+sum over its last `fast_layers`), the
 cache is emptied, and the whole model reads the chosen tokens alone: at consecutive positions
 (the paper's), or moved back to their own positions afterwards (`fast_positions`). Either way
 the cells remember which prompt token each holds (KvCache.origins), for the kept view and sources.
@@ -42,7 +43,7 @@ def fast_select(
         votes = cache.observe(tokens[window_start:])
     finally:
         ctx.cut_after_layer(None)
-    kept = cache.plan(method, n_prompt - window_start, votes[-1:]).kept
+    kept = cache.plan(method, n_prompt - window_start, votes[-settings.fast_layers :]).kept
     cache.clear()
     cache.decode([tokens[p] for p in kept], want_logits=True)
     if settings.fast_positions == "original" and ctx.can_shift():

@@ -62,6 +62,7 @@ class AskSettings:
     read: str = "full"
     fast_depth: float = 0.5
     fast_positions: str = "consecutive"  # or "original": the chosen tokens moved back to their own positions
+    fast_layers: int = 1  # the cheap pass's last layers whose attention chooses (1: its last, as GemFilter)
 
     def __post_init__(self) -> None:
         if self.max_tokens < 1:
@@ -78,6 +79,8 @@ class AskSettings:
             raise SettingsError("a fast reading chooses one set of tokens to read again, not one per head", "use --heads sum, or read full")
         if self.fast_positions not in ("consecutive", "original"):
             raise SettingsError(f"unknown fast reading positions {self.fast_positions!r}", "use consecutive or original")
+        if self.fast_layers < 1:
+            raise SettingsError(f"the fast reading scores from at least 1 layer, got {self.fast_layers}", "use 1 (its last layer) or more")
         if not 0 < self.fast_depth <= 1:
             raise SettingsError(f"the fast reading's depth must be in (0, 1], got {self.fast_depth}", "0.5 reads with the first half of the layers")
         if self.method.window > self.n_batch:
