@@ -1,8 +1,9 @@
 """Follow-up questions: accuracy of each selection strategy over a conversation.
 
-Usage: python bench/multi_turn.py [--cases 4] [--length 4000] [--budget 256]
+Usage: python bench/multi_turn.py [--cases 4] [--length 4000] [--budget 256] [--heads sum,per-head]
 Each case hides three facts at 10 %, 50 % and 90 % depth and asks about them in turn. The
 document is read once (saved in a temporary state store); every strategy's conversation loads it.
+With several --heads, each snapkv strategy runs once per head setting ("question per-head").
 """
 
 from __future__ import annotations
@@ -24,12 +25,15 @@ from kvchat.policy import SnapKV, method_named
 STRATEGIES = {"question": "snapkv", "reuse": "snapkv", "document": "snapkv", "full": "full"}
 
 
-def run_case(engine: Engine, case, settings: AskSettings) -> dict[str, list[float]]:
+def run_case(engine: Engine, case, settings: AskSettings, heads: list[str]) -> dict[str, list[float]]:
     document = case_document(Case("multiturn", case.document, "", ()))
     scores: dict[str, list[float]] = {}
-    for strategy, method in STRATEGIES.items():
+    runs = [(strategy, method, each) for strategy, method in STRATEGIES.items() for each in (heads if method != "full" else heads[:1])]
+    for strategy, method, each in runs:
         selection = selection_named("question" if strategy == "full" else strategy)
-        conversation = engine.conversation(document, replace(settings, method=method_named(method, budget=settings.method.budget)), selection)
+        label = strategy if len(heads) == 1 or method == "full" else f"{strategy} {each}"
+        method_settings = method_named(method, budget=settings.method.budget, heads=each)
+        conversation = engine.conversation(document, replace(settings, method=method_settings), selection)
         try:
             for _ in conversation.open():
                 pass
@@ -37,7 +41,7 @@ def run_case(engine: Engine, case, settings: AskSettings) -> dict[str, list[floa
             for question, answers in zip(case.questions, case.answers):
                 done = [e for e in conversation.ask(question) if isinstance(e, Done)][0]
                 results.append(score(done.answer, answers))
-            scores[strategy] = results
+            scores[label] = results
         finally:
             conversation.close()
     return scores
@@ -48,6 +52,7 @@ def main() -> None:
     parser.add_argument("--cases", type=int, default=4)
     parser.add_argument("--length", type=int, default=4000)
     parser.add_argument("--budget", type=int, default=256)
+    parser.add_argument("--heads", default="sum", help="comma-separated: sum, normalized, topk-count, per-head")
     parser.add_argument("--model", default="default", help="registry name or GGUF path")
     args = parser.parse_args()
     os.environ["KVCHAT_HOME"] = tempfile.mkdtemp(prefix="kvchat-bench-")
@@ -57,7 +62,7 @@ def main() -> None:
         count_tokens = lambda text: len(engine.model.tokenize(text))  # noqa: E731
         for seed in range(args.cases):
             case = multi_turn_case(count_tokens, args.length, (0.1, 0.5, 0.9), seed)
-            for strategy, results in run_case(engine, case, settings).items():
+            for strategy, results in run_case(engine, case, settings, args.heads.split(",")).items():
                 totals[strategy].append(results)
                 print(json.dumps({"seed": seed, "strategy": strategy, "scores": results}), flush=True)
     for strategy, rows in totals.items():

@@ -9,8 +9,8 @@ from rich.console import Console
 
 from kvchat.cli.interrupt import interrupt_as_cancel
 from kvchat.cli.options import (
-    BUDGET, CACHE_TYPE_K, CACHE_TYPE_V, FLASH_ATTN, GPU_LAYERS, HEADS, MAX_TOKENS, METHOD, MODEL, SAVE_READINGS,
-    TEMPERATURE, READ, SOURCES, THREADS, WINDOW, ask_settings, kv_layout, warn_about_gpu_layers,
+    BUDGET, CACHE_TYPE_K, CACHE_TYPE_V, DRAFT, FLASH_ATTN, GPU_LAYERS, HEADS, MAX_TOKENS, METHOD, MODEL, READ,
+    SAVE_READINGS, SOURCES, TEMPERATURE, THREADS, WINDOW, ask_settings, check_draft, kv_layout, warn_about_gpu_layers,
 )
 from kvchat.cli.render import OcrBar, render
 from kvchat.documents import SUPPORTED, bundle, load_document
@@ -53,6 +53,7 @@ def ask_command(
     cache: bool = SAVE_READINGS,
     sources: bool = SOURCES,
     read: str = READ,
+    draft: str | None = DRAFT,
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object with the answer and stats."),
 ) -> None:
     """Ask a question about a document (or several: `kvchat ask a.pdf b.docx "…"`); the answer
@@ -62,12 +63,13 @@ def ask_command(
     layout = kv_layout(flash_attn, gpu_layers, cache_type_k, cache_type_v)
     settings = ask_settings(method, layout, max_tokens, temperature, threads, seed, n_ctx, sources, read,
                             budget=budget, window=window, kernel=kernel, pool=pool, heads=heads, spans=spans)
+    check_draft(draft, settings.read)
     stream = StreamSettings(chunk=chunk, recent=recent)
     selection = selection_named(select)
     with OcrBar(console) as ocr_progress:
         document = bundle([load_document(path, ocr_progress) for path in paths])
     question = _question(question)
-    with Engine(model, gpu_layers=gpu_layers, use_cache=cache) as engine, interrupt_as_cancel() as cancel:
+    with Engine(model, gpu_layers=gpu_layers, use_cache=cache, draft=draft) as engine, interrupt_as_cancel() as cancel:
         render(engine.ask(document, question, settings, cancel, selection, stream), as_json, console)
     if cancel.is_set():
         raise CancelledError("stopped", "")

@@ -12,7 +12,7 @@ from rich.table import Table
 
 from kvchat.bench.cuad import cuad_contracts, cuad_ids_named
 from kvchat.bench.report import summarize, write_json
-from kvchat.cli.options import DEFAULTS
+from kvchat.cli.options import DEFAULTS, DRAFT, check_draft
 from kvchat.bench.runner import QUICK, READING_OPTIONS, TASKS, BenchConfig, run_bench
 from kvchat.engine import AskSettings, Engine
 from kvchat.errors import SettingsError
@@ -90,10 +90,10 @@ def _table(summary: list[dict]) -> Table:
     return table
 
 
-def _run(model: str, config: BenchConfig, console: Console) -> list[dict]:
+def _run(model: str, config: BenchConfig, console: Console, draft: str | None = None) -> list[dict]:
     """Every record of one model's run, with a progress bar."""
     records = []
-    with Engine(model, use_cache=False) as engine, Progress(
+    with Engine(model, use_cache=False, draft=draft) as engine, Progress(
         TextColumn(f"bench {model}"), BarColumn(), MofNCompleteColumn(), TextColumn("answers"), TimeElapsedColumn(),
         console=console, transient=True,
     ) as progress:
@@ -119,18 +119,19 @@ def bench_command(
     json_path: Path | None = typer.Option(None, "--json", help="Write every record and the summary here."),
     plot: Path | None = typer.Option(None, "--plot", help="Write PNG figures into this folder."),
     quick: bool = typer.Option(False, help="A small grid that finishes in a few minutes."),
+    draft: str | None = DRAFT,
 ) -> None:
     """Measure accuracy, decode speed and KV memory of each method side by side, in one run."""
     config = _config(quick, tasks, lengths, depths, budget, methods, variant, questions, cuad_data, read)
-    for each in config.variants():  # refuse bad settings before loading anything
-        each.settings(AskSettings())
+    readings = {each.settings(AskSettings()).read for each in config.variants()}  # refuses bad settings before loading anything
+    check_draft(draft, "fast" if "fast" in readings else "full")
     models = list(dict.fromkeys(models)) or ["default"]
     for name in models:  # a missing second model is refused before the first one's run
         resolve_model(name)
     console = Console(stderr=True)
     records: list[dict] = []
     for name in models:
-        records += _run(name, config, console)
+        records += _run(name, config, console, draft)
     summary = summarize(records)
     output = Console()
     if not output.is_terminal:

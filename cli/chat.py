@@ -7,8 +7,8 @@ from pathlib import Path
 import typer
 
 from kvchat.cli.options import (
-    BUDGET, CACHE_TYPE_K, CACHE_TYPE_V, FLASH_ATTN, GPU_LAYERS, HEADS, MAX_TOKENS, METHOD, MODEL, SAVE_READINGS,
-    READ, TEMPERATURE, THREADS, WINDOW, ask_settings, gpu_layers_warning, kv_layout,
+    BUDGET, CACHE_TYPE_K, CACHE_TYPE_V, DRAFT, FLASH_ATTN, GPU_LAYERS, HEADS, MAX_TOKENS, METHOD, MODEL, READ,
+    SAVE_READINGS, TEMPERATURE, THREADS, WINDOW, ask_settings, check_draft, gpu_layers_warning, kv_layout,
 )
 from kvchat.documents import SUPPORTED
 from kvchat.policy import HeadReduction
@@ -33,6 +33,7 @@ def chat_command(
     cache_type_v: str = CACHE_TYPE_V,
     cache: bool = SAVE_READINGS,
     read: str = READ,
+    draft: str | None = DRAFT,
 ) -> None:
     """Chat with a document in a terminal UI (F1 inside lists the keys)."""
     layout = kv_layout(flash_attn, gpu_layers, cache_type_k, cache_type_v)
@@ -40,7 +41,8 @@ def chat_command(
     from kvchat.tui.app import KvchatApp  # Textual is imported only for this command
     from kvchat.tui.sessions import EngineSessions
 
-    app = KvchatApp(EngineSessions(model, gpu_layers, cache), paths or [], settings, startup_warning=gpu_layers_warning(gpu_layers))
+    check_draft(draft, settings.read)
+    app = KvchatApp(EngineSessions(model, gpu_layers, cache, draft), paths or [], settings, startup_warning=gpu_layers_warning(gpu_layers))
     try:
         app.run()
     finally:

@@ -38,7 +38,18 @@ HEADS = typer.Option(
     help="How the heads choose: sum (one ranking of their votes, the default), normalized, topk-count, or "
     "per-head (each layer and KV head keeps its own tokens, in the same number of cells).",
 )
+DRAFT = typer.Option(
+    None, "--draft", show_default=False,
+    help="A smaller model with the same vocabulary (registry name or GGUF path) that does the cheap pass of a "
+    "fast reading: its attention chooses the tokens the model reads (Speculative Prefill).",
+)
 SAVE_READINGS = typer.Option(True, "--cache/--no-cache", help="Save each document's reading and reuse it next time.")
+
+
+def check_draft(draft: str | None, read: str) -> None:
+    """A draft only serves a fast reading: refused with any other, before a model loads."""
+    if draft is not None and read != "fast":
+        raise SettingsError("--draft does the cheap pass of a fast reading", "add --read fast")
 
 
 def ask_settings(

@@ -9,7 +9,7 @@ import typer
 from rich.console import Console
 
 from kvchat.cli.options import (
-    CACHE_TYPE_K, CACHE_TYPE_V, DEFAULTS, FLASH_ATTN, GPU_LAYERS, HEADS, MAX_TOKENS, MODEL, READ, SAVE_READINGS,
+    CACHE_TYPE_K, CACHE_TYPE_V, DEFAULTS, DRAFT, FLASH_ATTN, GPU_LAYERS, HEADS, MAX_TOKENS, MODEL, READ, SAVE_READINGS,
     THREADS, kv_layout, warn_about_gpu_layers,
 )
 from kvchat.engine import AskSettings, Engine
@@ -65,6 +65,7 @@ def serve_command(
     cache_type_v: str = CACHE_TYPE_V,
     cache: bool = SAVE_READINGS,
     read: str = READ,
+    draft: str | None = DRAFT,
 ) -> None:
     """Serve an OpenAI-compatible API: chat completions, models, and documents to chat about."""
     from kvchat.server.runner import server_for
@@ -79,7 +80,7 @@ def serve_command(
     warn_about_gpu_layers(gpu_layers, console)
     limits = ServerLimits(model_id=model, budget=budget, max_tokens=max_tokens, sequences=max_sessions,
                           max_waiting=max_waiting, room=room, layout=layout, heads=heads, read=read)
-    service = ChatService(Engine(model, gpu_layers=gpu_layers, use_cache=cache), limits, threads)
+    service = ChatService(Engine(model, gpu_layers=gpu_layers, use_cache=cache, draft=draft), limits, threads)
     try:
         url = f"http://{'127.0.0.1' if host == '0.0.0.0' else host}:{port}"
         shape = f"model {model}, {max_sessions} sequences of {limits.sequence_cells:,} cells, budget {budget}"

@@ -11,13 +11,15 @@ import pytest
 from kvchat.documents import load_document
 from kvchat.engine import AskSettings, Engine
 from kvchat.engine.cache import KvCache
-from kvchat.engine.fast import fast_select, last_read_layer
+from kvchat.engine.fast import Draft, fast_select, last_read_layer
+from kvchat.errors import SettingsError
 from kvchat.events import Done, Progress, Pruned
-from kvchat.llama import ContextSettings, LlamaContext
+from kvchat.llama import ContextSettings, LlamaContext, LlamaModel
 from kvchat.policy import SnapKV
 
 from inspect_helpers import last_logits
 from test_cli import run_kvchat
+from tiny_gguf import write_tiny_gguf
 
 WINDOW = 16
 
@@ -32,7 +34,11 @@ def _cache(model, flash_attn: bool = False) -> KvCache:
 
 
 def _run(cache: KvCache, tokens: list[int], settings: AskSettings):
-    events = fast_select(cache, tokens, settings)
+    return _run_with(cache, tokens, settings, None)
+
+
+def _run_with(cache: KvCache, tokens: list[int], settings: AskSettings, draft: Draft | None):
+    events = fast_select(cache, tokens, settings, draft=draft)
     seen = []
     while True:
         try:
@@ -69,7 +75,7 @@ def test_only_the_chosen_tokens_stay_read_by_the_whole_model(tiny_model) -> None
         assert np.array_equal(cache.origins, kept) and np.array_equal(cache.positions, np.arange(96))
         assert np.array_equal(cache.tokens, np.asarray(tokens)[kept]) and kept[-1] == len(tokens) - 1
         cache.verify()  # llama.cpp holds exactly these 96 cells: none of the cheap pass is left
-        assert selected.read_layers == last_read_layer(2, 0.5) + 1 == 1
+        assert selected.read == f"fast {last_read_layer(2, 0.5) + 1}/2" == "fast 1/2"
 
 
 def test_scored_by_every_layer_of_a_whole_pass_a_fast_reading_keeps_what_snapkv_keeps(tiny_model) -> None:
@@ -85,7 +91,7 @@ def test_scored_by_every_layer_of_a_whole_pass_a_fast_reading_keeps_what_snapkv_
         for layers in (1, 2, 9):
             _, selected = _run(cache, tokens, AskSettings(method=method, read="fast", fast_depth=1.0, fast_layers=layers))
             chosen[layers] = cache.origins.copy()
-            assert selected.read_layers == 2
+            assert selected.read == "fast 2/2"
             cache.clear()
     assert np.array_equal(chosen[2], snapkv_kept) and np.array_equal(chosen[9], snapkv_kept)
     assert not np.array_equal(chosen[1], snapkv_kept)
@@ -147,3 +153,53 @@ def test_ask_read_fast_says_so(tiny_model_path: Path, tmp_path: Path, isolated_h
     assert [line for line in plain.stderr.splitlines() if line.startswith("read fast 1/2 layers · prompt ")]
     refused = run_kvchat(*args, "--method", "full", home=isolated_home)
     assert refused.returncode == 2 and "a fast reading chooses tokens as snapkv does" in refused.stderr
+
+
+@pytest.fixture(scope="module")
+def draft_path(tmp_path_factory) -> Path:
+    """Another tiny model (other weights) with the same vocabulary."""
+    return write_tiny_gguf(tmp_path_factory.mktemp("draft") / "draft.gguf", seed=9)
+
+
+def test_a_draft_model_chooses_and_the_model_reads_only_what_it_chose(tiny_model, draft_path: Path) -> None:
+    tokens, method = _tokens(), SnapKV(budget=96, window=WINDOW)
+    with LlamaModel(draft_path) as draft_model:
+        assert tiny_model.same_vocabulary(draft_model)
+        alone = _cache(draft_model)
+        with alone.ctx:  # the draft's own snapkv choice, read as a plain reading
+            alone.decode(tokens[:-WINDOW])
+            chosen = alone.plan(method, WINDOW, alone.observe(tokens[-WINDOW:])).kept
+        cache = _cache(tiny_model)
+        with cache.ctx:
+            events, selected = _run_with(cache, tokens, AskSettings(method=method, read="fast"), Draft(draft_model, "draft"))
+            assert selected.read == "draft draft" and [e for e in events if isinstance(e, Pruned)][0].kept_tokens == 96
+            assert np.array_equal(cache.origins, chosen) and np.array_equal(cache.tokens, np.asarray(tokens)[chosen])
+            cache.verify()  # only the model's 96 cells: the draft read on a context of its own
+            cache.decode([5], want_logits=True)
+            answered = last_logits(cache.ctx)
+        plain = _cache(tiny_model)
+        with plain.ctx:  # the model reading those tokens itself gives the same logits
+            plain.decode([tokens[p] for p in chosen] + [5], want_logits=True)
+            np.testing.assert_allclose(last_logits(plain.ctx), answered, rtol=1e-5, atol=1e-5)
+
+
+def test_a_draft_of_another_vocabulary_is_refused_in_one_line(tiny_model_path: Path, tmp_path: Path, monkeypatch) -> None:
+    import tiny_gguf
+
+    monkeypatch.setattr(tiny_gguf, "MERGES", [*tiny_gguf.MERGES, "o n"])
+    other = write_tiny_gguf(tmp_path / "other.gguf")
+    with pytest.raises(SettingsError, match="has another vocabulary than the model") as refused:
+        Engine(str(tiny_model_path), use_cache=False, draft=str(other))
+    assert refused.value.hint.startswith("use a smaller model of the same family")
+
+
+def test_ask_with_a_draft_says_so_and_a_draft_needs_a_fast_reading(tiny_model_path: Path, draft_path: Path, tmp_path: Path, isolated_home: Path) -> None:
+    path = tmp_path / "notes.txt"
+    path.write_text("The boat was named the Grey Heron. " * 60)
+    args = ["ask", str(path), "Boat?", "--model", str(tiny_model_path), "--budget", "64", "--window", "16",
+            "--max-tokens", "4", "--threads", "2", "--no-cache", "--draft", str(draft_path)]
+    result = run_kvchat(*args, "--read", "fast", "--json", home=isolated_home)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["read"] == f"draft {draft_path}"
+    refused = run_kvchat(*args, home=isolated_home)
+    assert refused.returncode == 2 and "--draft does the cheap pass of a fast reading (hint: add --read fast)" in refused.stderr

@@ -70,8 +70,9 @@ class EngineSession:
 class EngineSessions:
     """Opens documents on one Engine, created when the first document is opened."""
 
-    def __init__(self, model: str = "default", gpu_layers: int = 0, use_cache: bool = True) -> None:
+    def __init__(self, model: str = "default", gpu_layers: int = 0, use_cache: bool = True, draft: str | None = None) -> None:
         self.model = model
+        self.draft = draft
         self.gpu_layers = gpu_layers
         self.use_cache = use_cache
         self._engine: Engine | None = None
@@ -79,7 +80,7 @@ class EngineSessions:
     def open(self, paths: Sequence[Path], settings: AskSettings, ocr_progress: PageProgress | None = None) -> ChatSession:
         document = bundle([load_document(path, ocr_progress) for path in paths])
         if self._engine is None:
-            self._engine = Engine(self.model, gpu_layers=self.gpu_layers, use_cache=self.use_cache)
+            self._engine = Engine(self.model, gpu_layers=self.gpu_layers, use_cache=self.use_cache, draft=self.draft)
         return EngineSession(self._engine.conversation(document, settings))
 
     def close(self) -> None:

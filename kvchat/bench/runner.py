@@ -119,6 +119,7 @@ def _record(model: str, case: Case, variant: Variant, events: list) -> dict[str,
         "kv_bytes_kept": stats.kv_bytes_kept, "prefill_tokens_per_s": round(stats.prefill_tokens_per_s, 2),
         "decode_tokens_per_s": round(stats.decode_tokens_per_s, 2), "ttft_s": round(stats.ttft_s, 3),
         "read_s": round(read_s, 3), "snapkv_overhead": round(overhead, 4), "peak_cells": stats.peak_cells,
+        "compact_s": round(sum(e.compact_s for e in pruned), 4), "read": stats.read,
         "peak_rss_mib": round(_peak_rss_mib(), 1),
     }
 

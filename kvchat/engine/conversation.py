@@ -19,6 +19,7 @@ from dataclasses import replace
 from kvchat.documents import Document
 from kvchat.documents.bundle import BUNDLE_KIND, document_names, document_starts, kept_by_source
 from kvchat.engine.kept import kept_text_spans, token_char_ranges
+from kvchat.engine.fast import Draft
 from kvchat.engine.prompt import PromptPart, Turn, chat_messages, document_part, split_rendered
 from kvchat.engine.prompt_run import PromptRun
 from kvchat.engine.selected import Selected
@@ -50,6 +51,7 @@ class Conversation:
         states: DocumentStates | None = None,
         stream: StreamSettings | None = None,
         speeds: ReadingSpeeds | None = None,
+        draft: Draft | None = None,
     ) -> None:
         self.model = model
         self.model_name = model_name
@@ -67,7 +69,7 @@ class Conversation:
         self._composes = self._runs is not None and settings.blockwise and not self.settings.method.streams
         if settings.method.needs_spans:  # token texts for span-aware selection, prepared with the tokens
             model.pieces_text(self.document_tokens)
-        self.run = PromptRun(model, self._context_size(), self.settings, model_name, composes=self._composes)
+        self.run = PromptRun(model, self._context_size(), self.settings, model_name, self._composes, draft)
         self.prompt_tokens: list[int] = []  # the last question's whole prompt
         self._reading_s = 0.0
         self._unread = False  # open() left the reading to the first question (a fast reading)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from kvchat.documents import Document
 from kvchat.engine.conversation import Conversation
+from kvchat.engine.fast import Draft
 from kvchat.engine.plan import ReadingPlan, reading_plan
 from kvchat.engine.selections import PerQuestion, Selection
 from kvchat.engine.settings import AskSettings
@@ -15,6 +16,7 @@ from kvchat.engine.speeds import ReadingSpeeds
 from kvchat.engine.states import DocumentStates
 from kvchat.engine.store import DEFAULT_MAX_BYTES, StateStore
 from kvchat.engine.stream import StreamSettings
+from kvchat.errors import SettingsError
 from kvchat.events import Event
 from kvchat.llama import LlamaModel
 from kvchat.models import model_sha256, resolve_model
@@ -31,12 +33,16 @@ class Engine:
 
     `use_cache` saves each document's reading and loads it on the next question, and remembers
     how fast the model reads here (for plan()); without it nothing is written to the cache.
+    `draft` (a name or GGUF path) is a smaller model with the same vocabulary that does the cheap
+    pass of fast readings.
     """
 
-    def __init__(self, model: str = "default", gpu_layers: int = 0, use_cache: bool = True) -> None:
+    def __init__(self, model: str = "default", gpu_layers: int = 0, use_cache: bool = True, draft: str | None = None) -> None:
         self.model_name = model
         self.model_path: Path = resolve_model(model)
+        draft_path = resolve_model(draft) if draft is not None else None  # a missing one is refused first
         self.model = LlamaModel(self.model_path, gpu_layers=gpu_layers)
+        self.draft = _draft(self.model, draft, draft_path, gpu_layers) if draft_path is not None else None
         model_sha = model_sha256(self.model_path)
         self.states = DocumentStates(state_store(), model_sha, model) if use_cache else None
         speeds_path, speeds_key = cache_dir() / "reading-speeds.json", f"{model_sha}|gpu_layers={gpu_layers}"
@@ -51,7 +57,8 @@ class Engine:
     ) -> Conversation:
         """A conversation about `document`; call open() on it before asking."""
         settings = settings or AskSettings()
-        return Conversation(self.model, self.model_name, document, settings, selection, self.states, stream, self.speeds)
+        return Conversation(self.model, self.model_name, document, settings, selection, self.states, stream, self.speeds,
+                            self.draft)
 
     def plan(self, document: Document, settings: AskSettings | None = None) -> ReadingPlan:
         """How `document` would be read with `settings`, and how long that would take here."""
@@ -75,6 +82,8 @@ class Engine:
             conversation.close()
 
     def close(self) -> None:
+        if self.draft is not None:
+            self.draft.model.close()
         self.model.close()
 
     def __enter__(self) -> "Engine":
@@ -82,3 +91,13 @@ class Engine:
 
     def __exit__(self, *_exc: object) -> None:
         self.close()
+
+
+def _draft(model: LlamaModel, name: str, path: Path, gpu_layers: int) -> Draft:
+    """The draft model loaded, once it is known to share the model's vocabulary."""
+    draft = LlamaModel(path, gpu_layers=gpu_layers)
+    if not model.same_vocabulary(draft):
+        draft.close()
+        raise SettingsError(f"the draft model {name} has another vocabulary than the model",
+                            "use a smaller model of the same family (the default model's draft is small)")
+    return Draft(draft, name)

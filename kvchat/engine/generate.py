@@ -104,7 +104,7 @@ def answer_stats(
         total_s=now - began,
         peak_cells=peak_cells,
         stop_reason=generation.stop_reason,
-        read=f"fast {prompt.read_layers}/{model.shape.n_layer}" if prompt.read_layers else "full",
+        read=prompt.read,
     )
 
 

@@ -18,7 +18,7 @@ import numpy as np
 
 from kvchat.engine.cache import KvCache, SavedCells
 from kvchat.engine.compose import read_blockwise
-from kvchat.engine.fast import fast_select
+from kvchat.engine.fast import Draft, fast_select
 from kvchat.engine.generate import Generation, answer_stats, generate
 from kvchat.engine.selected import Selected
 from kvchat.engine.settings import AskSettings
@@ -35,10 +35,13 @@ class PromptRun:
     decoded for the coming answer."""
 
     def __init__(
-        self, model: LlamaModel, n_ctx: int, settings: AskSettings, model_name: str, composes: bool = False
+        self, model: LlamaModel, n_ctx: int, settings: AskSettings, model_name: str, composes: bool = False,
+        draft: Draft | None = None,
     ) -> None:
-        """`composes`: the prompt is put together from readings of its parts (compose())."""
+        """`composes`: the prompt is put together from readings of its parts (compose());
+        `draft`: what does a fast reading's cheap pass (the model's own first layers if None)."""
         self.model = model
+        self.draft = draft
         self.model_name = model_name
         self._context_settings = ContextSettings(
             n_ctx=n_ctx, n_batch=settings.n_batch, threads=settings.threads, flash_attn=settings.layout.flash_attn,
@@ -199,7 +202,7 @@ class PromptRun:
         """Instead of reading and select(): a fast reading of the whole prompt (fast.py) into the
         emptied cache. Returns the Selected that answer() takes."""
         self.clear()
-        selected = yield from fast_select(self.cache, tokens, settings, cancel)
+        selected = yield from fast_select(self.cache, tokens, settings, cancel, self.draft)
         self.read_upto = len(tokens)
         return selected
 

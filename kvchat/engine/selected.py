@@ -16,4 +16,4 @@ class Selected:
     reading_s: float
     window_s: float
     started: float  # when the selection began
-    read_layers: int = 0  # a fast reading: the layers its cheap pass read the prompt with (0: a full reading)
+    read: str = "full"  # how: "full", "fast 12/24" (a cheap pass through 12 of 24 layers chose), "draft small"

@@ -130,6 +130,14 @@ class LlamaModel:
                 lengths[token] = len(self.piece(token, special=True))
         return np.fromiter((lengths[token] for token in tokens), dtype=np.int64, count=len(tokens))
 
+    def same_vocabulary(self, other: "LlamaModel") -> bool:
+        """Whether `other` has exactly these tokens (every piece, control tokens too), so that a
+        prompt tokenized by one is the same prompt to the other."""
+        count = self.shape.n_vocab
+        if count != other.shape.n_vocab:
+            return False
+        return all(self.piece(token, special=True) == other.piece(token, special=True) for token in range(count))
+
     def is_end_of_generation(self, token: int) -> bool:
         return bool(raw.llama_vocab_is_eog(self._vocab, token))
 
