@@ -18,6 +18,15 @@ from kvchat.llama.state import cell_table
 from kvchat.policy import PrunePlan, merge_runs
 
 
+def returned(events):
+    """Run a generator of events to its end; the value it returns (a Selected, a PreparedPrompt …)."""
+    while True:
+        try:
+            next(events)
+        except StopIteration as finished:
+            return finished.value
+
+
 def last_logits(ctx: LlamaContext) -> np.ndarray:
     """Next-token logits of the last row the last decode kept logits for (a copy)."""
     pointer = raw.llama_get_logits_ith(ctx.handle, -1)

@@ -19,7 +19,7 @@ from kvchat.events import Evicted, Pruned
 from kvchat.llama import ContextSettings, LlamaContext, LlamaModel
 from kvchat.policy import SnapKV
 
-from inspect_helpers import OutputProbe, cell_values, last_logits
+from inspect_helpers import OutputProbe, cell_values, last_logits, returned
 from tiny_gguf import N_HEAD, N_HEAD_KV, N_LAYER, write_tiny_gguf
 
 POLICY = SnapKV(budget=96, window=16, spans="none")
@@ -188,7 +188,7 @@ def test_the_decode_ring_evicts_answer_cells_after_a_prompt_kept_per_head(tiny_m
     settings = replace(PER_HEAD, max_tokens=300, stop_at_end=False, n_batch=256)
     with PromptRun(tiny_model, 256, settings, "tiny") as run:
         list(run.read(tokens, len(tokens) - 16))
-        selected = yield_value(run.select(tokens, settings))
+        selected = returned(run.select(tokens, settings))
         prompt_heads = run.cache.head_origins.copy()
         events = list(run.answer(settings, selected))
         cache = run.cache
@@ -197,15 +197,6 @@ def test_the_decode_ring_evicts_answer_cells_after_a_prompt_kept_per_head(tiny_m
     assert np.array_equal(cache.head_origins[..., :96], prompt_heads)  # the prompt's cells stay as kept
     answer_heads = cache.head_origins[..., 96:]
     assert (answer_heads == cache.origins[96:]).all()  # answer cells hold one token in every head
-
-
-def yield_value(events):
-    """The value a generator of events returns."""
-    while True:
-        try:
-            next(events)
-        except StopIteration as finished:
-            return finished.value
 
 
 def test_a_fast_reading_is_refused_per_head() -> None:

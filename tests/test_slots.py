@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from fake_engine import WAIT_S, Emitted, FakeEngine, Script
-from inspect_helpers import last_logits
+from inspect_helpers import last_logits, returned
 from kvchat.engine import AskSettings, Engine, KvLayout
 from kvchat.engine.prompt import chat_tokens
 from kvchat.engine.prompt_run import PromptRun
@@ -36,19 +36,11 @@ def engine(tiny_model_path: Path):
         yield engine
 
 
-def _finish(events):
-    while True:
-        try:
-            next(events)
-        except StopIteration as finished:
-            return finished.value
-
-
 def _prepared(engine: Engine, text: str, settings: AskSettings = SETTINGS, messages: tuple = ()):
     messages = messages or ({"role": "user", "content": text},)
     sampler = Sampler(settings.sampler)
     try:
-        return _finish(prepare(engine, ChatRequest(settings, messages=messages), threading.Event(), sampler))
+        return returned(prepare(engine, ChatRequest(settings, messages=messages), threading.Event(), sampler))
     finally:
         sampler.close()
 
