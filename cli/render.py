@@ -22,7 +22,7 @@ JSON_KEYS = (
 
 
 def stats_line(stats: Stats) -> str:
-    read = f"read {stats.read} layers · " if stats.read != "full" else ""
+    read = f"read {stats.read} · " if stats.read != "full" else ""
     return read + (
         f"prompt {stats.prompt_tokens:,} tok · kept {stats.kept_tokens:,} ({stats.compression:.1f}x) · "
         f"KV {stats.kv_bytes_full / MIB:.1f} → {stats.kv_bytes_kept / MIB:.1f} MiB · "

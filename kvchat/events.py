@@ -74,7 +74,7 @@ class Stats:
     total_s: float
     peak_cells: int
     stop_reason: str
-    read: str = "full"  # how the prompt was read: "full", or "fast 14/28" (the cheap pass's layers)
+    read: str = "full"  # how the prompt was read: "full", "fast 14/28 layers" (the cheap pass's), "draft small"
 
     @property
     def read_tokens(self) -> int:

@@ -28,7 +28,7 @@ def fake_stats(settings: AskSettings, generated: int) -> Stats:
         model="fake", method=settings.method.name, budget=settings.method.budget, prompt_tokens=2000,
         loaded_tokens=0, kept_tokens=256, generated_tokens=generated, kv_bytes_full=2000 * 12288, kv_bytes_kept=256 * 12288,
         prefill_tokens_per_s=400.0, decode_tokens_per_s=25.0, ttft_s=0.5, total_s=1.0, peak_cells=2000,
-        stop_reason="end", read="fast 12/24" if settings.read == "fast" else "full",
+        stop_reason="end", read="fast 12/24 layers" if settings.read == "fast" else "full",
     )
 
 

@@ -75,7 +75,7 @@ def test_only_the_chosen_tokens_stay_read_by_the_whole_model(tiny_model) -> None
         assert np.array_equal(cache.origins, kept) and np.array_equal(cache.positions, np.arange(96))
         assert np.array_equal(cache.tokens, np.asarray(tokens)[kept]) and kept[-1] == len(tokens) - 1
         cache.verify()  # llama.cpp holds exactly these 96 cells: none of the cheap pass is left
-        assert selected.read == f"fast {last_read_layer(2, 0.5) + 1}/2" == "fast 1/2"
+        assert selected.read == f"fast {last_read_layer(2, 0.5) + 1}/2 layers" == "fast 1/2 layers"
 
 
 def test_scored_by_every_layer_of_a_whole_pass_a_fast_reading_keeps_what_snapkv_keeps(tiny_model) -> None:
@@ -91,7 +91,7 @@ def test_scored_by_every_layer_of_a_whole_pass_a_fast_reading_keeps_what_snapkv_
         for layers in (1, 2, 9):
             _, selected = _run(cache, tokens, AskSettings(method=method, read="fast", fast_depth=1.0, fast_layers=layers))
             chosen[layers] = cache.origins.copy()
-            assert selected.read == "fast 2/2"
+            assert selected.read == "fast 2/2 layers"
             cache.clear()
     assert np.array_equal(chosen[2], snapkv_kept) and np.array_equal(chosen[9], snapkv_kept)
     assert not np.array_equal(chosen[1], snapkv_kept)
@@ -136,7 +136,7 @@ def test_a_conversation_reads_fast_first_and_the_whole_document_for_a_follow_up(
         finally:
             conversation.close()
         again = [e for e in engine.ask(load_document(path), "Boat?", settings) if isinstance(e, Done)][0]
-    assert first.stats.read == "fast 1/2" and first.stats.kept_tokens == 64 and first.stats.loaded_tokens == 0
+    assert first.stats.read == "fast 1/2 layers" and first.stats.kept_tokens == 64 and first.stats.loaded_tokens == 0
     assert second.stats.read == "full" and second.stats.loaded_tokens == 0  # read whole (and saved)
     assert again.stats.read == "full" and again.stats.loaded_tokens > 1500  # the saved reading, not a fast one
 
@@ -149,7 +149,7 @@ def test_ask_read_fast_says_so(tiny_model_path: Path, tmp_path: Path, isolated_h
     result = run_kvchat(*args, "--json", home=isolated_home)
     plain = run_kvchat(*args, home=isolated_home)
     assert result.returncode == plain.returncode == 0, result.stderr + plain.stderr
-    assert json.loads(result.stdout)["read"] == "fast 1/2"
+    assert json.loads(result.stdout)["read"] == "fast 1/2 layers"
     assert [line for line in plain.stderr.splitlines() if line.startswith("read fast 1/2 layers · prompt ")]
     refused = run_kvchat(*args, "--method", "full", home=isolated_home)
     assert refused.returncode == 2 and "a fast reading chooses tokens as snapkv does" in refused.stderr
@@ -161,18 +161,21 @@ def draft_path(tmp_path_factory) -> Path:
     return write_tiny_gguf(tmp_path_factory.mktemp("draft") / "draft.gguf", seed=9)
 
 
-def test_a_draft_model_chooses_and_the_model_reads_only_what_it_chose(tiny_model, draft_path: Path) -> None:
+@pytest.mark.parametrize(("depth", "read"), [(None, "draft draft"), (0.5, "draft draft, 1/2 layers")])
+def test_a_draft_model_chooses_and_the_model_reads_only_what_it_chose(tiny_model, draft_path: Path, depth, read: str) -> None:
     tokens, method = _tokens(), SnapKV(budget=96, window=WINDOW)
     with LlamaModel(draft_path) as draft_model:
-        assert tiny_model.same_vocabulary(draft_model)
+        assert tiny_model.same_vocabulary(draft_model) and draft_model.shape.n_layer == 2
         alone = _cache(draft_model)
-        with alone.ctx:  # the draft's own snapkv choice, read as a plain reading
+        with alone.ctx:  # the draft's own snapkv choice (by its first layer, when cut), read as a plain reading
+            alone.ctx.cut_after_layer(None if depth is None else 0)
             alone.decode(tokens[:-WINDOW])
             chosen = alone.plan(method, WINDOW, alone.observe(tokens[-WINDOW:])).kept
         cache = _cache(tiny_model)
         with cache.ctx:
-            events, selected = _run_with(cache, tokens, AskSettings(method=method, read="fast"), Draft(draft_model, "draft"))
-            assert selected.read == "draft draft" and [e for e in events if isinstance(e, Pruned)][0].kept_tokens == 96
+            settings = AskSettings(method=method, read="fast", fast_depth=depth)
+            events, selected = _run_with(cache, tokens, settings, Draft(draft_model, "draft"))
+            assert selected.read == read and [e for e in events if isinstance(e, Pruned)][0].kept_tokens == 96
             assert np.array_equal(cache.origins, chosen) and np.array_equal(cache.tokens, np.asarray(tokens)[chosen])
             cache.verify()  # only the model's 96 cells: the draft read on a context of its own
             cache.decode([5], want_logits=True)

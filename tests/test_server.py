@@ -435,7 +435,7 @@ def test_a_request_may_ask_for_a_fast_reading_of_a_new_document(server, client) 
     upload = httpx.post(f"{url}/v1/documents", files={"file": ("crates.txt", text)}).json()
     about = {"document_id": upload["id"], "kv_budget": 64}
     first = ask(client, "How many bolts did crate 3 hold?", extra_body={**about, "kv_read": "fast"}).model_extra["kv"]
-    assert first["read"] == "fast 1/2" and first["kept_tokens"] == 64 < first["prompt_tokens"]
+    assert first["read"] == "fast 1/2 layers" and first["kept_tokens"] == 64 < first["prompt_tokens"]
     turns = [{"role": "user", "content": "How many bolts did crate 3 hold?"}, {"role": "assistant", "content": "21"},
              {"role": "user", "content": "And crate 4?"}]
     follow_up = client.chat.completions.create(model=MODEL, messages=turns, max_tokens=4, extra_body={**about, "kv_read": "fast"})

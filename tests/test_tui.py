@@ -99,7 +99,7 @@ async def test_the_panel_says_when_a_prompt_was_read_fast() -> None:
         await wait_for(pilot, lambda: app.session is not None)
         await ask(pilot, app, "What was the boat called?")
         panel = app.query_one(KvPanel)
-        assert panel.figures.read == "fast 12/24"
+        assert panel.figures.read == "fast 12/24 layers"
         shown = Console(record=True, width=60, file=io.StringIO())
         shown.print(panel.content)
         assert "read        fast 12/24 layers" in shown.export_text()

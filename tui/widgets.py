@@ -84,7 +84,7 @@ class KvPanel(Static):
             ("prefill", _figure(figures.prefill_tps, "tok/s", 0)),
             ("decode", _figure(figures.decode_tps, "tok/s")),
             ("TTFT", _figure(figures.ttft_s, "s", 2)),
-            *([("read", f"{figures.read} layers")] if figures.read != "full" else []),
+            *([("read", figures.read)] if figures.read != "full" else []),
             ("", ""),
             ("Settings", ""),
             ("method", settings.method.name),

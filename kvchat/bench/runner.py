@@ -19,7 +19,7 @@ from kvchat.policy import DEFAULT_BUDGET, METHODS, SnapKV, method_named, method_
 
 TASKS = ("needle", "multikey", "multikey16", "vt", "cuad")
 DEFAULT_TASKS = ("needle", "multikey", "vt")  # cuad reads whole contracts (up to 32K tokens): asked for by name
-READING_OPTIONS = ("read", "fast_depth", "fast_positions", "fast_layers")  # AskSettings a variant may set
+READING_OPTIONS = {"read": str, "fast_depth": float, "fast_positions": str, "fast_layers": int}  # AskSettings a variant may set
 PROMPT_ROOM = 512  # tokens of the model's trained context left to the template and the question
 
 
@@ -45,9 +45,11 @@ class Variant:
         options = {**method_options(base.method), "budget": self.budget}
         reading: dict[str, object] = {"read": self.read}
         for key, value in self.overrides:
-            target = reading if key in READING_OPTIONS else options
-            current = getattr(base, key) if key in READING_OPTIONS else options[key]
-            target[key] = type(current)(value) if not isinstance(current, bool) else value == "true"
+            if key in READING_OPTIONS:
+                reading[key] = READING_OPTIONS[key](value)
+            else:
+                current = options[key]
+                options[key] = type(current)(value) if not isinstance(current, bool) else value == "true"
         return replace(base, method=method_named(self.method, **options), **reading)  # type: ignore[arg-type]
 
 

@@ -10,8 +10,8 @@ cache is emptied, and the whole model reads the chosen tokens alone: at consecut
 the cells remember which prompt token each holds (KvCache.origins), for the kept view and sources.
 
 With a draft (`--draft`: a smaller model of the same vocabulary, as in Speculative Prefill, Liu et
-al. 2025) the draft reads the whole prompt on a context of its own instead, with all its layers,
-and its attention chooses as SnapKV's would.
+al. 2025) the draft reads the whole prompt on a context of its own instead, with all its layers
+(or the first `fast_depth` of them), and their attention chooses as SnapKV's would.
 """
 
 from __future__ import annotations
@@ -28,6 +28,9 @@ from kvchat.engine.selected import Selected
 from kvchat.engine.settings import AskSettings
 from kvchat.events import Event, Progress, Pruned
 from kvchat.llama import LlamaContext, LlamaModel
+
+
+OWN_DEPTH = 0.5  # the share of its own layers a cheap pass runs when not told (GemFilter's r is 40-48 %)
 
 
 def last_read_layer(n_layer: int, depth: float) -> int:
@@ -51,16 +54,18 @@ def fast_select(
     """Into an empty `cache`: the kept prompt of `tokens` as a fast reading chooses it, and the
     last token's logits. Progress over the cheap pass, then Pruned; returns the Selected."""
     started = time.perf_counter()
-    method, ctx, n_prompt = settings.method, cache.ctx, len(tokens)
-    window_start = max(n_prompt - method.window, 0)
+    ctx, n_prompt = cache.ctx, len(tokens)
     yield Progress(done=0, total=n_prompt, elapsed_s=0.0)
     if draft is None:
-        last_layer = last_read_layer(ctx.model.shape.n_layer, settings.fast_depth)
-        kept = yield from _first_layers(cache, tokens, settings, window_start, last_layer, cancel)
-        read = f"fast {last_layer + 1}/{ctx.model.shape.n_layer}"
+        depth = OWN_DEPTH if settings.fast_depth is None else settings.fast_depth
+        kept, layers = yield from _cheap_pass(cache, tokens, settings, depth, settings.fast_layers, cancel)
+        cache.clear()  # the layers above the cut hold nothing usable
+        read = f"fast {layers} layers"
     else:
-        kept = yield from _draft_pass(KvCache(LlamaContext(draft.model, ctx.settings)), tokens, settings, window_start, cancel)
-        read = f"draft {draft.name}"
+        depth = 1.0 if settings.fast_depth is None else settings.fast_depth
+        with LlamaContext(draft.model, ctx.settings) as draft_ctx:  # the draft's votes of every layer it ran choose
+            kept, layers = yield from _cheap_pass(KvCache(draft_ctx), tokens, settings, depth, draft.model.shape.n_layer, cancel)
+        read = f"draft {draft.name}" if depth == 1 else f"draft {draft.name}, {layers} layers"
     cache.decode([tokens[p] for p in kept], want_logits=True)
     if settings.fast_positions == "original" and ctx.can_shift():
         cache.move_to(kept)
@@ -70,30 +75,20 @@ def fast_select(
     return Selected(n_prompt, cache.cells, 0, 0.0, window_s, started, read=read)
 
 
-def _first_layers(
-    cache: KvCache, tokens: list[int], settings: AskSettings, window_start: int, last_layer: int,
+def _cheap_pass(
+    cache: KvCache, tokens: list[int], settings: AskSettings, depth: float, scoring_layers: int,
     cancel: threading.Event | None,
-) -> Generator[Event, None, np.ndarray]:
-    """The cheap pass on the model itself: every decode stops after `last_layer`, and the votes of
-    its last `fast_layers` choose. The tokens chosen; the cache is left empty (the layers above
-    `last_layer` hold nothing usable)."""
-    cache.ctx.cut_after_layer(last_layer)
+) -> Generator[Event, None, tuple[np.ndarray, str]]:
+    """The prompt read by the first `depth` of `cache`'s model's layers (every decode stops after
+    the last of them), the question's window observing: the tokens the votes of the last
+    `scoring_layers` of those layers choose, and the layers read ("14/28")."""
+    n_layer, window_start = cache.ctx.model.shape.n_layer, max(len(tokens) - settings.method.window, 0)
+    last_layer = last_read_layer(n_layer, depth)
+    cache.ctx.cut_after_layer(None if last_layer == n_layer - 1 else last_layer)
     try:
         yield from cache.prefill(tokens[:window_start], 0, len(tokens), cancel)
         votes = cache.observe(tokens[window_start:])
     finally:
         cache.ctx.cut_after_layer(None)
-    kept = cache.plan(settings.method, len(tokens) - window_start, votes[-settings.fast_layers :]).kept
-    cache.clear()
-    return kept
-
-
-def _draft_pass(
-    draft_cache: KvCache, tokens: list[int], settings: AskSettings, window_start: int, cancel: threading.Event | None
-) -> Generator[Event, None, np.ndarray]:
-    """The cheap pass on a draft model's context of its own (closed after): the tokens its every
-    layer's votes choose."""
-    with draft_cache.ctx:
-        yield from draft_cache.prefill(tokens[:window_start], 0, len(tokens), cancel)
-        votes = draft_cache.observe(tokens[window_start:])
-        return draft_cache.plan(settings.method, len(tokens) - window_start, votes).kept
+    kept = cache.plan(settings.method, len(tokens) - window_start, votes[-scoring_layers:]).kept
+    return kept, f"{last_layer + 1}/{n_layer}"

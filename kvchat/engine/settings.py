@@ -56,11 +56,12 @@ class AskSettings:
     # with the attention probe on, after the answer.
     sources: bool = True
     # "fast": the first question about a document is answered from a fast reading: the model's
-    # first `fast_depth` of its layers read the whole prompt, their attention chooses the method's
-    # budget of tokens, and the whole model reads only those (GemFilter). A follow-up reads the
-    # whole document first. "full" (the default until measured better): every layer reads it all.
+    # first `fast_depth` of its layers (or a draft model's) read the whole prompt, their attention
+    # chooses the method's budget of tokens, and the whole model reads only those (GemFilter). A
+    # follow-up reads the whole document first. "full" (the default until measured better): every
+    # layer reads it all.
     read: str = "full"
-    fast_depth: float = 0.5
+    fast_depth: float | None = None  # None: half the model's own layers (fast.OWN_DEPTH), or all of a draft's
     fast_positions: str = "consecutive"  # or "original": the chosen tokens moved back to their own positions
     fast_layers: int = 1  # the cheap pass's last layers whose attention chooses (1: its last, as GemFilter)
 
@@ -81,7 +82,7 @@ class AskSettings:
             raise SettingsError(f"unknown fast reading positions {self.fast_positions!r}", "use consecutive or original")
         if self.fast_layers < 1:
             raise SettingsError(f"the fast reading scores from at least 1 layer, got {self.fast_layers}", "use 1 (its last layer) or more")
-        if not 0 < self.fast_depth <= 1:
+        if self.fast_depth is not None and not 0 < self.fast_depth <= 1:
             raise SettingsError(f"the fast reading's depth must be in (0, 1], got {self.fast_depth}", "0.5 reads with the first half of the layers")
         if self.method.window > self.n_batch:
             raise SettingsError(
