@@ -123,6 +123,41 @@ def test_original_positions_move_the_chosen_tokens_back(tiny_model) -> None:
         assert cache.positions[-1] == len(tokens)
 
 
+def test_re_reading_every_token_then_keeping_the_budget_is_snapkv_on_a_full_reading(tiny_model) -> None:
+    """fast_reread above the budget: the whole model reads what the cheap pass chose, and the
+    question's attention over that reading keeps the budget's. Re-reading every token is a full
+    reading, so it keeps what SnapKV keeps, with the same logits."""
+    tokens, method = _tokens(), SnapKV(budget=96, window=WINDOW)
+    plain = _cache(tiny_model)
+    with plain.ctx:
+        plain.decode(tokens[:-WINDOW])
+        plain.apply(plain.plan(method, WINDOW, plain.observe(tokens[-WINDOW:])))
+        expected_kept, expected_positions, expected_logits = plain.origins.copy(), plain.positions.copy(), last_logits(plain.ctx)
+    cache = _cache(tiny_model)
+    with cache.ctx:
+        events, selected = _run(cache, tokens, AskSettings(method=method, read="fast", fast_reread=len(tokens)))
+        pruned = [e for e in events if isinstance(e, Pruned)]
+        assert len(pruned) == 1 and pruned[0].kept_positions == tuple(int(p) for p in expected_kept)
+        assert np.array_equal(cache.origins, expected_kept) and np.array_equal(cache.positions, expected_positions)
+        assert cache.cells == 96 == selected.kept and selected.read == "fast 1/2 layers, 600 re-read"
+        np.testing.assert_allclose(last_logits(cache.ctx), expected_logits, rtol=1e-5, atol=1e-5)
+        cache.verify()
+
+
+def test_a_larger_re_reading_keeps_the_budget_at_the_chosen_tokens_own_positions(tiny_model) -> None:
+    tokens = _tokens()
+    cache = _cache(tiny_model)
+    with cache.ctx:
+        settings = AskSettings(method=SnapKV(budget=96, window=WINDOW), read="fast", fast_reread=300, fast_positions="original")
+        _, selected = _run(cache, tokens, settings)
+        assert cache.cells == 96 and selected.read == "fast 1/2 layers, 300 re-read"
+        assert np.array_equal(cache.positions, cache.origins) and cache.origins[-WINDOW:].tolist() == list(range(600 - WINDOW, 600))
+        assert cache.next_pos == len(tokens)
+        cache.verify()
+    with pytest.raises(SettingsError, match="re-reads at least the budget"):
+        AskSettings(method=SnapKV(budget=96, window=WINDOW), read="fast", fast_reread=95)
+
+
 def test_a_conversation_reads_fast_first_and_the_whole_document_for_a_follow_up(tiny_model_path: Path, tmp_path: Path) -> None:
     path = tmp_path / "notes.txt"
     path.write_text("The boat was named the Grey Heron. The radio failed on day four. " * 40)

@@ -12,6 +12,10 @@ the cells remember which prompt token each holds (KvCache.origins), for the kept
 With a draft (`--draft`: a smaller model of the same vocabulary, as in Speculative Prefill, Liu et
 al. 2025) the draft reads the whole prompt on a context of its own instead, with all its layers
 (or the first `fast_depth` of them), and their attention chooses as SnapKV's would.
+
+The cheap pass may choose more than the budget (`fast_reread`): the whole model then reads those,
+the question's window observes that reading with every layer, and SnapKV keeps the budget's of
+them, so the tokens kept were written having read more than themselves.
 """
 
 from __future__ import annotations
@@ -19,15 +23,16 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Generator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from kvchat.engine.cache import KvCache
 from kvchat.engine.selected import Selected
 from kvchat.engine.settings import AskSettings
-from kvchat.events import Event, Progress, Pruned
+from kvchat.events import Event, Progress
 from kvchat.llama import LlamaContext, LlamaModel
+from kvchat.policy import Method
 
 
 OWN_DEPTH = 0.5  # the share of its own layers a cheap pass runs when not told (GemFilter's r is 40-48 %)
@@ -55,34 +60,49 @@ def fast_select(
     last token's logits. Progress over the cheap pass, then Pruned; returns the Selected."""
     started = time.perf_counter()
     ctx, n_prompt = cache.ctx, len(tokens)
+    chooser = settings.method if settings.fast_reread is None else replace(settings.method, budget=settings.fast_reread)
     yield Progress(done=0, total=n_prompt, elapsed_s=0.0)
     if draft is None:
         depth = OWN_DEPTH if settings.fast_depth is None else settings.fast_depth
-        kept, layers = yield from _cheap_pass(cache, tokens, settings, depth, settings.fast_layers, cancel)
+        kept, layers = yield from _cheap_pass(cache, tokens, chooser, depth, settings.fast_layers, cancel)
         cache.clear()  # the layers above the cut hold nothing usable
         read = f"fast {layers} layers"
     else:
         depth = 1.0 if settings.fast_depth is None else settings.fast_depth
         with LlamaContext(draft.model, ctx.settings) as draft_ctx:  # the draft's votes of every layer it ran choose
-            kept, layers = yield from _cheap_pass(KvCache(draft_ctx), tokens, settings, depth, draft.model.shape.n_layer, cancel)
+            kept, layers = yield from _cheap_pass(KvCache(draft_ctx), tokens, chooser, depth, draft.model.shape.n_layer, cancel)
         read = f"draft {draft.name}" if depth == 1 else f"draft {draft.name}, {layers} layers"
-    cache.decode([tokens[p] for p in kept], want_logits=True)
+    window_start = max(n_prompt - settings.method.window, 0)
+    body = kept[kept < window_start]  # the chosen tokens before the question's window
+    cache.decode([tokens[p] for p in body])
+    cache.reset(cache.positions, cache.tokens, body)  # the cells hold tokens[body]
+    cache.next_origin = window_start  # the window follows, at the next position
+    window = tokens[window_start:]
+    compact_s = 0.0
+    if len(kept) > settings.method.budget:  # the question's attention over the re-reading keeps the budget's
+        votes = cache.observe(window)
+        plan = cache.plan(settings.method, len(window), votes)
+        compact_started = time.perf_counter()
+        cache.apply(plan)
+        compact_s = time.perf_counter() - compact_started
+        read += f", {len(kept):,} re-read"
+    else:
+        cache.decode(window, want_logits=True)
     if settings.fast_positions == "original" and ctx.can_shift():
-        cache.move_to(kept)
-    cache.reset(cache.positions, cache.tokens, kept)  # the cells hold tokens[kept]
-    window_s = time.perf_counter() - started
-    yield Pruned(n_prompt, cache.cells, tuple(int(p) for p in kept), window_s, 0.0)
+        cache.move_to(cache.origins)  # llama.cpp reads a batch only right after the last position
+    window_s = time.perf_counter() - started - compact_s
+    yield cache.pruned(n_prompt, window_s, compact_s)
     return Selected(n_prompt, cache.cells, 0, 0.0, window_s, started, read=read)
 
 
 def _cheap_pass(
-    cache: KvCache, tokens: list[int], settings: AskSettings, depth: float, scoring_layers: int,
+    cache: KvCache, tokens: list[int], method: Method, depth: float, scoring_layers: int,
     cancel: threading.Event | None,
 ) -> Generator[Event, None, tuple[np.ndarray, str]]:
     """The prompt read by the first `depth` of `cache`'s model's layers (every decode stops after
     the last of them), the question's window observing: the tokens the votes of the last
     `scoring_layers` of those layers choose, and the layers read ("14/28")."""
-    n_layer, window_start = cache.ctx.model.shape.n_layer, max(len(tokens) - settings.method.window, 0)
+    n_layer, window_start = cache.ctx.model.shape.n_layer, max(len(tokens) - method.window, 0)
     last_layer = last_read_layer(n_layer, depth)
     cache.ctx.cut_after_layer(None if last_layer == n_layer - 1 else last_layer)
     try:
@@ -90,5 +110,5 @@ def _cheap_pass(
         votes = cache.observe(tokens[window_start:])
     finally:
         cache.ctx.cut_after_layer(None)
-    kept = cache.plan(settings.method, len(tokens) - window_start, votes[-scoring_layers:]).kept
+    kept = cache.plan(method, len(tokens) - window_start, votes[-scoring_layers:]).kept
     return kept, f"{last_layer + 1}/{n_layer}"

@@ -64,6 +64,9 @@ class AskSettings:
     fast_depth: float | None = None  # None: half the model's own layers (fast.OWN_DEPTH), or all of a draft's
     fast_positions: str = "consecutive"  # or "original": the chosen tokens moved back to their own positions
     fast_layers: int = 1  # the cheap pass's last layers whose attention chooses (1: its last, as GemFilter)
+    # The tokens the whole model reads again after the cheap pass; None: the budget. More than the
+    # budget: the question's attention over that re-reading then keeps the budget's, as SnapKV does.
+    fast_reread: int | None = None
 
     def __post_init__(self) -> None:
         if self.max_tokens < 1:
@@ -84,6 +87,9 @@ class AskSettings:
             raise SettingsError(f"the fast reading scores from at least 1 layer, got {self.fast_layers}", "use 1 (its last layer) or more")
         if self.fast_depth is not None and not 0 < self.fast_depth <= 1:
             raise SettingsError(f"the fast reading's depth must be in (0, 1], got {self.fast_depth}", "0.5 reads with the first half of the layers")
+        if self.fast_reread is not None and self.fast_reread < self.method.budget:
+            raise SettingsError(f"a fast reading re-reads at least the budget's {self.method.budget} tokens, got {self.fast_reread}",
+                                "re-read the budget (unset) or more")
         if self.method.window > self.n_batch:
             raise SettingsError(
                 f"window {self.method.window} is larger than the batch size {self.n_batch}",
