@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -196,19 +197,19 @@ def draft_path(tmp_path_factory) -> Path:
     return write_tiny_gguf(tmp_path_factory.mktemp("draft") / "draft.gguf", seed=9)
 
 
-@pytest.mark.parametrize(("depth", "read"), [(None, "draft draft"), (0.5, "draft draft, 1/2 layers")])
+@pytest.mark.parametrize(("depth", "read"), [(1.0, "draft draft, 2/2 layers"), (0.5, "draft draft, 1/2 layers")])
 def test_a_draft_model_chooses_and_the_model_reads_only_what_it_chose(tiny_model, draft_path: Path, depth, read: str) -> None:
     tokens, method = _tokens(), SnapKV(budget=96, window=WINDOW)
     with LlamaModel(draft_path) as draft_model:
         assert tiny_model.same_vocabulary(draft_model) and draft_model.shape.n_layer == 2
         alone = _cache(draft_model)
         with alone.ctx:  # the draft's own snapkv choice (by its first layer, when cut), read as a plain reading
-            alone.ctx.cut_after_layer(None if depth is None else 0)
+            alone.ctx.cut_after_layer(None if depth == 1 else 0)
             alone.decode(tokens[:-WINDOW])
             chosen = alone.plan(method, WINDOW, alone.observe(tokens[-WINDOW:])).kept
         cache = _cache(tiny_model)
         with cache.ctx:
-            settings = AskSettings(method=method, read="fast", fast_depth=depth)
+            settings = AskSettings(method=method, read="fast", fast_depth=depth, fast_reread=96)
             events, selected = _run_with(cache, tokens, settings, Draft(draft_model, "draft"))
             assert selected.read == read and [e for e in events if isinstance(e, Pruned)][0].kept_tokens == 96
             assert np.array_equal(cache.origins, chosen) and np.array_equal(cache.tokens, np.asarray(tokens)[chosen])
@@ -219,6 +220,23 @@ def test_a_draft_model_chooses_and_the_model_reads_only_what_it_chose(tiny_model
         with plain.ctx:  # the model reading those tokens itself gives the same logits
             plain.decode([tokens[p] for p in chosen] + [5], want_logits=True)
             np.testing.assert_allclose(last_logits(plain.ctx), answered, rtol=1e-5, atol=1e-5)
+
+
+def test_unless_told_a_draft_reads_with_half_its_layers_and_the_model_keeps_the_budget_of_four_times_it(tiny_model, draft_path: Path) -> None:
+    tokens, method = _tokens(), SnapKV(budget=96, window=WINDOW)
+    with LlamaModel(draft_path) as draft_model:
+        alone = _cache(draft_model)
+        with alone.ctx:  # what the draft's first layer chooses at four times the budget
+            alone.ctx.cut_after_layer(0)
+            alone.decode(tokens[:-WINDOW])
+            chosen = alone.plan(replace(method, budget=4 * 96), WINDOW, alone.observe(tokens[-WINDOW:])).kept
+        cache = _cache(tiny_model)
+        with cache.ctx:
+            _, selected = _run_with(cache, tokens, AskSettings(method=method, read="fast"), Draft(draft_model, "draft"))
+            assert len(chosen) == 384 and selected.read == "draft draft, 1/2 layers, 384 re-read"
+            assert cache.cells == 96 and set(cache.origins.tolist()) <= set(chosen.tolist())
+            assert cache.origins[-WINDOW:].tolist() == list(range(600 - WINDOW, 600))
+            cache.verify()
 
 
 def test_a_draft_of_another_vocabulary_is_refused_in_one_line(tiny_model_path: Path, tmp_path: Path, monkeypatch) -> None:
@@ -238,6 +256,6 @@ def test_ask_with_a_draft_says_so_and_a_draft_needs_a_fast_reading(tiny_model_pa
             "--max-tokens", "4", "--threads", "2", "--no-cache", "--draft", str(draft_path)]
     result = run_kvchat(*args, "--read", "fast", "--json", home=isolated_home)
     assert result.returncode == 0, result.stderr
-    assert json.loads(result.stdout)["read"] == f"draft {draft_path}"
+    assert json.loads(result.stdout)["read"] == f"draft {draft_path}, 1/2 layers, 256 re-read"
     refused = run_kvchat(*args, home=isolated_home)
     assert refused.returncode == 2 and "--draft does the cheap pass of a fast reading (hint: add --read fast)" in refused.stderr

@@ -61,11 +61,12 @@ class AskSettings:
     # follow-up reads the whole document first. "full" (the default until measured better): every
     # layer reads it all.
     read: str = "full"
-    fast_depth: float | None = None  # None: half the model's own layers (fast.OWN_DEPTH), or all of a draft's
+    fast_depth: float | None = None  # None: half the layers of the model or of the draft (fast.CHEAP_DEPTH)
     fast_positions: str = "consecutive"  # or "original": the chosen tokens moved back to their own positions
     fast_layers: int = 1  # the cheap pass's last layers whose attention chooses (1: its last, as GemFilter)
-    # The tokens the whole model reads again after the cheap pass; None: the budget. More than the
-    # budget: the question's attention over that re-reading then keeps the budget's, as SnapKV does.
+    # The tokens the whole model reads again after the cheap pass; None: the budget, or four times it
+    # with a draft (fast.DRAFT_REREAD). More than the budget: the question's attention over that
+    # re-reading then keeps the budget's, as SnapKV does.
     fast_reread: int | None = None
 
     def __post_init__(self) -> None:
