@@ -74,7 +74,7 @@ class Stats:
     total_s: float
     peak_cells: int
     stop_reason: str
-    read: str = "full"  # how the prompt was read: "full", "fast 14/28 layers" (the cheap pass's), "draft small"
+    read: str = "full"  # how the prompt was read: "full", "fast 14/28 layers" (the cheap pass's), "draft small, 12/24 layers, 4,096 re-read"
 
     @property
     def read_tokens(self) -> int:

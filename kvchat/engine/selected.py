@@ -16,4 +16,4 @@ class Selected:
     reading_s: float
     window_s: float
     started: float  # when the selection began
-    read: str = "full"  # how: "full", "fast 12/24" (a cheap pass through 12 of 24 layers chose), "draft small"
+    read: str = "full"  # how: "full", "fast 12/24 layers" (a cheap pass through 12 of 24 layers chose), "draft small, 12/24 layers, 4,096 re-read"
