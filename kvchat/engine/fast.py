@@ -67,14 +67,13 @@ def fast_select(
     ctx, n_prompt = cache.ctx, len(tokens)
     reread = settings.fast_reread or (settings.method.budget * (1 if draft is None else DRAFT_REREAD))
     chooser = replace(settings.method, budget=reread)
+    depth = CHEAP_DEPTH if settings.fast_depth is None else settings.fast_depth
     yield Progress(done=0, total=n_prompt, elapsed_s=0.0)
     if draft is None:
-        depth = CHEAP_DEPTH if settings.fast_depth is None else settings.fast_depth
         kept, layers = yield from _cheap_pass(cache, tokens, chooser, depth, settings.fast_layers, cancel)
         cache.clear()  # the layers above the cut hold nothing usable
         read = f"fast {layers} layers"
     else:
-        depth = CHEAP_DEPTH if settings.fast_depth is None else settings.fast_depth
         with LlamaContext(draft.model, ctx.settings) as draft_ctx:  # the draft's votes of every layer it ran choose
             kept, layers = yield from _cheap_pass(KvCache(draft_ctx), tokens, chooser, depth, draft.model.shape.n_layer, cancel)
         read = f"draft {draft.name}, {layers} layers"
@@ -86,11 +85,7 @@ def fast_select(
     window = tokens[window_start:]
     compact_s = 0.0
     if len(kept) > settings.method.budget:  # the question's attention over the re-reading keeps the budget's
-        votes = cache.observe(window)
-        plan = cache.plan(settings.method, len(window), votes)
-        compact_started = time.perf_counter()
-        cache.apply(plan)
-        compact_s = time.perf_counter() - compact_started
+        compact_s = cache.keep_chosen_by(window, settings.method)
         read += f", {len(kept):,} re-read"
     else:
         cache.decode(window, want_logits=True)

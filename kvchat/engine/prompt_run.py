@@ -233,12 +233,9 @@ class PromptRun:
         pin_start = self.cache.cells
         yield from self.cache.prefill(tokens[self.read_upto : window_start], self.read_upto, n_prompt, cancel)
         if prune and method.scores and self.cache.cells + window > method.budget:
-            votes = self.cache.observe(tokens[window_start:])
-            window_s = time.perf_counter() - started
-            plan = self.cache.plan(method, window, votes, (pin_start, pin_start + n_pinned))
-            compact_started = time.perf_counter()
-            self.cache.apply(plan)
-            yield self.cache.pruned(n_prompt, window_s, time.perf_counter() - compact_started)
+            compact_s = self.cache.keep_chosen_by(tokens[window_start:], method, (pin_start, pin_start + n_pinned))
+            window_s = time.perf_counter() - started - compact_s
+            yield self.cache.pruned(n_prompt, window_s, compact_s)
         else:
             self.cache.decode(tokens[window_start:], want_logits=True)
             window_s = time.perf_counter() - started
