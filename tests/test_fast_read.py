@@ -14,7 +14,7 @@ from kvchat.engine import AskSettings, Engine
 from kvchat.engine.cache import KvCache
 from kvchat.engine.fast import Draft, fast_select, last_read_layer
 from kvchat.errors import SettingsError
-from kvchat.events import Done, Progress, Pruned
+from kvchat.events import Done, Notice, Progress, Pruned
 from kvchat.llama import ContextSettings, LlamaContext, LlamaModel
 from kvchat.policy import SnapKV
 
@@ -175,6 +175,25 @@ def test_a_conversation_reads_fast_first_and_the_whole_document_for_a_follow_up(
     assert first.stats.read == "fast 1/2 layers" and first.stats.kept_tokens == 64 and first.stats.loaded_tokens == 0
     assert second.stats.read == "full" and second.stats.loaded_tokens == 0  # read whole (and saved)
     assert again.stats.read == "full" and again.stats.loaded_tokens > 1500  # the saved reading, not a fast one
+
+
+def test_a_prompt_the_re_reading_would_mostly_cover_is_read_in_full(tiny_model_path: Path, tmp_path: Path) -> None:
+    path = tmp_path / "notes.txt"
+    path.write_text("The boat was named the Grey Heron. The radio failed on day four. " * 40)
+    settings = AskSettings(method=SnapKV(budget=64, window=16), max_tokens=4, read="fast", threads=2, fast_reread=2000)
+    with Engine(str(tiny_model_path), use_cache=False) as engine:
+        conversation = engine.conversation(load_document(path), settings)
+        try:
+            list(conversation.open())
+            events = list(conversation.ask("What was the boat called?"))
+        finally:
+            conversation.close()
+    n_prompt = len(conversation.prompt_tokens)
+    assert 2000 < n_prompt < 1.5 * 2000  # two thirds of it or more would be re-read
+    notices = [e.text for e in events if isinstance(e, Notice)]
+    assert notices == [f"read in full: a fast reading would re-read 2,000 of this prompt's {n_prompt:,} tokens"]
+    done = [e for e in events if isinstance(e, Done)][0]
+    assert done.stats.read == "full" and done.stats.prompt_tokens == n_prompt and done.stats.kept_tokens == 64
 
 
 def test_ask_read_fast_says_so(tiny_model_path: Path, tmp_path: Path, isolated_home: Path) -> None:

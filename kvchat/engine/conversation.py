@@ -19,7 +19,7 @@ from dataclasses import replace
 from kvchat.documents import Document
 from kvchat.documents.bundle import BUNDLE_KIND, document_names, document_starts, kept_by_source
 from kvchat.engine.kept import kept_text_spans, token_char_ranges
-from kvchat.engine.fast import Draft
+from kvchat.engine.fast import Draft, pays, reread_tokens
 from kvchat.engine.prompt import PromptPart, Turn, chat_messages, document_part, split_rendered
 from kvchat.engine.prompt_run import PromptRun
 from kvchat.engine.selected import Selected
@@ -167,8 +167,11 @@ class Conversation:
         reading_s = 0.0 if self.turns else self._reading_s
         if self._unread:
             if settings.read == "fast" and not self.turns:
-                self.prompt_tokens = tokens
-                return (yield from self._with_kept_by_document(self.run.read_fast(tokens, settings, cancel)))
+                if pays(len(tokens), settings, self.run.draft is not None):
+                    self.prompt_tokens = tokens
+                    return (yield from self._with_kept_by_document(self.run.read_fast(tokens, settings, cancel)))
+                reread = reread_tokens(settings, self.run.draft is not None)
+                yield Notice(f"read in full: a fast reading would re-read {reread:,} of this prompt's {len(tokens):,} tokens")
             self._unread = False
             self.run.clear()
             yield from self._read(cancel)
