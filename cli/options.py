@@ -30,8 +30,9 @@ CACHE_TYPE_K = typer.Option(DEFAULTS.layout.type_k, help="KV cache type of K: f1
 CACHE_TYPE_V = typer.Option(DEFAULTS.layout.type_v, help="KV cache type of V: f16 or q8_0 (q8_0 needs flash attention).")
 SOURCES = typer.Option(DEFAULTS.sources, "--sources/--no-sources", help="Name the passages each answer drew on (from its attention).")
 READ = typer.Option(
-    DEFAULTS.read, help="full: every layer reads the whole document; fast: its first half chooses the tokens "
-    "and the whole model reads only those (GemFilter; not yet measured against full).",
+    DEFAULTS.read, help="full: every layer reads the whole document; fast: a cheap pass (the first half of the "
+    "layers, or of --draft's) chooses the tokens and the whole model reads only those for the first answer; "
+    "follow-ups are selected from a whole reading (README: Reading fast).",
 )
 HEADS = typer.Option(
     SnapKV().heads,

@@ -96,6 +96,7 @@ class Script:
     paced: bool = False  # each chunk waits for FakeReading.allow()
     until_cancelled: bool = False  # the reading waits before its first chunk until its job is cancelled
     error: Exception | None = None  # raised once the chunks are read, instead of returning a prompt
+    unread: bool = False  # a fast reading answered: the document is then read whole (FakeEngine.read_whole)
 
 
 @dataclass
@@ -235,12 +236,15 @@ class FakeEngine:
     """Stands for Engine under the scheduler and the service; builds both on the fakes above."""
 
     model_name = "fake"
-    states = None
 
     def __init__(
         self, scripts: dict[str, Script] | None = None, default: Script = Script(), held_steps: bool = False,
-        step_failures: dict[int, Exception] | None = None,
+        step_failures: dict[int, Exception] | None = None, saves_readings: bool = False, whole_chunks: int = 3,
     ) -> None:
+        self.states = object() if saves_readings else None  # whole readings are only done where they are saved
+        self.whole_chunks = whole_chunks
+        self.whole_allowed = threading.Semaphore(0)  # each chunk of a whole reading waits for a release
+        self.order: Log[str] = Log()  # "prepare Q", "whole Q 1 after 3 steps" … "whole Q closed", in order
         self.model = FakeModel()
         self.scripts = scripts or {}
         self.default = default
@@ -259,7 +263,7 @@ class FakeEngine:
     ) -> Scheduler:
         """ChatService's `new_scheduler`."""
         return Scheduler(engine, n_slots, slot_cells, max_waiting, threads, layout, prepare=self.prepare,
-                         new_decoder=self.new_decoder, new_sampler=self.new_sampler)
+                         new_decoder=self.new_decoder, new_sampler=self.new_sampler, read_whole=self.read_whole)
 
     def service(self, **limits: object) -> ChatService:
         return ChatService(self, ServerLimits(model_id="kvchat-test", **limits), new_scheduler=self.new_scheduler)
@@ -281,6 +285,7 @@ class FakeEngine:
         script = self.script_for(request)
         reading = FakeReading(request, script, cancel)
         self.readings.append(reading)
+        self.order.append(f"prepare {request.question}")
         try:
             to_read = script.prompt_tokens - script.loaded_tokens
             for chunk in range(script.chunks):
@@ -303,7 +308,20 @@ class FakeEngine:
         positions = np.arange(script.prompt_tokens - script.kept_tokens, script.prompt_tokens)
         selected = Selected(script.prompt_tokens, script.kept_tokens, script.loaded_tokens, 0.0, 0.0, time.perf_counter())
         kept = SavedCells(answer[1:], positions, np.zeros(len(positions), dtype=np.int64), positions)
-        return PreparedPrompt(kept, answer[0] if answer else END, selected, request.settings)
+        return PreparedPrompt(kept, answer[0] if answer else END, selected, request.settings, unread=script.unread)
+
+    def read_whole(self, _engine: object, request: ChatRequest) -> Iterator[Event]:
+        """reading_on.read_whole's stand-in: `whole_chunks` chunks, each once whole_allowed is
+        released, logged in `order` with the decode steps done before it."""
+        try:
+            for chunk in range(1, self.whole_chunks + 1):
+                if not self.whole_allowed.acquire(timeout=WAIT_S):
+                    raise AssertionError(f"chunk {chunk} of the whole reading was never allowed")
+                steps = 0 if self.decoder is None else len(self.decoder.steps.items)
+                self.order.append(f"whole {request.question} {chunk} after {steps} steps")
+                yield Progress(chunk, self.whole_chunks, 0.0)
+        finally:
+            self.order.append(f"whole {request.question} closed")
 
     def close(self) -> None:
         self.closed = True

@@ -50,6 +50,10 @@ class FakeSession:
     closed: bool = False
     chunks_read: int = 0
     tokens_sent: int = 0
+    unread: bool = False  # a fast answer came first: the whole document is still to be read
+    paced_reading_on: bool = False  # each chunk of that reading waits for allow()
+    read_on_upto: int = 0  # how far it got
+    chunks_read_on: list[tuple[str, int]] = field(default_factory=list)  # (who read it: "background" or a question, where)
     _allowed: threading.Semaphore = field(default_factory=lambda: threading.Semaphore(0))
 
     def allow(self, steps: int = 1) -> None:
@@ -69,10 +73,27 @@ class FakeSession:
             yield Progress(done=done, total=2000, elapsed_s=done / 400)
         yield Notice("read notes.txt")
 
+    def read_on(self, cancel: threading.Event) -> Iterator[Event]:
+        yield from self._read_on("background", cancel, self.paced_reading_on)
+
+    def _read_on(self, reader: str, cancel: threading.Event, paced: bool) -> Iterator[Event]:
+        while self.unread:
+            self._wait_turn(paced)
+            if cancel.is_set():
+                raise CancelledError("stopped", "")
+            self.chunks_read_on.append((reader, self.read_on_upto))
+            self.read_on_upto += 500
+            self.unread = self.read_on_upto < 2000
+            yield Progress(done=self.read_on_upto, total=2000, elapsed_s=1.0)
+
     def ask(self, question: str, settings: AskSettings, cancel: threading.Event) -> Iterator[Event]:
         self.asked.append((question, settings))
         if cancel.is_set():  # stopped before the answer began: the engine raises
             raise CancelledError("stopped", "")
+        if self.turns or self.read_on_upto:
+            yield from self._read_on(question, cancel, paced=False)  # a follow-up is selected from the whole reading
+        else:
+            self.unread = settings.read == "fast"
         yield self.pruned
         sent: list[str] = []
         for piece in self.answer:
@@ -106,6 +127,7 @@ class FakeSessions:
     error: KvchatError | None = None
     paced_reading: bool = False
     paced_answer: bool = False
+    paced_reading_on: bool = False
     answer: list[str] | None = None
     scanned_pages: int = 0  # pages an opened document "OCRs" before its reading
     sources: tuple[Source, ...] = ()
@@ -120,7 +142,8 @@ class FakeSessions:
             ocr_progress(done, self.scanned_pages)
         document = bundle([Document(path=path, kind="text", text=DOCUMENT_TEXT, pages=[Page(1, 0, len(DOCUMENT_TEXT))])
                            for path in paths])
-        session = FakeSession(document, self.paced_reading, self.paced_answer, sources=self.sources, pruned=self.pruned)
+        session = FakeSession(document, self.paced_reading, self.paced_answer, sources=self.sources, pruned=self.pruned,
+                              paced_reading_on=self.paced_reading_on)
         if self.answer is not None:
             session.answer = list(self.answer)
         self.opened.append(session)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import threading
 from dataclasses import replace
 from pathlib import Path
 
@@ -13,13 +15,18 @@ from kvchat.documents import load_document
 from kvchat.engine import AskSettings, Engine
 from kvchat.engine.cache import KvCache
 from kvchat.engine.fast import Draft, fast_select, last_read_layer
-from kvchat.errors import SettingsError
+from kvchat.errors import CancelledError, SettingsError
 from kvchat.events import Done, Notice, Progress, Pruned
 from kvchat.llama import ContextSettings, LlamaContext, LlamaModel
 from kvchat.policy import SnapKV
+from kvchat.tui.app import KvchatApp
+from kvchat.tui.messages import EngineEvent, JobEnded
+from kvchat.tui.sessions import EngineSessions
+from kvchat.tui.widgets import KvPanel
 
 from inspect_helpers import last_logits
 from test_cli import run_kvchat
+from test_tui import ask, next_handled
 from tiny_gguf import write_tiny_gguf
 
 WINDOW = 16
@@ -194,6 +201,61 @@ def test_a_prompt_the_re_reading_would_mostly_cover_is_read_in_full(tiny_model_p
     assert notices == [f"read in full: a fast reading would re-read 2,000 of this prompt's {n_prompt:,} tokens"]
     done = [e for e in events if isinstance(e, Done)][0]
     assert done.stats.read == "full" and done.stats.prompt_tokens == n_prompt and done.stats.kept_tokens == 64
+
+
+def test_after_a_fast_answer_the_whole_reading_goes_on_from_where_it_was_stopped(tiny_model_path: Path, tmp_path: Path) -> None:
+    path = tmp_path / "notes.txt"
+    path.write_text("The boat was named the Grey Heron. The radio failed on day four. " * 40)
+    settings = AskSettings(method=SnapKV(budget=64, window=16), max_tokens=4, read="fast", threads=2, n_batch=256)
+    with Engine(str(tiny_model_path)) as engine:
+        conversation = engine.conversation(load_document(path), settings)
+        n_document, stop = len(conversation.document_tokens), threading.Event()
+        try:
+            list(conversation.open())
+            first = [e for e in conversation.ask("What was the boat called?") if isinstance(e, Done)][0]
+            assert first.stats.read == "fast 1/2 layers" and conversation.unread
+            stopped: list[tuple[int, int]] = []
+            with pytest.raises(CancelledError):
+                for event in conversation.read_on(stop):
+                    stopped.append((event.done, event.total))
+                    if event.done:
+                        stop.set()  # after the first batch
+            assert stopped == [(0, n_document), (256, n_document)] and conversation.unread
+            went_on = [(e.done, e.total) for e in conversation.read_on() if isinstance(e, Progress)]
+            assert went_on[0] == (256, n_document) and went_on[-1] == (n_document, n_document) and not conversation.unread
+            assert [done for done, _ in went_on] == [256, *range(512, n_document, 256), n_document]
+            follow_up = list(conversation.ask("What failed?"))
+        finally:
+            conversation.close()
+        again = [e for e in engine.ask(load_document(path), "Boat?", replace(settings, read="full")) if isinstance(e, Done)][0]
+    read_for_follow_up = [e for e in follow_up if isinstance(e, Progress)]
+    assert read_for_follow_up[0].done >= n_document  # the question's own tokens only
+    assert [e for e in follow_up if isinstance(e, Done)][0].stats.read == "full"
+    assert again.stats.loaded_tokens == n_document  # the reading was saved
+
+
+async def test_the_chat_answers_after_the_cheap_pass_and_follow_ups_from_the_reading_it_did_meanwhile(tiny_model_path: Path, tmp_path: Path) -> None:
+    path = tmp_path / "notes.txt"
+    path.write_text("The boat was named the Grey Heron. The radio failed on day four. " * 40)
+    settings = AskSettings(method=SnapKV(budget=64, window=16), max_tokens=4, read="fast", threads=2)
+    app = KvchatApp(EngineSessions(str(tiny_model_path), use_cache=False), [path], settings)
+    async with app.run_test(size=(120, 40)) as pilot:
+        read_on = next_handled(app, lambda message: isinstance(message, JobEnded) and message.job == "reading on")
+        await ask(pilot, app, "What was the boat called?", timeout_s=60)
+        panel = app.query_one(KvPanel)
+        assert panel.figures.read == "fast 1/2 layers" and panel.figures.cells == 64
+        assert (await asyncio.wait_for(read_on, 60)).outcome == "done" and panel.figures.full_reading == "done"
+        n_document = app.session.token_count
+        assert panel.figures.full_reading == "done" and not app.session.unread
+        progress: list[Progress] = []
+        def keep_progress(message: object) -> None:
+            if isinstance(message, EngineEvent) and isinstance(message.event, Progress):
+                progress.append(message.event)
+
+        app.message_signal.subscribe(app, keep_progress, immediate=True)
+        await ask(pilot, app, "What failed?", timeout_s=60)
+        assert panel.figures.read == "full" and progress and progress[0].done >= n_document  # the question's tokens only
+    await asyncio.to_thread(app.close_engine)
 
 
 def test_ask_read_fast_says_so(tiny_model_path: Path, tmp_path: Path, isolated_home: Path) -> None:

@@ -444,6 +444,26 @@ def test_a_request_may_ask_for_a_fast_reading_of_a_new_document(server, client) 
     assert refused.status_code == 400
 
 
+def test_after_a_fast_answer_the_server_reads_the_document_whole_and_a_follow_up_loads_that_reading(tiny_model_path: Path) -> None:
+    readings: list[Reading] = []
+    text = b" ".join(b"Crate %d held %d bolts." % (i, 7 * i) for i in range(150))
+    with running_server(tiny_model_path, use_cache=True, new_scheduler=recording(readings), budget=64, max_tokens=4,
+                        sequences=2) as (url, service):
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=60)
+        about = {"document_id": httpx.post(f"{url}/v1/documents", files={"file": ("crates.txt", text)}).json()["id"], "kv_read": "fast"}
+        turns = [{"role": "user", "content": "How many bolts did crate 3 hold?"}]
+        first = client.chat.completions.create(model=MODEL, messages=turns, max_tokens=4, extra_body=about)
+        turns += [{"role": "assistant", "content": "21"}, {"role": "user", "content": "And crate 4?"}]
+        follow_up = client.chat.completions.create(model=MODEL, messages=turns, max_tokens=4, extra_body=about)
+        assert service.scheduler.load["reading_on"] == 0
+    kv = {"first": first.model_extra["kv"], "follow_up": follow_up.model_extra["kv"]}
+    assert kv["first"]["read"] == "fast 1/2 layers" and kv["first"]["kept_tokens"] == 64
+    loaded = kv["follow_up"]["loaded_tokens"]
+    assert kv["follow_up"]["read"] == "full" and readings[1].notices == [f"loaded the saved reading of crates.txt ({loaded:,} tokens)"]
+    assert 0 < first.usage.prompt_tokens - loaded < 64  # the document part of the first prompt: all of it was read and saved
+    assert min(readings[1].progress) >= loaded  # nothing of the document read again
+
+
 def test_a_document_longer_than_the_models_context_is_answered_streamed_unless_a_method_is_named(server, client) -> None:
     url, service = server
     words = b"The ledger was kept in the blue cabinet. " * 600

@@ -15,6 +15,7 @@ import pytest
 
 from fake_engine import WAIT_S, Emitted, FakeEngine, Script
 from inspect_helpers import last_logits, returned
+from kvchat.documents import Document
 from kvchat.engine import AskSettings, Engine, KvLayout
 from kvchat.engine.prompt import chat_tokens
 from kvchat.engine.prompt_run import PromptRun
@@ -198,13 +199,62 @@ def test_answers_in_progress_get_a_step_after_each_chunk_of_a_reading() -> None:
     assert (stats.prompt_tokens, stats.loaded_tokens, stats.read_tokens, stats.kept_tokens) == (300, 200, 100, 40)
 
 
+NOTES = Document(path=Path("notes.txt"), kind="text", text="The boat was named the Grey Heron.")
+
+
+def _ask_about(scheduler: Scheduler, question: str) -> Emitted:
+    emitted = Emitted()
+    scheduler.submit(ChatJob(ChatRequest(FAKE_SETTINGS, document=NOTES, question=question), emitted))
+    return emitted
+
+
+def test_a_document_a_fast_reading_answered_is_read_whole_only_while_no_answer_is_in_progress() -> None:
+    fake = FakeEngine({"Boat?": Script("abc", unread=True)}, held_steps=True, saves_readings=True)
+    with running(fake) as scheduler:
+        first = _ask_about(scheduler, "Boat?")
+        fake.whole_allowed.release(3)  # allowed from the start, yet not read while the answer is in progress
+        fake.decoder.allow(3)
+        assert _done(first).answer == "abc"
+        fake.order.wait_for(lambda items: "whole Boat? closed" in items)
+    assert fake.order.items == ["prepare Boat?", *(f"whole Boat? {chunk} after 3 steps" for chunk in (1, 2, 3)), "whole Boat? closed"]
+
+
+def test_a_request_about_a_document_being_read_whole_reads_the_rest_of_it_first() -> None:
+    fake = FakeEngine({"Boat?": Script("", unread=True), "Radio?": Script("")}, saves_readings=True)
+    with running(fake) as scheduler:
+        _done(_ask_about(scheduler, "Boat?"))
+        follow_up = _ask_about(scheduler, "Radio?")
+        fake.whole_allowed.release(3)
+        _done(follow_up)
+    assert fake.order.items == ["prepare Boat?", *(f"whole Boat? {chunk} after 0 steps" for chunk in (1, 2, 3)),
+                                "whole Boat? closed", "prepare Radio?"]
+
+
+def test_stopping_drops_an_unfinished_whole_reading_and_none_is_started_where_readings_are_not_saved() -> None:
+    fake = FakeEngine({"Boat?": Script("", unread=True)}, saves_readings=True)
+    with running(fake) as scheduler:
+        _done(_ask_about(scheduler, "Boat?"))
+        fake.whole_allowed.release()
+        fake.order.wait_for(lambda items: "whole Boat? 1 after 0 steps" in items)
+        scheduler.stop()
+        fake.whole_allowed.release()  # a chunk under way ends; then the model thread stops
+    read = fake.order.items
+    assert read[:2] == ["prepare Boat?", "whole Boat? 1 after 0 steps"] and read[-1] == "whole Boat? closed"
+    assert "whole Boat? 3 after 0 steps" not in read
+    unsaved = FakeEngine({"Boat?": Script("", unread=True)})
+    with running(unsaved) as scheduler:
+        _done(_ask_about(scheduler, "Boat?"))
+        _done(_ask_about(scheduler, "Radio?"))
+    assert unsaved.order.items == ["prepare Boat?", "prepare Radio?"]
+
+
 def test_a_full_waiting_line_refuses_the_next_job() -> None:
     fake = FakeEngine({"A": Script("a", paced=True)})
     with running(fake, n_slots=1, max_waiting=1) as scheduler:
         _, a = _submit(scheduler, "A")
         (reading,) = fake.readings.wait_len(1)
         _, b = _submit(scheduler, "B")
-        assert scheduler.load == {"answering": 0, "reading": 1, "waiting": 1, "sequences": 1}
+        assert scheduler.load == {"answering": 0, "reading": 1, "waiting": 1, "sequences": 1, "reading_on": 0}
         refused = Emitted()
         with pytest.raises(QueueFull):
             scheduler.submit(ChatJob(ChatRequest(FAKE_SETTINGS, messages=({"role": "user", "content": "C"},)), refused))
@@ -268,7 +318,7 @@ def test_stopping_ends_answers_as_cancelled_and_refuses_the_reading_and_waiting_
         (_, b), (_, c) = _submit(scheduler, "B"), _submit(scheduler, "C")
         reading.allow()  # A answers (its first token), then B's reading waits for its cancel
         fake.readings.wait_len(2)
-        assert scheduler.load == {"answering": 1, "reading": 1, "waiting": 1, "sequences": 2}
+        assert scheduler.load == {"answering": 1, "reading": 1, "waiting": 1, "sequences": 2, "reading_on": 0}
         scheduler.stop()
         with pytest.raises(ShuttingDown):
             _submit(scheduler, "D")

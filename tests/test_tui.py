@@ -102,7 +102,62 @@ async def test_the_panel_says_when_a_prompt_was_read_fast() -> None:
         assert panel.figures.read == "fast 12/24 layers"
         shown = Console(record=True, width=60, file=io.StringIO())
         shown.print(panel.content)
-        assert "read        fast 12/24 layers" in shown.export_text()
+        assert "read fast 12/24 layers" in [" ".join(line.split()) for line in shown.export_text().splitlines()]
+
+
+def reading_on_ended(app: KvchatApp) -> asyncio.Future[Message]:
+    return next_handled(app, lambda message: isinstance(message, JobEnded) and message.job == "reading on")
+
+
+async def test_after_a_fast_answer_the_document_is_read_whole_in_the_background_for_the_follow_ups() -> None:
+    sessions = FakeSessions(paced_reading_on=True)
+    app = KvchatApp(sessions, [DOCUMENT], AskSettings(read="fast"))
+    async with app.run_test(size=SIZE) as pilot:
+        ended = reading_on_ended(app)
+        await ask(pilot, app, "What was the boat called?")
+        session, panel = sessions.opened[0], app.query_one(KvPanel)
+        assert session.unread and not app.reading_on_idle.is_set() and app.busy is None
+        session.allow(2)
+        await wait_for(pilot, lambda: panel.figures.full_reading == "1,000/2,000")
+        session.allow(2)
+        assert (await asyncio.wait_for(ended, 10)).outcome == "done"
+        assert panel.figures.full_reading == "done" and not session.unread
+        await ask(pilot, app, "What failed?")
+        assert [reader for reader, _ in session.chunks_read_on] == ["background"] * 4  # the follow-up read nothing
+
+
+async def test_a_question_stops_the_background_reading_and_goes_on_from_where_it_stopped() -> None:
+    sessions = FakeSessions(paced_reading_on=True)
+    app = KvchatApp(sessions, [DOCUMENT], AskSettings(read="fast"))
+    async with app.run_test(size=SIZE) as pilot:
+        await ask(pilot, app, "What was the boat called?")
+        session, panel = sessions.opened[0], app.query_one(KvPanel)
+        session.allow()
+        await wait_for(pilot, lambda: panel.figures.full_reading == "500/2,000")
+        ended = reading_on_ended(app)
+        answered = next_handled(app, lambda message: isinstance(message, JobEnded) and message.job == "answering")
+        await submit(pilot, app, "What failed?")
+        await wait_for(pilot, lambda: app.busy == "answering")
+        session.allow()  # the background reading's next chunk sees the stop
+        assert (await asyncio.wait_for(ended, 10)).outcome == "cancelled"
+        assert (await asyncio.wait_for(answered, 10)).outcome == "done"
+        assert session.chunks_read_on == [("background", 0), ("What failed?", 500), ("What failed?", 1000), ("What failed?", 1500)]
+        assert panel.figures.full_reading is None and not app.query_one(ReadingBar).display
+        assert app.query_one("#question", Input).border_subtitle == ""
+
+
+async def test_quitting_stops_the_background_reading_and_closes_the_engine() -> None:
+    sessions = FakeSessions(paced_reading_on=True)
+    app = KvchatApp(sessions, [DOCUMENT], AskSettings(read="fast"))
+    async with app.run_test(size=SIZE) as pilot:
+        await ask(pilot, app, "What was the boat called?")
+        session = sessions.opened[0]
+        session.allow()
+        await wait_for(pilot, lambda: len(session.chunks_read_on) == 1)
+        await pilot.press("ctrl+q")
+        session.allow()
+    await asyncio.to_thread(app.close_engine, 10.0)
+    assert app.reading_on_idle.is_set() and sessions.closed and session.closed and session.chunks_read_on == [("background", 0)]
 
 
 async def test_a_startup_warning_is_shown_once_the_app_is_up() -> None:

@@ -1,13 +1,13 @@
 """The chat app: a document (or several), a conversation about it, and the KV cache's figures beside it.
 
 Model work runs in one thread worker at a time (reading or answering); it gets its own cancel
-event, which Esc sets, and posts the engine's events back as messages. The app is built around
-an injected SessionFactory, so tests drive it on a fake engine.
+event, which Esc sets, and posts the engine's events back as messages. After an answer from a
+fast reading, the whole document is read in the background (reading_on.py). The app is built
+around an injected SessionFactory, so tests drive it on a fake engine.
 """
 
 from __future__ import annotations
 
-import logging
 import threading
 from collections.abc import Sequence
 from dataclasses import replace
@@ -21,17 +21,15 @@ from textual.widgets import Footer, Header, Input, Markdown, OptionList
 from textual.widgets.markdown import MarkdownStream
 
 from kvchat.engine import AskSettings
-from kvchat.errors import CancelledError, KvchatError
 from kvchat.events import Done, Notice, Progress, Pruned, Token
 from kvchat.tui.dialogs import Dialogs
 from kvchat.tui.messages import DocumentLoaded, EngineEvent, Job, JobEnded, PagesRead
+from kvchat.tui.reading_on import BackgroundReading
 from kvchat.tui.sessions import ChatSession, SessionFactory
 from kvchat.tui.widgets import AnswerView, Exchange, KvPanel, NoticeView, ReadingBar, SourceList
 
-LOGGER = logging.getLogger(__name__)
 
-
-class KvchatApp(Dialogs):
+class KvchatApp(Dialogs, BackgroundReading):
     CSS_PATH = "app.tcss"
     TITLE = "kvchat"
     # below 80 columns the side panel (34) would squeeze the question box: it is hidden there
@@ -107,6 +105,7 @@ class KvchatApp(Dialogs):
         old, self.session, self._kept = self.session, None, None
         self.paths = list(paths)
         self.sub_title = " + ".join(path.name for path in paths)
+        self.stop_reading_on()
         self.query_one(ReadingBar).start("Reading")
         self._read(old, self.paths, self._start("reading"))
 
@@ -114,6 +113,7 @@ class KvchatApp(Dialogs):
     def _read(self, old: ChatSession | None, paths: list[Path], cancel: threading.Event) -> None:
         session: ChatSession | None = None
         try:
+            self.reading_on_idle.wait()  # open_paths() stopped it
             if old is not None:
                 old.close()
             session = self.sessions.open(paths, self.settings, lambda done, total: self.post_message(PagesRead(done, total)))
@@ -124,29 +124,21 @@ class KvchatApp(Dialogs):
         except BaseException as error:  # everything becomes a message: the app never dies of it
             if session is not None:
                 session.close()
-            self._end(self._ended("reading", error))
+            self._end(JobEnded.of_error("reading", error))
 
     @work(thread=True, group="model", exit_on_error=False)
     def _ask(self, session: ChatSession, question: str, settings: AskSettings, cancel: threading.Event) -> None:
         try:
+            self.reading_on_idle.wait()  # ask_question() stopped it; the answer reads on from there
             for event in session.ask(question, settings, cancel):
                 self.post_message(EngineEvent(event))
             self._end(JobEnded("answering", "done"))
         except BaseException as error:
-            self._end(self._ended("answering", error))
+            self._end(JobEnded.of_error("answering", error))
 
     def _end(self, message: JobEnded) -> None:
         self.idle.set()
         self.post_message(message)
-
-    @staticmethod
-    def _ended(job: Job, error: BaseException) -> JobEnded:
-        if isinstance(error, (CancelledError, KeyboardInterrupt)):
-            return JobEnded(job, "cancelled")
-        if isinstance(error, KvchatError):
-            return JobEnded(job, "error", error.one_line())
-        LOGGER.exception("unexpected error while %s", job)
-        return JobEnded(job, "error", f"unexpected error: {error} (details in the log file)")
 
     # ---- messages from the workers -------------------------------------------------------
 
@@ -162,13 +154,22 @@ class KvchatApp(Dialogs):
 
     async def on_engine_event(self, message: EngineEvent) -> None:
         event, panel = message.event, self.query_one(KvPanel)
+        if message.background:
+            await self.reading_on_event(event)
+            return
+        if isinstance(event, (Token, Pruned)) and self.busy == "answering":
+            self.query_one(ReadingBar).stop()  # what the answer had to read is read
         if isinstance(event, Token):
             if self._stream is not None:
                 self._answer_text += event.text
                 await self._stream.write(event.text)
-        elif isinstance(event, Progress) and self.busy == "reading":
-            self.query_one(ReadingBar).show(event)
-            panel.figures.document_tokens = event.total
+        elif isinstance(event, Progress) and self.busy is not None:
+            bar = self.query_one(ReadingBar)
+            if not bar.display:  # an answer's own reading: fast, or going on with the background one
+                bar.start("Reading")
+            bar.show(event)
+            if self.busy == "reading":
+                panel.figures.document_tokens = event.total
             if event.elapsed_s > 0:
                 panel.figures.prefill_tps = event.tokens_per_s
             panel.refresh_figures()
@@ -185,10 +186,13 @@ class KvchatApp(Dialogs):
                 await self._answer.parent.mount(SourceList(event.sources, self.session.document, self._kept))
 
     async def on_job_ended(self, message: JobEnded) -> None:
+        if message.job == "reading on":
+            self.reading_on_ended(message)
+            return
         self.busy = None
         self.query_one("#question", Input).border_subtitle = ""
+        self.query_one(ReadingBar).stop()
         if message.job == "reading":
-            self.query_one(ReadingBar).stop()
             if message.outcome == "done":
                 self.session = message.session  # type: ignore[assignment]
                 panel = self.query_one(KvPanel)
@@ -200,6 +204,8 @@ class KvchatApp(Dialogs):
         else:
             stopped = message.outcome == "cancelled" or self._stopped
             await self._finish_answer("*(stopped)*" if stopped else "")
+            if message.outcome == "done" and self.session is not None and self.session.unread:
+                self.start_reading_on(self.session)
         if message.outcome == "error":
             self.notify(message.error, title="kvchat", severity="error", timeout=12, markup=False)
         self.query_one("#question", Input).focus()
@@ -228,6 +234,7 @@ class KvchatApp(Dialogs):
             self.notify("no document is open: ctrl+o opens one", severity="warning")
             return
         message.input.value = ""
+        self.stop_reading_on(taken_over=True)
         exchange = Exchange(question)
         self._kept = None  # until this answer's selection prunes
         await self.query_one("#transcript").mount(exchange)
@@ -243,6 +250,8 @@ class KvchatApp(Dialogs):
     def action_stop(self) -> None:
         if self.busy is not None:
             self._cancel.set()
+        else:
+            self.stop_reading_on()
 
     async def action_new_conversation(self) -> None:
         if self._dialog_open():
@@ -256,12 +265,15 @@ class KvchatApp(Dialogs):
 
     async def action_quit(self) -> None:
         self._cancel.set()
+        self.stop_reading_on()
         self.exit()
 
     def close_engine(self, timeout_s: float = 120.0) -> None:
         """After the app has exited: stop model work, wait for it, free the model."""
         self._cancel.set()
+        self.stop_reading_on()
         self.idle.wait(timeout_s)
+        self.reading_on_idle.wait(timeout_s)
         if self.session is not None:
             self.session.close()
         self.sessions.close()

@@ -2,23 +2,29 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Literal
 
 from textual.message import Message
 
 from kvchat.documents import Document
+from kvchat.errors import CancelledError, KvchatError
 from kvchat.events import Event
 
-Job = Literal["reading", "answering"]
+LOGGER = logging.getLogger(__name__)
+
+Job = Literal["reading", "answering", "reading on"]  # reading on: the whole document, after a fast answer
 Outcome = Literal["done", "cancelled", "error"]
 
 
 class EngineEvent(Message):
-    """One event of the engine's stream (Progress, Notice, Pruned, Token, Done …)."""
+    """One event of the engine's stream (Progress, Notice, Pruned, Token, Done …); `background`:
+    of the whole document's reading after a fast answer."""
 
-    def __init__(self, event: Event) -> None:
+    def __init__(self, event: Event, background: bool = False) -> None:
         super().__init__()
         self.event = event
+        self.background = background
 
 
 class PagesRead(Message):
@@ -47,3 +53,13 @@ class JobEnded(Message):
         self.outcome = outcome
         self.error = error
         self.session = session
+
+    @classmethod
+    def of_error(cls, job: Job, error: BaseException) -> JobEnded:
+        """How `job` ended when `error` was raised in it: stopped, or failed with one line."""
+        if isinstance(error, (CancelledError, KeyboardInterrupt)):
+            return cls(job, "cancelled")
+        if isinstance(error, KvchatError):
+            return cls(job, "error", error.one_line())
+        LOGGER.exception("unexpected error while %s", job)
+        return cls(job, "error", f"unexpected error: {error} (details in the log file)")

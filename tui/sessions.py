@@ -20,8 +20,16 @@ class ChatSession(Protocol):
     document: Document
     token_count: int  # the document part of the prompt, in tokens
 
+    @property
+    def unread(self) -> bool:
+        """Only a fast reading answered so far: the document is still to be read whole."""
+
     def read(self, cancel: threading.Event) -> Iterator[Event]:
         """Read (or load the saved reading of) the document."""
+
+    def read_on(self, cancel: threading.Event) -> Iterator[Event]:
+        """After a fast answer, read the whole document; stopped, the next call or question goes
+        on from there."""
 
     def ask(self, question: str, settings: AskSettings, cancel: threading.Event) -> Iterator[Event]:
         """Answer one question, in the light of the turns so far."""
@@ -51,8 +59,15 @@ class EngineSession:
         self.document = conversation.document
         self.token_count = len(conversation.document_tokens)
 
+    @property
+    def unread(self) -> bool:
+        return self.conversation.unread
+
     def read(self, cancel: threading.Event) -> Iterator[Event]:
         return self.conversation.open(cancel)
+
+    def read_on(self, cancel: threading.Event) -> Iterator[Event]:
+        return self.conversation.read_on(cancel)
 
     def ask(self, question: str, settings: AskSettings, cancel: threading.Event) -> Iterator[Event]:
         return self.conversation.ask(question, cancel, settings)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Generator, Iterable, Iterator
 from dataclasses import replace
 
@@ -73,6 +74,7 @@ class Conversation:
         self.prompt_tokens: list[int] = []  # the last question's whole prompt
         self._reading_s = 0.0
         self._unread = False  # open() left the reading to the first question (a fast reading)
+        self._reading_on = False  # after a fast answer the cache holds the first run.read_upto document tokens
         self._source_finder: SourceFinder | None = None  # built at the first answer's sources
 
     def _document_runs(self, part: PromptPart) -> list[list[int]] | None:
@@ -137,6 +139,23 @@ class Conversation:
         if self.speeds is not None and self.run.loaded_upto == 0:
             self.speeds.record("stream" if self.settings.method.streams else "read", len(tokens), self.run.read_s)
 
+    @property
+    def unread(self) -> bool:
+        """The document is not read whole yet: only a fast reading answered (see read_on())."""
+        return self._unread
+
+    def read_on(self, cancel: threading.Event | None = None) -> Iterator[Event]:
+        """After a fast first answer, read the whole document (and save it): a follow-up is
+        selected from that reading. The chat and the server run it in the background; stopped by
+        `cancel`, it goes on from where it stopped at the next call or follow-up."""
+        if not self._unread:
+            return
+        if not self._reading_on:
+            self.run.clear()  # the fast answer's cells
+            self._reading_on = True
+        yield from self._read(cancel)
+        self._unread = self._reading_on = False
+
     def ask(
         self, question: str, cancel: threading.Event | None = None, settings: AskSettings | None = None
     ) -> Iterator[Event]:
@@ -166,16 +185,15 @@ class Conversation:
         # the document's reading counts towards the TTFT of the answer it was read for
         reading_s = 0.0 if self.turns else self._reading_s
         if self._unread:
-            if settings.read == "fast" and not self.turns:
+            if settings.read == "fast" and not self.turns and not self._reading_on:
                 if pays(len(tokens), settings, self.run.draft is not None):
                     self.prompt_tokens = tokens
                     return (yield from self._with_kept_by_document(self.run.read_fast(tokens, settings, cancel)))
                 reread = reread_tokens(settings, self.run.draft is not None)
                 yield Notice(f"read in full: a fast reading would re-read {reread:,} of this prompt's {len(tokens):,} tokens")
-            self._unread = False
-            self.run.clear()
-            yield from self._read(cancel)
-            reading_s = self._reading_s
+            started = time.perf_counter()
+            yield from self.read_on(cancel)
+            reading_s = time.perf_counter() - started
         start = self.selection.before_question(self, tokens, len(earlier_tokens))
         self._make_room(len(tokens) - self.run.read_upto, settings.max_tokens)
         selection = self.run.select(tokens, settings, start.pinned, cancel, start.prunes, reading_s)

@@ -67,12 +67,16 @@ class PromptRun:
         self.cache.recreate(self._context_settings)
 
     def read(self, tokens: list[int], upto: int, cancel: threading.Event | None = None) -> Iterator[Progress]:
-        """Decode tokens [read_upto, upto) with progress over all `tokens`."""
+        """Decode tokens [read_upto, upto) with progress over all `tokens`. Stopped midway (by
+        `cancel`), the cache holds tokens[:read_upto], and the next read() goes on from there."""
         started = time.perf_counter()
         yield Progress(done=self.read_upto, total=len(tokens), elapsed_s=0.0)
-        yield from self.cache.prefill(tokens[self.read_upto : upto], self.read_upto, len(tokens), cancel)
-        self.read_upto = upto
-        self.read_s += time.perf_counter() - started
+        try:
+            for progress in self.cache.prefill(tokens[self.read_upto : upto], self.read_upto, len(tokens), cancel):
+                self.read_upto = progress.done
+                yield progress
+        finally:
+            self.read_s += time.perf_counter() - started
 
     def stream(
         self,
@@ -113,7 +117,7 @@ class PromptRun:
         from `states`, decode the rest, and save the reading under `label` when at least
         `min_saved` tokens of it were new. With `restore_point` it is what restore() returns to
         (a prompt answered once leaves it off: copying a long state has its cost)."""
-        if states is not None:
+        if states is not None and self.read_upto == 0:  # else the cache holds a reading to go on with
             yield from self._load_longest(states, tokens[:upto], label)
         if self.read_upto == upto and self._at_saved:
             return  # all of it was loaded, and is the restore point already

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 
 from kvchat.documents import Document
@@ -44,6 +44,7 @@ class PreparedPrompt:
     selected: Selected  # the prompt's length, the cells kept and loaded, the reading's and the selection's time
     settings: AskSettings  # those it was read with: the request's, or streamed for a long document
     finder: SourceFinder | None = None  # about a document, with sources on: what names an answer's sources
+    unread: bool = False  # a fast reading answered: the document is still to be read whole (reading_on.py)
 
 
 def prepare(engine: Engine, request: ChatRequest, cancel: threading.Event, sampler: Sampler) -> Iterator[Event]:
@@ -63,7 +64,7 @@ def _prepare_document(engine: Engine, request: ChatRequest, cancel: threading.Ev
         yield from conversation.open(cancel)
         selected = yield from conversation.select(request.question, cancel, request.settings)
         finder = conversation.source_finder() if request.settings.sources else None
-        return _taken(conversation.run, selected, sampler, conversation.settings, finder)
+        return replace(_taken(conversation.run, selected, sampler, conversation.settings, finder), unread=conversation.unread)
     finally:
         conversation.close()
 

@@ -4,7 +4,8 @@ continuous batching of the answers.
 A request waits in the queue until a sequence of the shared context is free, is read and pruned
 on a context of its own (requests.py), moves into that sequence, and from then on gets one token
 per decode step, batched with every other answer in progress. While a new prompt is read, the
-answers in progress still get a step after each chunk, so nobody waits for a long reading.
+answers in progress still get a step after each chunk, so nobody waits for a long reading. When
+nothing else is to do, documents that a fast reading answered are read whole (reading_on.py).
 """
 
 from __future__ import annotations
@@ -22,13 +23,15 @@ from kvchat.engine.settings import KvLayout
 from kvchat.errors import CancelledError, InternalError, KvchatError, PromptTooLongError
 from kvchat.events import Done, Event, Progress, Source, Token
 from kvchat.llama import LlamaModel, Sampler, SamplerSettings
+from kvchat.serving.reading_on import BackgroundReadings, ReadWhole, read_whole
 from kvchat.serving.requests import ChatRequest, PreparedPrompt, answer_sources, prepare
 from kvchat.serving.slots import Slot, SlotDecoder
 
 LOGGER = logging.getLogger(__name__)
 
 # What the scheduler runs the model with (a fake engine's, in tests): the reading and pruning of a
-# request, which returns its PreparedPrompt; the shared context's sequences; a sampler chain.
+# request, which returns its PreparedPrompt; the shared context's sequences; a sampler chain; the
+# whole reading of a document a fast reading answered (reading_on.py).
 Prepare = Callable[[Engine, ChatRequest, threading.Event, Sampler], Iterator[Event]]
 NewDecoder = Callable[[LlamaModel, int, int, int | None, KvLayout], SlotDecoder]
 NewSampler = Callable[[SamplerSettings], Sampler]
@@ -69,7 +72,7 @@ class Scheduler:
     def __init__(
         self, engine: Engine, n_slots: int, slot_cells: int, max_waiting: int = 16, threads: int | None = None,
         layout: KvLayout = KvLayout(), *, prepare: Prepare = prepare, new_decoder: NewDecoder = SlotDecoder,
-        new_sampler: NewSampler = Sampler,
+        new_sampler: NewSampler = Sampler, read_whole: ReadWhole = read_whole,
     ) -> None:
         self.engine = engine
         self._prepare_request = prepare
@@ -78,6 +81,7 @@ class Scheduler:
         self._waiting: queue.Queue[ChatJob] = queue.Queue(max_waiting)
         self._answers: list[_Answer] = []
         self._reading: ChatJob | None = None  # the job being read and pruned
+        self._readings_on = BackgroundReadings(engine, read_whole)
         self._wake = threading.Event()
         self._stopping = False
         self._submitting = threading.Lock()  # no job slips into the queue after the last one was refused
@@ -102,6 +106,7 @@ class Scheduler:
         return {
             "answering": len(self._answers), "reading": int(self._reading is not None),
             "waiting": self._waiting.qsize(), "sequences": len(self.decoder.slots),
+            "reading_on": len(self._readings_on),
         }
 
     def stop(self) -> None:
@@ -131,6 +136,8 @@ class Scheduler:
             self._admit()
             if self._answers:
                 self._step()
+            elif self._readings_on:
+                self._readings_on.step()
             else:
                 self._wake.wait()
         for answer in list(self._answers):
@@ -139,6 +146,7 @@ class Scheduler:
             self._finish(answer)
         while not self._waiting.empty():
             self._waiting.get_nowait().emit(ShuttingDown())
+        self._readings_on.close()
 
     def _admit(self) -> None:
         """Start waiting jobs while a sequence is free."""
@@ -157,6 +165,7 @@ class Scheduler:
             return
         sampler = self._new_sampler(job.request.settings.sampler)
         try:
+            self._readings_on.finish(job.request, job.cancel, self._step_answers)  # then the job loads the reading
             prepared = self._prepare(job, sampler)
             if len(prepared.kept.positions) + 1 > self.decoder.slot_cells:
                 raise PromptTooLongError(
@@ -167,6 +176,8 @@ class Scheduler:
         except Exception as error:
             sampler.close()
             return job.emit(self._failure(error))
+        if prepared.unread:
+            self._readings_on.add(job.request)
         self._start(job, slot, prepared, sampler)
 
     def _failure(self, error: Exception) -> KvchatError:
@@ -189,8 +200,11 @@ class Scheduler:
                 return finished.value
             if not isinstance(event, Progress):
                 job.emit(event)
-            if self._answers:
-                self._step()
+            self._step_answers()
+
+    def _step_answers(self) -> None:
+        if self._answers:
+            self._step()
 
     def _load(self, job: ChatJob, prepared: PreparedPrompt) -> Slot:
         """Move the prepared cells into a free sequence (emptied again if llama.cpp refuses them)."""

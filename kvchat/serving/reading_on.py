@@ -1,0 +1,87 @@
+"""Documents a fast reading answered, read whole on the model thread while it has nothing else to
+do, and saved: a follow-up about the document then loads that reading and is selected from it, as
+after a full reading (issue: the first answer from a fast reading, the rest as before).
+
+The scheduler reads one batch at a time, only while no answer is in progress and no request waits
+(a new request is admitted before the next batch). A request about a document whose reading is
+under way first reads the rest of it, then loads it. Without saved readings (`--no-cache`) there
+is nowhere to keep a reading for a later request, and none is started.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+
+from kvchat.engine.engine import Engine
+from kvchat.engine.settings import KvLayout
+from kvchat.events import Event
+from kvchat.serving.requests import ChatRequest
+
+LOGGER = logging.getLogger(__name__)
+
+DocumentKey = tuple[str, KvLayout]  # a document's text, and the cache layout its reading is saved in
+ReadWhole = Callable[[Engine, ChatRequest], Iterator[Event]]  # read_whole (a fake engine's, in tests)
+
+
+def _key(request: ChatRequest) -> DocumentKey | None:
+    return None if request.document is None else (request.document.text, request.settings.layout)
+
+
+def read_whole(engine: Engine, request: ChatRequest) -> Iterator[Event]:
+    """Read `request`'s document in full, saving the reading (Conversation.open), a batch per step."""
+    assert request.document is not None
+    conversation = engine.conversation(request.document, replace(request.settings, read="full"))
+    try:
+        yield from conversation.open()
+    finally:  # also when the reading is dropped unfinished (close() of this generator)
+        conversation.close()
+
+
+class BackgroundReadings:
+    """The whole readings still to do, oldest first; used by the model thread only."""
+
+    def __init__(self, engine: Engine, reader: ReadWhole = read_whole) -> None:
+        self.engine = engine
+        self._reader = reader
+        self._pending: dict[DocumentKey, Iterator[Event]] = {}
+
+    def __len__(self) -> int:
+        return len(self._pending)
+
+    def add(self, request: ChatRequest) -> None:
+        """Read `request`'s document whole later, unless it is under way or cannot be saved."""
+        key = _key(request)
+        if key is not None and key not in self._pending and self.engine.states is not None:
+            self._pending[key] = self._reader(self.engine, request)
+
+    def step(self) -> None:
+        """Read on with the oldest reading: one batch (or another event of it)."""
+        key, events = next(iter(self._pending.items()))
+        self._advance(key, events)
+
+    def finish(self, request: ChatRequest, cancel: threading.Event, between: Callable[[], None]) -> None:
+        """Before `request` is prepared: the rest of its document's reading, if one is under way,
+        calling `between` after each batch (the answers in progress take a step). Stops when
+        `cancel` is set (the request's: its client went, or the server stops)."""
+        key = _key(request)
+        while key in self._pending and not cancel.is_set():
+            self._advance(key, self._pending[key])
+            between()
+
+    def close(self) -> None:
+        """Drop the readings not done (their contexts are freed)."""
+        for events in self._pending.values():
+            events.close()
+        self._pending.clear()
+
+    def _advance(self, key: DocumentKey, events: Iterator[Event]) -> None:
+        try:
+            next(events)
+        except StopIteration:
+            del self._pending[key]
+        except Exception:  # the reading is dropped; a follow-up reads the document itself
+            LOGGER.exception("reading a document whole in the background failed")
+            del self._pending[key]
