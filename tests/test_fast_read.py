@@ -77,7 +77,9 @@ def test_only_the_chosen_tokens_stay_read_by_the_whole_model(tiny_model) -> None
     with cache.ctx:
         events, selected = _run(cache, tokens, settings)
         pruned = [e for e in events if isinstance(e, Pruned)]
-        assert [e.done for e in events if isinstance(e, Progress)][-1] == len(tokens) - WINDOW
+        progress = [(e.done, e.total) for e in events if isinstance(e, Progress)]
+        body = 96 - WINDOW  # the chosen tokens before the question's window: the model reads them in one batch
+        assert progress[-2:] == [(len(tokens) - WINDOW, len(tokens)), (body, body)]
         assert len(pruned) == 1 and pruned[0].kept_tokens == 96 == cache.cells == selected.kept
         kept = np.asarray(pruned[0].kept_positions)
         assert np.array_equal(cache.origins, kept) and np.array_equal(cache.positions, np.arange(96))
@@ -164,6 +166,18 @@ def test_a_larger_re_reading_keeps_the_budget_at_the_chosen_tokens_own_positions
         cache.verify()
     with pytest.raises(SettingsError, match="re-reads at least the budget"):
         AskSettings(method=SnapKV(budget=96, window=WINDOW), read="fast", fast_reread=95)
+
+
+def test_a_fast_reading_stops_between_batches_of_the_model_reading_the_chosen_tokens(tiny_model) -> None:
+    tokens, stop = _tokens(), threading.Event()
+    cache = _cache(tiny_model)
+    with cache.ctx:
+        settings = AskSettings(method=SnapKV(budget=96, window=WINDOW), read="fast", fast_reread=400)
+        with pytest.raises(CancelledError):
+            for event in fast_select(cache, tokens, settings, stop):
+                if isinstance(event, Progress) and event.total == 400 - WINDOW:
+                    stop.set()  # after the first batch of the re-reading
+        assert cache.cells == 256  # one batch of n_batch read, the second never begun
 
 
 def test_a_conversation_reads_fast_first_and_the_whole_document_for_a_follow_up(tiny_model_path: Path, tmp_path: Path) -> None:

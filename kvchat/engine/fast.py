@@ -75,7 +75,8 @@ def fast_select(
     draft: Draft | None = None,
 ) -> Generator[Event, None, Selected]:
     """Into an empty `cache`: the kept prompt of `tokens` as a fast reading chooses it, and the
-    last token's logits. Progress over the cheap pass, then Pruned; returns the Selected."""
+    last token's logits. Progress over the cheap pass, then over the model's reading of the chosen
+    tokens, then Pruned; returns the Selected. `cancel` is seen after each batch of either."""
     started = time.perf_counter()
     ctx, n_prompt = cache.ctx, len(tokens)
     chooser = replace(settings.method, budget=reread_tokens(settings, draft is not None))
@@ -91,7 +92,7 @@ def fast_select(
         read = f"draft {draft.name}, {layers} layers"
     window_start = max(n_prompt - settings.method.window, 0)
     body = kept[kept < window_start]  # the chosen tokens before the question's window
-    cache.decode([tokens[p] for p in body])
+    yield from cache.prefill([tokens[p] for p in body], 0, len(body), cancel)  # a second pass, with its own progress
     cache.reset(cache.positions, cache.tokens, body)  # the cells hold tokens[body]
     cache.next_origin = window_start  # the window follows, at the next position
     window = tokens[window_start:]
