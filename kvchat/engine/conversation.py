@@ -186,10 +186,11 @@ class Conversation:
         reading_s = 0.0 if self.turns else self._reading_s
         if self._unread:
             if settings.read == "fast" and not self.turns and not self._reading_on:
-                if pays(len(tokens), settings, self.run.draft is not None):
+                with_draft = self.run.draft is not None
+                if pays(len(tokens), settings, with_draft):
                     self.prompt_tokens = tokens
                     return (yield from self._with_kept_by_document(self.run.read_fast(tokens, settings, cancel)))
-                reread = reread_tokens(settings, self.run.draft is not None)
+                reread = reread_tokens(settings, with_draft)
                 yield Notice(f"read in full: a fast reading would re-read {reread:,} of this prompt's {len(tokens):,} tokens")
             started = time.perf_counter()
             yield from self.read_on(cancel)

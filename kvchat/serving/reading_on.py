@@ -1,6 +1,6 @@
 """Documents a fast reading answered, read whole on the model thread while it has nothing else to
 do, and saved: a follow-up about the document then loads that reading and is selected from it, as
-after a full reading (issue: the first answer from a fast reading, the rest as before).
+after a full reading (the first answer comes from a fast reading, the rest as before).
 
 The scheduler reads one batch at a time, only while no answer is in progress and no request waits
 (a new request is admitted before the next batch). A request about a document whose reading is
