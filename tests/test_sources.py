@@ -94,6 +94,9 @@ def test_where_a_source_is_in_a_pdf_an_epub_and_several_documents() -> None:
     clause = pair.text.index("Either party")
     (source,) = SourceFinder(pair, _words(pair.text)).sources(*_planted(pair, clause, pair.text.index("\n3. Law")))
     assert source.where == "one.txt, line 3" and source.page is None
+    with_book = bundle([Document(Path("one.txt"), "text", CONTRACT, [Page(1, 0, len(CONTRACT))]), epub])
+    (source,) = SourceFinder(with_book, _words(with_book.text)).sources(*_planted(with_book, with_book.text.index("Page two"), len(with_book.text)))
+    assert (source.where, source.page) == ("b.epub, ch. 2", 2)
 
 
 def test_a_token_belongs_to_the_passage_of_its_last_character() -> None:

@@ -44,7 +44,7 @@ def bundle(documents: Sequence[Document]) -> Document:
         parts.append(heading(name) + document.text)
         offset += len(heading(name))
         own_pages = document.pages or [Page(number=1, start=0, end=len(document.text))]
-        pages += [Page(page.number, page.start + offset, page.end + offset, source=name) for page in own_pages]
+        pages += [Page(page.number, page.start + offset, page.end + offset, name, document.kind) for page in own_pages]
         offset += len(document.text)
     return Document(path=Path(" + ".join(names)), kind=BUNDLE_KIND, text="".join(parts), pages=pages)
 

@@ -14,12 +14,14 @@ PAGE_SEPARATOR = "\n\n"
 
 @dataclass(frozen=True)
 class Page:
-    """Page `number` (1-based) covers text[start:end]; `source` names its document in a bundle."""
+    """Page `number` (1-based) covers text[start:end]; in a bundle, `source` names its document
+    and `kind` says what that document is (an EPUB's pages are its chapters)."""
 
     number: int
     start: int
     end: int
     source: str = ""
+    kind: str = ""
 
 
 @dataclass(frozen=True)

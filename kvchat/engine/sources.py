@@ -136,17 +136,18 @@ class SourceFinder:
         if document.kind == BUNDLE_KIND:
             own = [page for page in document.pages if page.source == first.source]
             pages = [page for page in pages if page.source == first.source]
-            where = self._pages(pages) if len(own) > 1 else f"line {self._line(start, own[0].start)}"
+            where = self._pages(pages, first.kind) if len(own) > 1 else f"line {self._line(start, own[0].start)}"
             return f"{first.source}, {where}", first.number if len(own) > 1 else None, first.source
-        if document.kind == "pdf":
-            return self._pages(pages), first.number, ""
-        if document.kind == "epub":
-            return f"ch. {first.number}", first.number, ""
+        if document.kind in ("pdf", "epub"):
+            return self._pages(pages, document.kind), first.number, ""
         return f"line {self._line(start, 0)}", None, ""
 
     @staticmethod
-    def _pages(pages: list[Page]) -> str:
+    def _pages(pages: list[Page], kind: str) -> str:
+        """Where `pages` are: an EPUB's first chapter ("ch. 3"), a PDF's page or pages ("pp. 2–3")."""
         first, last = pages[0].number, pages[-1].number
+        if kind == "epub":
+            return f"ch. {first}"
         return f"p. {first}" if first == last else f"pp. {first}–{last}"
 
     def _line(self, offset: int, base: int) -> int:
