@@ -10,7 +10,8 @@ from rich.console import Console
 from kvchat.cli.interrupt import interrupt_as_cancel
 from kvchat.cli.options import (
     BUDGET, CACHE_TYPE_K, CACHE_TYPE_V, DRAFT, FLASH_ATTN, GPU_LAYERS, HEADS, MAX_TOKENS, METHOD, MODEL, READ,
-    SAVE_READINGS, SOURCES, TEMPERATURE, THREADS, WINDOW, ask_settings, check_draft, kv_layout, warn_about_gpu_layers,
+    SAVE_READINGS, SOURCES, TEMPERATURE, THREADS, WINDOW, ask_settings, check_draft, draft_for, kv_layout,
+    warn_about_gpu_layers,
 )
 from kvchat.cli.render import OcrBar, render
 from kvchat.documents import SUPPORTED, bundle, load_document
@@ -64,6 +65,7 @@ def ask_command(
     settings = ask_settings(method, layout, max_tokens, temperature, threads, seed, n_ctx, sources, read,
                             budget=budget, window=window, kernel=kernel, pool=pool, heads=heads, spans=spans)
     check_draft(draft, settings.read)
+    draft = draft_for(model, draft, settings.read)
     stream = StreamSettings(chunk=chunk, recent=recent)
     selection = selection_named(select)
     with OcrBar(console) as ocr_progress:

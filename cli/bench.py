@@ -12,7 +12,7 @@ from rich.table import Table
 
 from kvchat.bench.cuad import cuad_contracts, cuad_ids_named
 from kvchat.bench.report import summarize, write_json
-from kvchat.cli.options import DEFAULTS, DRAFT, check_draft
+from kvchat.cli.options import DEFAULTS, DRAFT, check_draft, draft_for
 from kvchat.bench.runner import QUICK, READING_OPTIONS, TASKS, BenchConfig, run_bench
 from kvchat.engine import AskSettings, Engine
 from kvchat.errors import SettingsError
@@ -124,14 +124,16 @@ def bench_command(
     """Measure accuracy, decode speed and KV memory of each method side by side, in one run."""
     config = _config(quick, tasks, lengths, depths, budget, methods, variant, questions, cuad_data, read)
     readings = {each.settings(AskSettings()).read for each in config.variants()}  # refuses bad settings before loading anything
-    check_draft(draft, "fast" if "fast" in readings else "full")
+    reading = "fast" if "fast" in readings else "full"
+    check_draft(draft, reading)
     models = list(dict.fromkeys(models)) or ["default"]
+    drafts = {name: draft_for(name, draft, reading) for name in models}  # each model's own pair unless named
     for name in models:  # a missing second model is refused before the first one's run
         resolve_model(name)
     console = Console(stderr=True)
     records: list[dict] = []
     for name in models:
-        records += _run(name, config, console, draft)
+        records += _run(name, config, console, drafts[name])
     summary = summarize(records)
     output = Console()
     if not output.is_terminal:

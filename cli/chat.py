@@ -8,7 +8,7 @@ import typer
 
 from kvchat.cli.options import (
     BUDGET, CACHE_TYPE_K, CACHE_TYPE_V, DRAFT, FLASH_ATTN, GPU_LAYERS, HEADS, MAX_TOKENS, METHOD, MODEL, READ,
-    SAVE_READINGS, TEMPERATURE, THREADS, WINDOW, ask_settings, check_draft, gpu_layers_warning, kv_layout,
+    SAVE_READINGS, TEMPERATURE, THREADS, WINDOW, ask_settings, check_draft, draft_for, gpu_layers_warning, kv_layout,
 )
 from kvchat.documents import SUPPORTED
 from kvchat.policy import HeadReduction
@@ -42,6 +42,7 @@ def chat_command(
     from kvchat.tui.sessions import EngineSessions
 
     check_draft(draft, settings.read)
+    draft = draft_for(model, draft, settings.read)
     app = KvchatApp(EngineSessions(model, gpu_layers, cache, draft), paths or [], settings, startup_warning=gpu_layers_warning(gpu_layers))
     try:
         app.run()

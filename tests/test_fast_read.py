@@ -18,6 +18,7 @@ from kvchat.engine.fast import Draft, fast_select, last_read_layer
 from kvchat.errors import CancelledError, SettingsError
 from kvchat.events import Done, Notice, Progress, Pruned
 from kvchat.llama import ContextSettings, LlamaContext, LlamaModel
+from kvchat.models.registry import DEFAULT_CHEAP_DEPTH
 from kvchat.policy import SnapKV
 from kvchat.tui.app import KvchatApp
 from kvchat.tui.messages import EngineEvent, JobEnded
@@ -305,7 +306,7 @@ def test_a_draft_model_chooses_and_the_model_reads_only_what_it_chose(tiny_model
         cache = _cache(tiny_model)
         with cache.ctx:
             settings = AskSettings(method=method, read="fast", fast_depth=depth, fast_reread=96)
-            events, selected = _run_with(cache, tokens, settings, Draft(draft_model, "draft"))
+            events, selected = _run_with(cache, tokens, settings, Draft(draft_model, "draft", DEFAULT_CHEAP_DEPTH))
             assert selected.read == read and [e for e in events if isinstance(e, Pruned)][0].kept_tokens == 96
             assert np.array_equal(cache.origins, chosen) and np.array_equal(cache.tokens, np.asarray(tokens)[chosen])
             cache.verify()  # only the model's 96 cells: the draft read on a context of its own
@@ -317,7 +318,7 @@ def test_a_draft_model_chooses_and_the_model_reads_only_what_it_chose(tiny_model
             np.testing.assert_allclose(last_logits(plain.ctx), answered, rtol=1e-5, atol=1e-5)
 
 
-def test_unless_told_a_draft_reads_with_half_its_layers_and_the_model_keeps_the_budget_of_four_times_it(tiny_model, draft_path: Path) -> None:
+def test_a_draft_reads_with_its_share_of_layers_and_the_model_keeps_the_budget_of_four_times_it(tiny_model, draft_path: Path) -> None:
     tokens, method = _tokens(), SnapKV(budget=96, window=WINDOW)
     with LlamaModel(draft_path) as draft_model:
         alone = _cache(draft_model)
@@ -327,7 +328,7 @@ def test_unless_told_a_draft_reads_with_half_its_layers_and_the_model_keeps_the_
             chosen = alone.plan(replace(method, budget=4 * 96), WINDOW, alone.observe(tokens[-WINDOW:])).kept
         cache = _cache(tiny_model)
         with cache.ctx:
-            _, selected = _run_with(cache, tokens, AskSettings(method=method, read="fast"), Draft(draft_model, "draft"))
+            _, selected = _run_with(cache, tokens, AskSettings(method=method, read="fast"), Draft(draft_model, "draft", DEFAULT_CHEAP_DEPTH))
             assert len(chosen) == 384 and selected.read == "draft draft, 1/2 layers, 384 re-read"
             assert cache.cells == 96 and set(cache.origins.tolist()) <= set(chosen.tolist())
             assert cache.origins[-WINDOW:].tolist() == list(range(600 - WINDOW, 600))
@@ -354,3 +355,6 @@ def test_ask_with_a_draft_says_so_and_a_draft_needs_a_fast_reading(tiny_model_pa
     assert json.loads(result.stdout)["read"] == f"draft {draft_path}, 1/2 layers, 256 re-read"
     refused = run_kvchat(*args, home=isolated_home)
     assert refused.returncode == 2 and "--draft does the cheap pass of a fast reading (hint: add --read fast)" in refused.stderr
+    own = run_kvchat(*args[:-1], "none", "--read", "fast", "--json", home=isolated_home)  # the model's own layers
+    assert own.returncode == 0 and json.loads(own.stdout)["read"] == "fast 1/2 layers"
+

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from kvchat.errors import ModelError
-from kvchat.models import REGISTRY, find_entry, model_status, resolve_model
+from kvchat.models import REGISTRY, ModelStatus, cheap_depth, find_entry, installed_draft, model_status, resolve_model
 from kvchat.models.fetch import assemble
-from kvchat.models.registry import ModelEntry, PartPackage
+from kvchat.models.registry import DEFAULT_CHEAP_DEPTH, ModelEntry, PartPackage
 
 
 def fake_entry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, corrupt: bool = False) -> ModelEntry:
@@ -47,6 +47,15 @@ def test_the_extras_install_the_registrys_models() -> None:
     for extra, name in (("model", "default"), ("small", "small")):
         assert extras[extra] == [part.requirement for part in find_entry(name).parts]
     assert "kvchat[small]" in extras["test"]
+
+
+def test_the_default_models_fast_readings_are_chosen_by_the_small_one_when_it_is_installed(monkeypatch, tiny_model_path) -> None:
+    assert installed_draft("default") == "small"  # the test extra installs it
+    assert installed_draft("small") is None and installed_draft(str(tiny_model_path)) is None
+    assert cheap_depth("small") == 0.5 and cheap_depth(str(tiny_model_path)) == DEFAULT_CHEAP_DEPTH
+    monkeypatch.setattr("kvchat.models.fetch.model_status",
+                        lambda entry: ModelStatus(entry, Path("/nowhere"), assembled=False, packages_installed=False))
+    assert installed_draft("default") is None
 
 
 def test_assembly_concatenates_and_verifies(tmp_path, monkeypatch) -> None:

@@ -19,7 +19,7 @@ from kvchat.engine.stream import StreamSettings
 from kvchat.errors import SettingsError
 from kvchat.events import Event
 from kvchat.llama import LlamaModel
-from kvchat.models import model_sha256, resolve_model
+from kvchat.models import cheap_depth, model_sha256, resolve_model
 from kvchat.paths import cache_dir
 
 
@@ -100,4 +100,4 @@ def _draft(model: LlamaModel, name: str, path: Path, gpu_layers: int) -> Draft:
         draft.close()
         raise SettingsError(f"the draft model {name} has another vocabulary than the model",
                             "use a smaller model of the same family (the default model's draft is small)")
-    return Draft(draft, name)
+    return Draft(draft, name, cheap_depth(name))

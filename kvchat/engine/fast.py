@@ -10,8 +10,9 @@ cache is emptied, and the whole model reads the chosen tokens alone: at consecut
 the cells remember which prompt token each holds (KvCache.origins), for the kept view and sources.
 
 With a draft (`--draft`: a smaller model of the same vocabulary, as in Speculative Prefill, Liu et
-al. 2025) the draft's first half of layers (or `fast_depth` of them) read the whole prompt on a
-context of its own instead, and their attention chooses as SnapKV's would.
+al. 2025) the draft's first layers read the whole prompt on a context of its own instead, and
+their attention chooses as SnapKV's would. How many layers a cheap pass runs is the registry's
+measured share for the model running it (models/registry.py), unless `fast_depth` says.
 
 The cheap pass may choose more than the budget (`fast_reread`; with a draft, four times the budget
 unless told): the whole model then reads those, the question's window observes that reading with
@@ -33,10 +34,10 @@ from kvchat.engine.selected import Selected
 from kvchat.engine.settings import AskSettings
 from kvchat.events import Event, Progress
 from kvchat.llama import LlamaContext, LlamaModel
+from kvchat.models.registry import DEFAULT_CHEAP_DEPTH
 from kvchat.policy import Method
 
 
-CHEAP_DEPTH = 0.5  # the share of its layers a cheap pass runs when not told (GemFilter's r is 40-48 %)
 # With a draft the model re-reads this many times the budget when not told, and keeps the budget's:
 # at 16K tokens the draft's first half choosing 4,096 read as fast as, and answered better than, all of
 # it choosing 1,024 (README "Reading fast"). The model's own cheap pass re-reads the budget (GemFilter).
@@ -68,19 +69,21 @@ class Draft:
 
     model: LlamaModel
     name: str
+    depth: float  # the share of its layers that reads (models.cheap_depth)
 
 
 def fast_select(
     cache: KvCache, tokens: list[int], settings: AskSettings, cancel: threading.Event | None = None,
-    draft: Draft | None = None,
+    draft: Draft | None = None, own_depth: float = DEFAULT_CHEAP_DEPTH,
 ) -> Generator[Event, None, Selected]:
     """Into an empty `cache`: the kept prompt of `tokens` as a fast reading chooses it, and the
     last token's logits. Progress over the cheap pass, then over the model's reading of the chosen
-    tokens, then Pruned; returns the Selected. `cancel` is seen after each batch of either."""
+    tokens, then Pruned; returns the Selected. `cancel` is seen after each batch of either.
+    Without a draft the model's own first `own_depth` of layers choose."""
     started = time.perf_counter()
     ctx, n_prompt = cache.ctx, len(tokens)
     chooser = replace(settings.method, budget=reread_tokens(settings, draft is not None))
-    depth = CHEAP_DEPTH if settings.fast_depth is None else settings.fast_depth
+    depth = settings.fast_depth or (own_depth if draft is None else draft.depth)
     yield Progress(done=0, total=n_prompt, elapsed_s=0.0)
     if draft is None:
         kept, layers = yield from _cheap_pass(cache, tokens, chooser, depth, settings.fast_layers, cancel)

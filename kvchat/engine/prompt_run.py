@@ -27,6 +27,7 @@ from kvchat.engine.stream import StreamSettings, stream_read
 from kvchat.errors import DecodeError
 from kvchat.events import Done, Event, Notice, Progress
 from kvchat.llama import ContextSettings, LlamaContext, LlamaModel, Sampler
+from kvchat.models import cheap_depth
 
 
 class PromptRun:
@@ -206,7 +207,7 @@ class PromptRun:
         """Instead of reading and select(): a fast reading of the whole prompt (fast.py) into the
         emptied cache. Returns the Selected that answer() takes."""
         self.clear()
-        selected = yield from fast_select(self.cache, tokens, settings, cancel, self.draft)
+        selected = yield from fast_select(self.cache, tokens, settings, cancel, self.draft, cheap_depth(self.model_name))
         self.read_upto = len(tokens)
         return selected
 

@@ -55,13 +55,14 @@ class AskSettings:
     # Each answer names the passages it drew on (sources.py): its tokens are decoded once more
     # with the attention probe on, after the answer.
     sources: bool = True
-    # "fast": the first question about a document is answered from a fast reading: the model's
-    # first `fast_depth` of its layers (or a draft model's) read the whole prompt, their attention
-    # chooses the method's budget of tokens, and the whole model reads only those (GemFilter). A
-    # follow-up reads the whole document first. "full" (the default until measured better): every
-    # layer reads it all.
+    # "fast": the first question about a document is answered from a fast reading: the first
+    # `fast_depth` of the layers of a draft model (or of the model's own) read the whole prompt,
+    # their attention chooses the tokens, and the whole model reads only those (GemFilter,
+    # Speculative Prefill). A follow-up reads the whole document first. "full" (the default: a
+    # fast reading lost contract answers a full one gave, README "Reading fast"): every layer
+    # reads it all.
     read: str = "full"
-    fast_depth: float | None = None  # None: half the layers of the model or of the draft (fast.CHEAP_DEPTH)
+    fast_depth: float | None = None  # None: the registry's share for the model that reads (models.cheap_depth)
     fast_positions: str = "consecutive"  # or "original": the chosen tokens moved back to their own positions
     fast_layers: int = 1  # the cheap pass's last layers whose attention chooses (1: its last, as GemFilter)
     # The tokens the whole model reads again after the cheap pass; None: the budget, or four times it
