@@ -37,7 +37,7 @@ def ask_command(
     kernel: int = typer.Option(SNAPKV.kernel, help="Pooling kernel (odd) that keeps neighbours of chosen tokens."),
     pool: str = typer.Option(SNAPKV.pool, help="Pooling: max or avg."),
     heads: HeadReduction = HEADS,
-    spans: str = typer.Option(SNAPKV.spans, help="Keep whole spans once one of their tokens is chosen: words (numbers and words), sentences, or none."),
+    spans: str = typer.Option(SNAPKV.spans, help="Keep whole spans once one of their tokens is chosen: words (numbers and words), sentences, chunks (32 tokens), or none."),
     method: str | None = METHOD,
     chunk: int = typer.Option(StreamSettings.chunk, help="snapstream: tokens read between evictions."),
     recent: int = typer.Option(StreamSettings.recent, help="snapstream: most recent tokens always kept while reading."),

@@ -20,6 +20,7 @@ from kvchat.events import Done, Notice, Progress, Pruned
 from kvchat.llama import ContextSettings, LlamaContext, LlamaModel
 from kvchat.models.registry import DEFAULT_CHEAP_DEPTH
 from kvchat.policy import SnapKV
+from kvchat.policy.spans import CHUNK_TOKENS
 from kvchat.tui.app import KvchatApp
 from kvchat.tui.messages import EngineEvent, JobEnded
 from kvchat.tui.sessions import EngineSessions
@@ -167,6 +168,37 @@ def test_a_larger_re_reading_keeps_the_budget_at_the_chosen_tokens_own_positions
         cache.verify()
     with pytest.raises(SettingsError, match="re-reads at least the budget"):
         AskSettings(method=SnapKV(budget=96, window=WINDOW), read="fast", fast_reread=95)
+
+
+def test_chunk_spans_re_read_whole_passages(tiny_model) -> None:
+    """fast_spans="chunks": the cheap pass chooses runs of CHUNK_TOKENS tokens to read again
+    (Speculative Prefill's chunk selection), so its best-voted token comes back with its chunk."""
+    tokens, budget = _tokens(), 4 + WINDOW + 2 * CHUNK_TOKENS
+    cache = _cache(tiny_model)
+    with cache.ctx:
+        _, selected = _run(cache, tokens, AskSettings(method=SnapKV(budget=budget, window=WINDOW), read="fast", fast_spans="chunks"))
+        chosen = set(cache.origins.tolist())
+        assert cache.cells == budget == selected.kept
+    whole = [c for c in range(len(tokens) // CHUNK_TOKENS) if set(range(c * CHUNK_TOKENS, (c + 1) * CHUNK_TOKENS)) <= chosen]
+    assert whole  # at least the winner's chunk, all 32 tokens
+    with pytest.raises(SettingsError, match="unknown fast reading spans"):
+        AskSettings(read="fast", fast_spans="paragraphs")
+
+
+def test_the_cheap_pass_may_reduce_its_heads_otherwise_than_the_method_keeps(tiny_model) -> None:
+    """fast_heads="max": the re-read tokens are those the cheap pass's strongest head votes for;
+    the budget kept from the re-reading is still the method's (summed) choice."""
+    tokens, method = _tokens(), SnapKV(budget=64, window=WINDOW, spans="none")
+    chosen = {}
+    for heads in (None, "max"):
+        cache = _cache(tiny_model)
+        with cache.ctx:
+            _, selected = _run(cache, tokens, AskSettings(method=method, read="fast", fast_heads=heads))
+            chosen[heads] = cache.origins.tolist()
+            assert cache.cells == 64 == selected.kept
+    assert chosen[None] != chosen["max"]
+    with pytest.raises(SettingsError, match="unknown fast reading heads"):
+        AskSettings(read="fast", fast_heads="per-head")
 
 
 def test_a_fast_reading_stops_between_batches_of_the_model_reading_the_chosen_tokens(tiny_model) -> None:

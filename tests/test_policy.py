@@ -7,6 +7,7 @@ import pytest
 
 from kvchat.errors import SettingsError
 from kvchat.policy import HeadReduction, PrunePlan, SnapKV, merge_runs, pool_scores, reduce_votes, spans_from_pieces
+from kvchat.policy.spans import CHUNK_TOKENS
 
 from inspect_helpers import drop_runs
 
@@ -183,6 +184,11 @@ def test_sentence_spans_end_at_sentence_ends_and_line_breaks() -> None:
     assert spans_from_pieces(["", "a", "", " b.", " c"], "sentences").tolist() == [0, 0, 0, 0, 1]  # empty pieces (special tokens)
 
 
+def test_chunk_spans_are_runs_of_chunk_tokens_whatever_they_hold() -> None:
+    span_ids = spans_from_pieces(["The", " term", ".", "\n"] * 20, "chunks")
+    assert np.bincount(span_ids).tolist() == [CHUNK_TOKENS, CHUNK_TOKENS, 80 - 2 * CHUNK_TOKENS]
+
+
 def test_sentence_spans_keep_the_words_around_a_winner() -> None:
     pieces = ["Warranty", ":", " one", " (", "1", ")", " year", " from", " delivery", "."] + [" filler", "."] * 100
     votes = synthetic_votes(len(pieces))
@@ -196,8 +202,19 @@ def test_sentence_spans_keep_the_words_around_a_winner() -> None:
     assert 6 in words and not set(range(10)) <= words
 
 
+def test_max_reduction_scores_the_most_any_one_head_gave() -> None:
+    votes = np.zeros((2, 3, 5))
+    votes[0, 1, 2], votes[1, 0, 2], votes[1, 2, 4] = 0.5, 0.25, 0.6  # position 4: one strong head
+    votes[:, :, 3] = 0.2  # position 3: every head a little (1.2 summed)
+    candidates = np.ones(5, dtype=bool)
+    candidates[0] = False
+    assert reduce_votes(votes, candidates, HeadReduction.MAX, 2).tolist() == [-np.inf, 0.0, 0.5, 0.2, 0.6]
+    summed = reduce_votes(votes, candidates, HeadReduction.SUM, 2)
+    assert np.argsort(-summed)[:3].tolist() == [3, 2, 4]  # the order max turns around
+
+
 def test_snapkv_refuses_an_unknown_span_mode() -> None:
-    with pytest.raises(SettingsError, match="spans must be one of none, words, sentences"):
+    with pytest.raises(SettingsError, match="spans must be one of none, words, sentences, chunks"):
         SnapKV(spans="paragraphs")  # type: ignore[arg-type]
 
 

@@ -19,7 +19,7 @@ from kvchat.policy import DEFAULT_BUDGET, METHODS, SnapKV, method_named, method_
 
 TASKS = ("needle", "multikey", "multikey16", "vt", "cuad")
 DEFAULT_TASKS = ("needle", "multikey", "vt")  # cuad reads whole contracts (up to 32K tokens): asked for by name
-READING_OPTIONS = {"read": str, "fast_depth": float, "fast_positions": str, "fast_layers": int, "fast_reread": int}  # AskSettings a variant may set
+READING_OPTIONS = {"read": str, "fast_depth": float, "fast_positions": str, "fast_layers": int, "fast_reread": int, "fast_spans": str, "fast_heads": str}  # AskSettings a variant may set
 PROMPT_ROOM = 512  # tokens of the model's trained context left to the template and the question
 
 

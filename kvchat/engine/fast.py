@@ -17,7 +17,9 @@ measured share for the model running it (models/registry.py), unless `fast_depth
 The cheap pass may choose more than the budget (`fast_reread`; with a draft, four times the budget
 unless told): the whole model then reads those, the question's window observes that reading with
 every layer, and SnapKV keeps the budget's of them, so the tokens kept were written having read
-more than themselves.
+more than themselves. The cheap pass may choose what to re-read otherwise than the method keeps:
+in whole chunks of the text (`fast_spans`) or by its strongest head's votes (`fast_heads`), as
+Speculative Prefill does.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from kvchat.engine.settings import AskSettings
 from kvchat.events import Event, Progress
 from kvchat.llama import LlamaContext, LlamaModel
 from kvchat.models.registry import DEFAULT_CHEAP_DEPTH
-from kvchat.policy import Method
+from kvchat.policy import HeadReduction, Method
 
 
 # With a draft the model re-reads this many times the budget when not told, and keeps the budget's:
@@ -83,17 +85,22 @@ def fast_select(
     started = time.perf_counter()
     ctx, n_prompt = cache.ctx, len(tokens)
     chooser = replace(settings.method, budget=reread_tokens(settings, draft is not None))
+    if settings.fast_spans is not None:
+        chooser = replace(chooser, spans=settings.fast_spans)
+    if settings.fast_heads is not None:
+        chooser = replace(chooser, heads=HeadReduction(settings.fast_heads))
     depth = settings.fast_depth or (own_depth if draft is None else draft.depth)
+    window_start = max(n_prompt - settings.method.window, 0)  # the question's window observes from here
     yield Progress(done=0, total=n_prompt, elapsed_s=0.0)
     if draft is None:
-        kept, layers = yield from _cheap_pass(cache, tokens, chooser, depth, settings.fast_layers, cancel)
+        kept, layers = yield from _cheap_pass(cache, tokens, window_start, chooser, depth, settings.fast_layers, cancel)
         cache.clear()  # the layers above the cut hold nothing usable
         read = f"fast {layers} layers"
     else:
         with LlamaContext(draft.model, ctx.settings) as draft_ctx:  # the draft's votes of every layer it ran choose
-            kept, layers = yield from _cheap_pass(KvCache(draft_ctx), tokens, chooser, depth, draft.model.shape.n_layer, cancel)
+            kept, layers = yield from _cheap_pass(
+                KvCache(draft_ctx), tokens, window_start, chooser, depth, draft.model.shape.n_layer, cancel)
         read = f"draft {draft.name}, {layers} layers"
-    window_start = max(n_prompt - settings.method.window, 0)
     body = kept[kept < window_start]  # the chosen tokens before the question's window
     yield from cache.prefill([tokens[p] for p in body], 0, len(body), cancel)  # a second pass, with its own progress
     cache.reset(cache.positions, cache.tokens, body)  # the cells hold tokens[body]
@@ -113,13 +120,13 @@ def fast_select(
 
 
 def _cheap_pass(
-    cache: KvCache, tokens: list[int], method: Method, depth: float, scoring_layers: int,
+    cache: KvCache, tokens: list[int], window_start: int, method: Method, depth: float, scoring_layers: int,
     cancel: threading.Event | None,
 ) -> Generator[Event, None, tuple[np.ndarray, str]]:
     """The prompt read by the first `depth` of `cache`'s model's layers (every decode stops after
-    the last of them), the question's window observing: the tokens the votes of the last
-    `scoring_layers` of those layers choose, and the layers read ("14/28")."""
-    n_layer, window_start = cache.ctx.model.shape.n_layer, max(len(tokens) - method.window, 0)
+    the last of them), the question's window (from `window_start`) observing: the tokens the votes
+    of the last `scoring_layers` of those layers choose, and the layers read ("14/28")."""
+    n_layer = cache.ctx.model.shape.n_layer
     last_layer = last_read_layer(n_layer, depth)
     cache.ctx.cut_after_layer(None if last_layer == n_layer - 1 else last_layer)
     try:

@@ -6,7 +6,9 @@ from dataclasses import dataclass, field
 
 from kvchat.errors import SettingsError
 from kvchat.llama import CACHE_TYPES, SamplerSettings
-from kvchat.policy import Method, SnapKV
+from kvchat.policy import SPAN_MODES, HeadReduction, Method, SnapKV
+
+REDUCTIONS = tuple(r.value for r in HeadReduction if r is not HeadReduction.PER_HEAD)  # one set of tokens to re-read
 
 DEFAULT_MAX_TOKENS = 512
 
@@ -69,6 +71,10 @@ class AskSettings:
     # with a draft (fast.DRAFT_REREAD). More than the budget: the question's attention over that
     # re-reading then keeps the budget's, as SnapKV does.
     fast_reread: int | None = None
+    # How the cheap pass groups the tokens it chooses for the re-reading (policy/spans.py) and
+    # reduces its heads' votes (policy/scoring.py); None: as the method keeps.
+    fast_spans: str | None = None
+    fast_heads: str | None = None
 
     def __post_init__(self) -> None:
         if self.max_tokens < 1:
@@ -92,6 +98,10 @@ class AskSettings:
         if self.fast_reread is not None and self.fast_reread < self.method.budget:
             raise SettingsError(f"a fast reading re-reads at least the budget's {self.method.budget} tokens, got {self.fast_reread}",
                                 "re-read the budget (unset) or more")
+        if self.fast_spans is not None and self.fast_spans not in SPAN_MODES:
+            raise SettingsError(f"unknown fast reading spans {self.fast_spans!r}", f"use one of {', '.join(SPAN_MODES)}")
+        if self.fast_heads is not None and self.fast_heads not in REDUCTIONS:
+            raise SettingsError(f"unknown fast reading heads {self.fast_heads!r}", f"use one of {', '.join(REDUCTIONS)}")
         if self.method.window > self.n_batch:
             raise SettingsError(
                 f"window {self.method.window} is larger than the batch size {self.n_batch}",

@@ -11,7 +11,7 @@ from kvchat.policy.registry import METHODS, method_named, method_options, method
 from kvchat.policy.scoring import HeadReduction, reduce_votes
 from kvchat.policy.snapkv import SnapKV
 from kvchat.policy.snapstream import SnapStream
-from kvchat.policy.spans import spans_from_pieces
+from kvchat.policy.spans import SPAN_MODES, spans_from_pieces
 from kvchat.policy.streaming_llm import StreamingLLM
 
 __all__ = [
@@ -19,6 +19,7 @@ __all__ = [
     "DEFAULT_SINKS",
     "DEFAULT_WINDOW",
     "METHODS",
+    "SPAN_MODES",
     "Full",
     "HeadReduction",
     "Method",

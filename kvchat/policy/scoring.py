@@ -8,6 +8,8 @@ layers at once, so SnapKV's per-head selection has to become one ranking of posi
   summing, so every head gets one equal vote.
 - `topk-count`: each head picks its own top-k; a position scores the number of heads that picked
   it (ties broken by the normalized sum).
+- `max`: a position scores the most any one head of any layer gave it (Speculative Prefill's
+  reduction, Liu et al. 2025), so that a few heads that find the answer outvote many broad ones.
 - `per-head` is no reduction: each layer and KV head keeps its own tokens, and the cache is
   rewritten so that the shared cells hold them (SnapKV as the paper does it; snapkv.py and
   llama/composite.py).
@@ -33,6 +35,7 @@ class HeadReduction(str, Enum):
     SUM = "sum"
     NORMALIZED = "normalized"
     TOPK_COUNT = "topk-count"
+    MAX = "max"
     PER_HEAD = "per-head"
 
 
@@ -67,6 +70,8 @@ def reduce_votes(
         raise ValueError("per-head selection keeps each head's own tokens: there is nothing to reduce")
     if reduction is HeadReduction.SUM:
         scores = votes.reshape(-1, votes.shape[-1]).sum(axis=0, dtype=np.float64)
+    elif reduction is HeadReduction.MAX:
+        scores = votes.reshape(-1, votes.shape[-1]).max(axis=0).astype(np.float64)
     elif reduction is HeadReduction.NORMALIZED:
         scores = _normalized(votes, candidates).reshape(-1, votes.shape[-1]).sum(axis=0)
     else:

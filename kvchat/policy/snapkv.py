@@ -43,7 +43,7 @@ class SnapKV(Method):
             raise SettingsError(f"pool must be max or avg, got {self.pool!r}", "use max (the default) or avg")
         if self.spans not in SPAN_MODES:
             raise SettingsError(f"spans must be one of {', '.join(SPAN_MODES)}, got {self.spans!r}",
-                                "use words (the default), sentences or none")
+                                "use words (the default), sentences, chunks or none")
 
     @property
     def span_mode(self) -> SpanMode:

@@ -1,10 +1,13 @@
-"""Spans of tokens that only make sense together: the pieces of a number or a word, or a sentence.
+"""Spans of tokens that only make sense together: the pieces of a number or a word, a sentence, or
+a chunk of the text.
 
 Qwen and Llama tokenizers split numbers into single digits, so a value like 7007071 is seven
 tokens; keeping only the ones that won the vote truncates the answer ("700."). Span-aware
 selection keeps a span whole once one of its tokens is chosen. `words` spans hold a number or a
 word; `sentences` spans hold a sentence or clause (up to MAX_SENTENCE_TOKENS), so that a chosen
-word keeps the words around it ("one (1) year from delivery", not "year delivery").
+word keeps the words around it ("one (1) year from delivery", not "year delivery"). `chunks` are
+runs of CHUNK_TOKENS tokens, whatever they hold: Speculative Prefill's (Liu et al. 2025) chunk
+selection, for choosing passages to read again rather than entries to keep.
 """
 
 from __future__ import annotations
@@ -13,11 +16,12 @@ from typing import Literal, get_args
 
 import numpy as np
 
-SpanMode = Literal["none", "words", "sentences"]
+SpanMode = Literal["none", "words", "sentences", "chunks"]
 SPAN_MODES: tuple[SpanMode, ...] = get_args(SpanMode)
 MAX_WORD_TOKENS = 16
 MAX_SENTENCE_TOKENS = 48
 SENTENCE_ENDS = ".;!?"
+CHUNK_TOKENS = 32  # Speculative Prefill's chunk size
 
 
 def _continues_word(previous: str, piece: str) -> bool:
@@ -42,6 +46,8 @@ def spans_from_pieces(pieces: list[str], mode: SpanMode = "words") -> np.ndarray
     """Span id per token (non-decreasing), from each token's decoded text."""
     if mode == "none":
         return np.arange(len(pieces), dtype=np.int64)
+    if mode == "chunks":
+        return np.arange(len(pieces), dtype=np.int64) // CHUNK_TOKENS
     continues, max_span = (_continues_sentence, MAX_SENTENCE_TOKENS) if mode == "sentences" else (_continues_word, MAX_WORD_TOKENS)
     span_ids = np.zeros(len(pieces), dtype=np.int64)
     current, length = 0, 0
