@@ -52,7 +52,7 @@ def main() -> None:
     parser.add_argument("--lengths", default="8000,16000")
     parser.add_argument("--budget", type=int, default=1024)
     parser.add_argument("--tokens", type=int, default=128)
-    parser.add_argument("--heads", default="sum", help="comma-separated: sum, normalized, topk-count, per-head")
+    parser.add_argument("--heads", default="sum", help="comma-separated: sum, normalized, topk-count, max, per-head")
     parser.add_argument("--model", default="default", help="registry name or GGUF path")
     args = parser.parse_args()
     with Engine(args.model, use_cache=False) as engine:

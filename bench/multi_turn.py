@@ -52,7 +52,7 @@ def main() -> None:
     parser.add_argument("--cases", type=int, default=4)
     parser.add_argument("--length", type=int, default=4000)
     parser.add_argument("--budget", type=int, default=256)
-    parser.add_argument("--heads", default="sum", help="comma-separated: sum, normalized, topk-count, per-head")
+    parser.add_argument("--heads", default="sum", help="comma-separated: sum, normalized, topk-count, max, per-head")
     parser.add_argument("--model", default="default", help="registry name or GGUF path")
     args = parser.parse_args()
     os.environ["KVCHAT_HOME"] = tempfile.mkdtemp(prefix="kvchat-bench-")

@@ -37,7 +37,7 @@ READ = typer.Option(
 )
 HEADS = typer.Option(
     SnapKV().heads,
-    help="How the heads choose: sum (one ranking of their votes, the default), normalized, topk-count, or "
+    help="How the heads choose: sum (one ranking of their votes, the default), normalized, topk-count, max, or "
     "per-head (each layer and KV head keeps its own tokens, in the same number of cells).",
 )
 DRAFT = typer.Option(
