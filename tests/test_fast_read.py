@@ -19,7 +19,7 @@ from kvchat.errors import CancelledError, SettingsError
 from kvchat.events import Done, Notice, Progress, Pruned
 from kvchat.llama import ContextSettings, LlamaContext, LlamaModel
 from kvchat.models.registry import DEFAULT_CHEAP_DEPTH
-from kvchat.policy import SnapKV
+from kvchat.policy import HeadReduction, SnapKV
 from kvchat.policy.spans import CHUNK_TOKENS
 from kvchat.tui.app import KvchatApp
 from kvchat.tui.messages import EngineEvent, JobEnded
@@ -91,8 +91,9 @@ def test_only_the_chosen_tokens_stay_read_by_the_whole_model(tiny_model) -> None
 
 
 def test_scored_by_every_layer_of_a_whole_pass_a_fast_reading_keeps_what_snapkv_keeps(tiny_model) -> None:
-    """fast_layers sums the cheap pass's last layers; through all of them, at full depth, it is
-    SnapKV's own choice from the same window. With one layer (the default) it is not here."""
+    """fast_layers sums the cheap pass's last layers; through all of them, at full depth, choosing
+    as SnapKV keeps (words, summed heads), it is SnapKV's own choice from the same window. With one
+    layer (the default) it is not here."""
     tokens, method = _tokens(), SnapKV(budget=96, window=WINDOW)
     cache = _cache(tiny_model)
     with cache.ctx:
@@ -101,7 +102,8 @@ def test_scored_by_every_layer_of_a_whole_pass_a_fast_reading_keeps_what_snapkv_
         cache.clear()
         chosen = {}
         for layers in (1, 2, 9):
-            _, selected = _run(cache, tokens, AskSettings(method=method, read="fast", fast_depth=1.0, fast_layers=layers))
+            settings = AskSettings(method=method, read="fast", fast_depth=1.0, fast_layers=layers, fast_spans="words", fast_heads="sum")
+            _, selected = _run(cache, tokens, settings)
             chosen[layers] = cache.origins.copy()
             assert selected.read == "fast 2/2 layers"
             cache.clear()
@@ -171,12 +173,14 @@ def test_a_larger_re_reading_keeps_the_budget_at_the_chosen_tokens_own_positions
 
 
 def test_chunk_spans_re_read_whole_passages(tiny_model) -> None:
-    """fast_spans="chunks": the cheap pass chooses runs of CHUNK_TOKENS tokens to read again
-    (Speculative Prefill's chunk selection), so its best-voted token comes back with its chunk."""
+    """The cheap pass chooses runs of CHUNK_TOKENS tokens to read again (Speculative Prefill's
+    chunk selection, the default), so its best-voted token comes back with its chunk."""
     tokens, budget = _tokens(), 4 + WINDOW + 2 * CHUNK_TOKENS
     cache = _cache(tiny_model)
     with cache.ctx:
-        _, selected = _run(cache, tokens, AskSettings(method=SnapKV(budget=budget, window=WINDOW), read="fast", fast_spans="chunks"))
+        settings = AskSettings(method=SnapKV(budget=budget, window=WINDOW), read="fast")
+        assert (settings.fast_spans, settings.fast_heads) == ("chunks", "max")
+        _, selected = _run(cache, tokens, settings)
         chosen = set(cache.origins.tolist())
         assert cache.cells == budget == selected.kept
     whole = [c for c in range(len(tokens) // CHUNK_TOKENS) if set(range(c * CHUNK_TOKENS, (c + 1) * CHUNK_TOKENS)) <= chosen]
@@ -186,17 +190,17 @@ def test_chunk_spans_re_read_whole_passages(tiny_model) -> None:
 
 
 def test_the_cheap_pass_may_reduce_its_heads_otherwise_than_the_method_keeps(tiny_model) -> None:
-    """fast_heads="max": the re-read tokens are those the cheap pass's strongest head votes for;
-    the budget kept from the re-reading is still the method's (summed) choice."""
+    """fast_heads="max" (the default): the re-read tokens are those the cheap pass's strongest head
+    votes for; "sum" chooses as the method keeps."""
     tokens, method = _tokens(), SnapKV(budget=64, window=WINDOW, spans="none")
     chosen = {}
-    for heads in (None, "max"):
+    for heads in ("sum", "max"):
         cache = _cache(tiny_model)
         with cache.ctx:
-            _, selected = _run(cache, tokens, AskSettings(method=method, read="fast", fast_heads=heads))
+            _, selected = _run(cache, tokens, AskSettings(method=method, read="fast", fast_spans="none", fast_heads=heads))
             chosen[heads] = cache.origins.tolist()
             assert cache.cells == 64 == selected.kept
-    assert chosen[None] != chosen["max"]
+    assert chosen["sum"] != chosen["max"]
     with pytest.raises(SettingsError, match="unknown fast reading heads"):
         AskSettings(read="fast", fast_heads="per-head")
 
@@ -328,13 +332,14 @@ def draft_path(tmp_path_factory) -> Path:
 @pytest.mark.parametrize(("depth", "read"), [(1.0, "draft draft, 2/2 layers"), (0.5, "draft draft, 1/2 layers")])
 def test_a_draft_model_chooses_and_the_model_reads_only_what_it_chose(tiny_model, draft_path: Path, depth, read: str) -> None:
     tokens, method = _tokens(), SnapKV(budget=96, window=WINDOW)
+    as_fast_chooses = replace(method, spans="chunks", heads=HeadReduction.MAX)
     with LlamaModel(draft_path) as draft_model:
         assert tiny_model.same_vocabulary(draft_model) and draft_model.shape.n_layer == 2
         alone = _cache(draft_model)
-        with alone.ctx:  # the draft's own snapkv choice (by its first layer, when cut), read as a plain reading
+        with alone.ctx:  # the draft's own choice (by its first layer, when cut), read as a plain reading
             alone.ctx.cut_after_layer(None if depth == 1 else 0)
             alone.decode(tokens[:-WINDOW])
-            chosen = alone.plan(method, WINDOW, alone.observe(tokens[-WINDOW:])).kept
+            chosen = alone.plan(as_fast_chooses, WINDOW, alone.observe(tokens[-WINDOW:])).kept
         cache = _cache(tiny_model)
         with cache.ctx:
             settings = AskSettings(method=method, read="fast", fast_depth=depth, fast_reread=96)
@@ -357,7 +362,8 @@ def test_a_draft_reads_with_its_share_of_layers_and_the_model_keeps_the_budget_o
         with alone.ctx:  # what the draft's first layer chooses at four times the budget
             alone.ctx.cut_after_layer(0)
             alone.decode(tokens[:-WINDOW])
-            chosen = alone.plan(replace(method, budget=4 * 96), WINDOW, alone.observe(tokens[-WINDOW:])).kept
+            as_fast_chooses = replace(method, budget=4 * 96, spans="chunks", heads=HeadReduction.MAX)
+            chosen = alone.plan(as_fast_chooses, WINDOW, alone.observe(tokens[-WINDOW:])).kept
         cache = _cache(tiny_model)
         with cache.ctx:
             _, selected = _run_with(cache, tokens, AskSettings(method=method, read="fast"), Draft(draft_model, "draft", DEFAULT_CHEAP_DEPTH))

@@ -17,9 +17,9 @@ measured share for the model running it (models/registry.py), unless `fast_depth
 The cheap pass may choose more than the budget (`fast_reread`; with a draft, four times the budget
 unless told): the whole model then reads those, the question's window observes that reading with
 every layer, and SnapKV keeps the budget's of them, so the tokens kept were written having read
-more than themselves. The cheap pass may choose what to re-read otherwise than the method keeps:
-in whole chunks of the text (`fast_spans`) or by its strongest head's votes (`fast_heads`), as
-Speculative Prefill does.
+more than themselves. The cheap pass chooses what to re-read otherwise than the method keeps: in
+whole chunks of the text (`fast_spans`), each scored by its strongest head (`fast_heads`), as
+Speculative Prefill does, so that the model re-reads passages, not scattered words.
 """
 
 from __future__ import annotations
@@ -84,11 +84,8 @@ def fast_select(
     Without a draft the model's own first `own_depth` of layers choose."""
     started = time.perf_counter()
     ctx, n_prompt = cache.ctx, len(tokens)
-    chooser = replace(settings.method, budget=reread_tokens(settings, draft is not None))
-    if settings.fast_spans is not None:
-        chooser = replace(chooser, spans=settings.fast_spans)
-    if settings.fast_heads is not None:
-        chooser = replace(chooser, heads=HeadReduction(settings.fast_heads))
+    chooser = replace(settings.method, budget=reread_tokens(settings, draft is not None), spans=settings.fast_spans,
+                      heads=HeadReduction(settings.fast_heads))
     depth = settings.fast_depth or (own_depth if draft is None else draft.depth)
     window_start = max(n_prompt - settings.method.window, 0)  # the question's window observes from here
     yield Progress(done=0, total=n_prompt, elapsed_s=0.0)
