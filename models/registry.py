@@ -80,7 +80,8 @@ REGISTRY: tuple[ModelEntry, ...] = (
         # (0.29x, 0.32x of snapkv's time to first token) where 12 kept them all (0.44x); on four
         # questions 12 layers choosing words lost on 12K-18K-token contracts, all 24 won back two of
         # them at 0.71-0.82x, and 12 choosing passages by the strongest head won back all four at
-        # 0.48-0.61x (README "Reading fast").
+        # 0.48-0.61x, where 8 or 6 so choosing still lost the notice period (0.36-0.45x, 0.30-0.40x;
+        # README "Reading fast").
         cheap_depth=0.5,
     ),
 )
