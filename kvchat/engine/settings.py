@@ -73,10 +73,9 @@ class AskSettings:
     # re-reading then keeps the budget's, as SnapKV does.
     fast_reread: int | None = None
     # How the cheap pass groups the tokens it chooses for the re-reading (policy/spans.py) and
-    # reduces its heads' votes (policy/scoring.py): whole 32-token chunks, each scored by the
-    # strongest head, as Speculative Prefill chooses. On four real-contract questions that the
-    # method's own choice (words, summed heads) lost, this answered all four at the same cost
-    # (README "Reading fast").
+    # reduces its heads' votes (policy/scoring.py): whole chunks, each scored by the strongest head,
+    # as Speculative Prefill chooses; choosing as the method keeps (words, summed) lost real-contract
+    # answers (README "Reading fast").
     fast_spans: str = "chunks"
     fast_heads: str = "max"
 
