@@ -31,9 +31,11 @@ CACHE_TYPE_K = typer.Option(DEFAULTS.layout.type_k, help="KV cache type of K: f1
 CACHE_TYPE_V = typer.Option(DEFAULTS.layout.type_v, help="KV cache type of V: f16 or q8_0 (q8_0 needs flash attention).")
 SOURCES = typer.Option(DEFAULTS.sources, "--sources/--no-sources", help="Name the passages each answer drew on (from its attention).")
 READ = typer.Option(
-    DEFAULTS.read, help="full: every layer reads the whole document; fast: a cheap pass (the first layers of --draft, "
-    "or of the model itself with --draft none) chooses the tokens and the whole model reads only those for the "
-    "first answer; follow-ups are selected from a whole reading (README: Reading fast).",
+    DEFAULTS.read, help="auto: fast for a new document's first question when the model has a draft installed (the "
+    "default model: small) and the document is long enough, full otherwise; full: every layer reads the whole "
+    "document; fast: a cheap pass (the first layers of --draft, or of the model itself with --draft none) chooses "
+    "the tokens and the whole model reads only those for the first answer; follow-ups are selected from a whole "
+    "reading (README: Reading fast).",
 )
 HEADS = typer.Option(
     SnapKV().heads,
@@ -52,18 +54,19 @@ SAVE_READINGS = typer.Option(True, "--cache/--no-cache", help="Save each documen
 
 def check_draft(draft: str | None, read: str) -> None:
     """A draft only serves a fast reading: refused with any other, before a model loads."""
-    if draft not in (None, NO_DRAFT) and read != "fast":
-        raise SettingsError("--draft does the cheap pass of a fast reading", "add --read fast")
+    if draft not in (None, NO_DRAFT) and read == "full":
+        raise SettingsError("--draft does the cheap pass of a fast reading", "read auto or fast")
 
 
 def draft_for(model: str, draft: str | None, read: str) -> str | None:
     """The draft a command loads for fast readings: the one named, none for `--draft none`, else
-    with `--read fast` the registry's pair for `model` (small, for the default model) if installed."""
+    unless the reading is full the registry's pair for `model` (small, for the default model) if
+    installed."""
     if draft == NO_DRAFT:
         return None
     if draft is not None:
         return draft
-    return installed_draft(model) if read == "fast" else None
+    return installed_draft(model) if read != "full" else None
 
 
 def ask_settings(

@@ -54,8 +54,9 @@ class ChatCompletionRequest(BaseModel):
     kv_method: Literal["snapkv", "full"] | None = Field(
         default=None, description="snapkv prunes to kv_budget; full keeps the prompt whole. Unset: snapkv, or a document "
         "longer than the model's context read streamed within kv_budget")
-    kv_read: Literal["full", "fast"] | None = Field(
-        default=None, description="fast: a new document's first question is answered from a fast reading (the "
-        "model's first layers choose the tokens, the whole model reads only those); unset: the server's --read")
+    kv_read: Literal["auto", "full", "fast"] | None = Field(
+        default=None, description="fast: a new document's first question is answered from a fast reading (a draft "
+        "model's or the model's first layers choose the tokens, the whole model reads only those); auto: fast when "
+        "the server has a draft and the prompt is long enough; full: every layer reads it all; unset: the server's --read")
     kv_sources: bool = Field(default=True, description="about a document: name the passages the answer drew on "
                              "(the kv block's sources)")

@@ -19,7 +19,7 @@ from kvchat.errors import CancelledError, SettingsError
 from kvchat.events import Done, Notice, Progress, Pruned
 from kvchat.llama import ContextSettings, LlamaContext, LlamaModel
 from kvchat.models.registry import DEFAULT_CHEAP_DEPTH
-from kvchat.policy import HeadReduction, SnapKV
+from kvchat.policy import HeadReduction, SnapKV, method_named
 from kvchat.policy.spans import CHUNK_TOKENS
 from kvchat.tui.app import KvchatApp
 from kvchat.tui.messages import EngineEvent, JobEnded
@@ -383,16 +383,44 @@ def test_a_draft_of_another_vocabulary_is_refused_in_one_line(tiny_model_path: P
     assert refused.value.hint.startswith("use a smaller model of the same family")
 
 
-def test_ask_with_a_draft_says_so_and_a_draft_needs_a_fast_reading(tiny_model_path: Path, draft_path: Path, tmp_path: Path, isolated_home: Path) -> None:
+def test_ask_with_a_draft_reads_fast_by_default_and_a_draft_needs_a_fast_reading(tiny_model_path: Path, draft_path: Path, tmp_path: Path, isolated_home: Path) -> None:
     path = tmp_path / "notes.txt"
     path.write_text("The boat was named the Grey Heron. " * 60)
     args = ["ask", str(path), "Boat?", "--model", str(tiny_model_path), "--budget", "64", "--window", "16",
             "--max-tokens", "4", "--threads", "2", "--no-cache", "--draft", str(draft_path)]
-    result = run_kvchat(*args, "--read", "fast", "--json", home=isolated_home)
+    result = run_kvchat(*args, "--json", home=isolated_home)  # --read auto
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["read"] == f"draft {draft_path}, 1/2 layers, 256 re-read"
-    refused = run_kvchat(*args, home=isolated_home)
-    assert refused.returncode == 2 and "--draft does the cheap pass of a fast reading (hint: add --read fast)" in refused.stderr
+    refused = run_kvchat(*args, "--read", "full", home=isolated_home)
+    assert refused.returncode == 2 and "--draft does the cheap pass of a fast reading (hint: read auto or fast)" in refused.stderr
     own = run_kvchat(*args[:-1], "none", "--read", "fast", "--json", home=isolated_home)  # the model's own layers
     assert own.returncode == 0 and json.loads(own.stdout)["read"] == "fast 1/2 layers"
 
+
+
+def test_by_default_a_draft_reads_a_long_enough_prompt_fast_and_anything_else_is_read_in_full_without_a_word(
+        tiny_model_path: Path, draft_path: Path, tmp_path: Path) -> None:
+    long, short = tmp_path / "long.txt", tmp_path / "short.txt"
+    long.write_text("The boat was named the Grey Heron. The radio failed on day four. " * 40)
+    short.write_text("The boat was named the Grey Heron. " * 4)
+    settings = AskSettings(method=SnapKV(budget=64, window=16), max_tokens=4, threads=2)
+    assert settings.read == "auto"
+
+    def answer(engine: Engine, path: Path, asked: AskSettings) -> tuple[list[str], Done]:
+        events = list(engine.ask(load_document(path), "What was the boat called?", asked))
+        return [e.text for e in events if isinstance(e, Notice)], [e for e in events if isinstance(e, Done)][0]
+
+    with Engine(str(tiny_model_path), use_cache=False, draft=str(draft_path)) as engine:
+        fast = answer(engine, long, settings)
+        too_short = answer(engine, short, settings)
+        per_head = answer(engine, long, replace(settings, method=SnapKV(budget=64, window=16, heads=HeadReduction.PER_HEAD)))
+        streaming = answer(engine, long, replace(settings, method=method_named("streamingllm", budget=64)))
+        asked_fast = answer(engine, short, replace(settings, read="fast"))
+    with Engine(str(tiny_model_path), use_cache=False) as engine:
+        no_draft = answer(engine, long, settings)
+    assert fast[0] == [] and fast[1].stats.read == f"draft {draft_path}, 1/2 layers, 256 re-read" and fast[1].stats.kept_tokens == 64
+    n_short = too_short[1].stats.prompt_tokens
+    assert n_short < 1.5 * 256 and too_short[0] == [] and too_short[1].stats.read == "full" and too_short[1].stats.read_tokens == n_short
+    for notices, done in (per_head, streaming, no_draft):
+        assert notices == [] and done.stats.read == "full" and done.stats.read_tokens == fast[1].stats.prompt_tokens
+    assert asked_fast[0] == [f"read in full: a fast reading would re-read 256 of this prompt's {n_short:,} tokens"]

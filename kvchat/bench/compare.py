@@ -39,12 +39,13 @@ def compare(engine: Engine, cases: list[Case], variants: list[AskSettings]) -> I
     only in what they keep. A method that streams reads its own way: once for all cases when the
     question plays no part in what it keeps (StreamingLLM), once per case when the question observes
     the reading (SnapStream); so does a fast reading, once per case."""
+    reads_fast = [settings.reads_fast(engine.draft is not None) for settings in variants]
     after_reading = {index: settings for index, settings in enumerate(variants)
-                     if not settings.method.streams and settings.read == "full"}
+                     if not settings.method.streams and not reads_fast[index]}
     if after_reading:
         yield from _one_reading(engine, cases, after_reading, None)
     for index, settings in enumerate(variants):
-        if settings.read == "fast":  # a fast reading is the question's own
+        if reads_fast[index]:  # a fast reading is the question's own
             for case_index, case in enumerate(cases):
                 for _, variant_index, events in _one_reading(engine, [case], {index: settings}, None):
                     yield case_index, variant_index, events

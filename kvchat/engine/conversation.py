@@ -115,7 +115,7 @@ class Conversation:
         if self._notice:
             yield Notice(self._notice)
         saved = self.states is not None and self.states.has(self.document_tokens)
-        if self.settings.read == "fast" and not self._composes and not saved:
+        if self.settings.reads_fast(self.run.draft is not None) and not self._composes and not saved:
             self._unread = True  # the first question reads fast; a follow-up reads the document first
             return
         yield from self._read(cancel, question)
@@ -185,13 +185,14 @@ class Conversation:
         # the document's reading counts towards the TTFT of the answer it was read for
         reading_s = 0.0 if self.turns else self._reading_s
         if self._unread:
-            if settings.read == "fast" and not self.turns and not self._reading_on:
-                with_draft = self.run.draft is not None
+            with_draft = self.run.draft is not None
+            if settings.reads_fast(with_draft) and not self.turns and not self._reading_on:
                 if pays(len(tokens), settings, with_draft):
                     self.prompt_tokens = tokens
                     return (yield from self._with_kept_by_document(self.run.read_fast(tokens, settings, cancel)))
-                reread = reread_tokens(settings, with_draft)
-                yield Notice(f"read in full: a fast reading would re-read {reread:,} of this prompt's {len(tokens):,} tokens")
+                if settings.read == "fast":  # asked for by name: say why not (auto reads in full quietly)
+                    reread = reread_tokens(settings, with_draft)
+                    yield Notice(f"read in full: a fast reading would re-read {reread:,} of this prompt's {len(tokens):,} tokens")
             started = time.perf_counter()
             yield from self.read_on(cancel)
             reading_s = time.perf_counter() - started

@@ -11,6 +11,7 @@ from kvchat.policy import SPAN_MODES, HeadReduction, Method, SnapKV
 REDUCTIONS = tuple(r.value for r in HeadReduction if r is not HeadReduction.PER_HEAD)  # one set of tokens to re-read
 
 DEFAULT_MAX_TOKENS = 512
+READS = ("auto", "full", "fast")
 
 
 @dataclass(frozen=True)
@@ -60,11 +61,11 @@ class AskSettings:
     # "fast": the first question about a document is answered from a fast reading: the first
     # `fast_depth` of the layers of a draft model (or of the model's own) read the whole prompt,
     # their attention chooses the tokens, and the whole model reads only those (GemFilter,
-    # Speculative Prefill). A follow-up reads the whole document first. "full" (the default):
-    # every layer reads it all. Fast is not the default yet: it was measured answering as a full
-    # reading does with the registry's draft, which the quick start does not install (README
-    # "Reading fast").
-    read: str = "full"
+    # Speculative Prefill). A follow-up reads the whole document first. "full": every layer reads
+    # it all. "auto" (the default): fast where it was measured answering as a full reading does,
+    # with a draft model and a method that chooses as snapkv does, on a prompt long enough for it
+    # to pay (README "Reading fast"); full otherwise, without a word.
+    read: str = "auto"
     fast_depth: float | None = None  # None: the registry's share for the model that reads (models.cheap_depth)
     fast_positions: str = "consecutive"  # or "original": the chosen tokens moved back to their own positions
     fast_layers: int = 1  # the cheap pass's last layers whose attention chooses (1: its last, as GemFilter)
@@ -86,8 +87,8 @@ class AskSettings:
             raise SettingsError(f"threads must be at least 1, got {self.threads}", "use 1 or more threads, or leave it unset for all cores")
         if self.n_ctx is not None and self.n_ctx < 1:
             raise SettingsError(f"context size must be at least 1, got {self.n_ctx}", "leave it unset to fit the prompt")
-        if self.read not in ("full", "fast"):
-            raise SettingsError(f"unknown reading {self.read!r}", "read full or fast")
+        if self.read not in READS:
+            raise SettingsError(f"unknown reading {self.read!r}", "read auto, full or fast")
         if self.read == "fast" and (not self.method.scores or self.method.streams):
             raise SettingsError(f"a fast reading chooses tokens as snapkv does, not with {self.method.name}", "use snapkv, or read full")
         if self.read == "fast" and self.method.per_head:
@@ -110,3 +111,11 @@ class AskSettings:
                 f"window {self.method.window} is larger than the batch size {self.n_batch}",
                 f"use a window of {self.n_batch} or less",
             )
+
+    def reads_fast(self, with_draft: bool) -> bool:
+        """Whether a new document's first question is answered from a fast reading: asked for, or
+        by default (auto) when a draft model does the cheap pass and the method chooses one set
+        of tokens as snapkv does; the prompt's length decides after (fast.pays)."""
+        if self.read == "auto":
+            return with_draft and self.method.scores and not self.method.streams and not self.method.per_head
+        return self.read == "fast"
