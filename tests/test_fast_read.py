@@ -392,7 +392,7 @@ def test_ask_with_a_draft_reads_fast_by_default_and_a_draft_needs_a_fast_reading
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["read"] == f"draft {draft_path}, 1/2 layers, 256 re-read"
     refused = run_kvchat(*args, "--read", "full", home=isolated_home)
-    assert refused.returncode == 2 and "--draft does the cheap pass of a fast reading (hint: read auto or fast)" in refused.stderr
+    assert refused.returncode == 2 and "--draft does the cheap pass of a fast reading (hint: leave --read at auto, or use --read fast)" in refused.stderr
     own = run_kvchat(*args[:-1], "none", "--read", "fast", "--json", home=isolated_home)  # the model's own layers
     assert own.returncode == 0 and json.loads(own.stdout)["read"] == "fast 1/2 layers"
 
