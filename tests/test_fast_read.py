@@ -397,7 +397,6 @@ def test_ask_with_a_draft_reads_fast_by_default_and_a_draft_needs_a_fast_reading
     assert own.returncode == 0 and json.loads(own.stdout)["read"] == "fast 1/2 layers"
 
 
-
 def test_by_default_a_draft_reads_a_long_enough_prompt_fast_and_anything_else_is_read_in_full_without_a_word(
         tiny_model_path: Path, draft_path: Path, tmp_path: Path) -> None:
     long, short = tmp_path / "long.txt", tmp_path / "short.txt"

@@ -89,9 +89,9 @@ class AskSettings:
             raise SettingsError(f"context size must be at least 1, got {self.n_ctx}", "leave it unset to fit the prompt")
         if self.read not in READS:
             raise SettingsError(f"unknown reading {self.read!r}", "read auto, full or fast")
-        if self.read == "fast" and (not self.method.scores or self.method.streams):
-            raise SettingsError(f"a fast reading chooses tokens as snapkv does, not with {self.method.name}", "use snapkv, or read full")
-        if self.read == "fast" and self.method.per_head:
+        if self.read == "fast" and not self.method_reads_fast:
+            if not self.method.scores or self.method.streams:
+                raise SettingsError(f"a fast reading chooses tokens as snapkv does, not with {self.method.name}", "use snapkv, or read full")
             raise SettingsError("a fast reading chooses one set of tokens to read again, not one per head", "use --heads sum, or read full")
         if self.fast_positions not in ("consecutive", "original"):
             raise SettingsError(f"unknown fast reading positions {self.fast_positions!r}", "use consecutive or original")
@@ -112,10 +112,16 @@ class AskSettings:
                 f"use a window of {self.n_batch} or less",
             )
 
+    @property
+    def method_reads_fast(self) -> bool:
+        """The method chooses one set of tokens by attention after reading, as snapkv does: what a
+        fast reading's cheap pass chooses and the model re-reads."""
+        return self.method.scores and not self.method.streams and not self.method.per_head
+
     def reads_fast(self, with_draft: bool) -> bool:
         """Whether a new document's first question is answered from a fast reading: asked for, or
-        by default (auto) when a draft model does the cheap pass and the method chooses one set
-        of tokens as snapkv does; the prompt's length decides after (fast.pays)."""
+        by default (auto) with a draft model and a method that reads fast; the prompt's length
+        decides after (fast.pays)."""
         if self.read == "auto":
-            return with_draft and self.method.scores and not self.method.streams and not self.method.per_head
+            return with_draft and self.method_reads_fast
         return self.read == "fast"
