@@ -12,6 +12,7 @@ from kvchat.cli.ask import ask_command
 from kvchat.cli.bench import bench_command
 from kvchat.cli.cache import cache_app
 from kvchat.cli.chat import chat_command
+from kvchat.cli.doctor import doctor_command
 from kvchat.cli.inspect import inspect_command
 from kvchat.cli.logs import configure_logging
 from kvchat.cli.models import models_command
@@ -31,6 +32,7 @@ app.command("inspect")(inspect_command)
 app.command("models")(models_command)
 app.command("bench")(bench_command)
 app.command("serve")(serve_command)
+app.command("doctor")(doctor_command)
 app.add_typer(cache_app, name="cache")
 
 EXIT_INTERRUPTED = 130

@@ -1,7 +1,8 @@
 """The llama adapter: the only code that imports llama_cpp."""
 
-from kvchat.llama._lib import STATE_FORMAT
+from kvchat.llama._lib import LLAMA_CPP_VERSION, STATE_FORMAT
 from kvchat.llama.context import ContextSettings, LlamaContext, StateBytes
+from kvchat.llama.cpu import WEIGHT_LAYOUTS, WEIGHTS_ENV, extra_buffer_types, system_info, weight_layout
 from kvchat.llama.model import CACHE_TYPES, Detokenizer, LlamaModel, ModelShape, gpu_offload_supported
 from kvchat.llama.probe import AttentionProbe
 from kvchat.llama.sampler import Sampler, SamplerSettings
@@ -9,6 +10,9 @@ from kvchat.llama.state import for_streams as state_for_streams
 
 __all__ = [
     "CACHE_TYPES",
+    "LLAMA_CPP_VERSION",
+    "WEIGHTS_ENV",
+    "WEIGHT_LAYOUTS",
     "AttentionProbe",
     "ContextSettings",
     "Detokenizer",
@@ -19,6 +23,9 @@ __all__ = [
     "Sampler",
     "SamplerSettings",
     "StateBytes",
+    "extra_buffer_types",
     "gpu_offload_supported",
     "state_for_streams",
+    "system_info",
+    "weight_layout",
 ]

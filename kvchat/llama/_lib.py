@@ -23,7 +23,8 @@ def _library_path(stem: str) -> pathlib.Path:
 
 @cache
 def ggml_base() -> ctypes.CDLL:
-    """libggml-base with the tensor accessors the attention probe needs."""
+    """libggml-base with the tensor accessors the attention probe needs, and the device and
+    buffer-type calls that choose where weights live (cpu.py)."""
     lib = ctypes.CDLL(str(_library_path("ggml-base")))
     lib.ggml_get_name.argtypes = [ctypes.c_void_p]
     lib.ggml_get_name.restype = ctypes.c_char_p
@@ -37,6 +38,21 @@ def ggml_base() -> ctypes.CDLL:
     lib.ggml_is_contiguous.restype = ctypes.c_bool
     lib.ggml_backend_buffer_is_host.argtypes = [ctypes.c_void_p]
     lib.ggml_backend_buffer_is_host.restype = ctypes.c_bool
+    lib.ggml_backend_dev_backend_reg.argtypes = [ctypes.c_void_p]
+    lib.ggml_backend_dev_backend_reg.restype = ctypes.c_void_p
+    lib.ggml_backend_reg_get_proc_address.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+    lib.ggml_backend_reg_get_proc_address.restype = ctypes.c_void_p
+    lib.ggml_backend_buft_name.argtypes = [ctypes.c_void_p]
+    lib.ggml_backend_buft_name.restype = ctypes.c_char_p
+    return lib
+
+
+@cache
+def ggml_registry() -> ctypes.CDLL:
+    """libggml: the backend registry, which finds the CPU device."""
+    lib = ctypes.CDLL(str(_library_path("ggml")))
+    lib.ggml_backend_dev_by_type.argtypes = [ctypes.c_int]
+    lib.ggml_backend_dev_by_type.restype = ctypes.c_void_p
     return lib
 
 
@@ -52,8 +68,9 @@ class GgmlTensorHead(ctypes.Structure):
 
 
 GGML_TYPE_F32 = 0
+LLAMA_CPP_VERSION: str = raw.__version__
 # Saved sequence states are only valid for the llama.cpp build that wrote them.
-STATE_FORMAT = f"llama-cpp-python-{raw.__version__}"
+STATE_FORMAT = f"llama-cpp-python-{LLAMA_CPP_VERSION}"
 
 
 @cache

@@ -25,7 +25,8 @@ StateBytes = bytes | bytearray | memoryview
 class ContextSettings:
     n_ctx: int
     n_batch: int = 512
-    threads: int | None = None
+    threads: int | None = None  # decoding a token at a time (llama.cpp's n_threads)
+    threads_batch: int | None = None  # reading a prompt in batches (n_threads_batch)
     flash_attn: bool = False
     n_seq_max: int = 1
     # One stream of n_ctx cells for every sequence (sequences can share cells: see copy()); else
@@ -39,6 +40,9 @@ class ContextSettings:
 
     def thread_count(self) -> int:
         return self.threads or max(1, os.cpu_count() or 1)
+
+    def batch_thread_count(self) -> int:
+        return self.threads_batch or self.threads or max(1, os.cpu_count() or 1)
 
 
 class LlamaContext:
@@ -73,7 +77,8 @@ class LlamaContext:
         params.n_ctx = settings.n_ctx
         params.n_batch = params.n_ubatch = settings.n_batch
         params.n_seq_max = settings.n_seq_max
-        params.n_threads = params.n_threads_batch = settings.thread_count()
+        params.n_threads = settings.thread_count()
+        params.n_threads_batch = settings.batch_thread_count()
         params.flash_attn_type = (
             raw.LLAMA_FLASH_ATTN_TYPE_ENABLED if settings.flash_attn else raw.LLAMA_FLASH_ATTN_TYPE_DISABLED
         )

@@ -7,6 +7,8 @@ The ctypes callback object is module-level so it stays alive for as long as C ma
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from kvchat.llama._lib import raw
 
@@ -15,6 +17,7 @@ LOGGER = logging.getLogger("kvchat.llama")
 # ggml_log_level: NONE=0, DEBUG=1, INFO=2, WARN=3, ERROR=4, CONT=5
 _LEVELS = {1: logging.DEBUG, 2: logging.INFO, 3: logging.WARNING, 4: logging.ERROR}
 _state = {"level": logging.DEBUG, "line": ""}
+_captures: list[list[str]] = []
 
 
 def _on_log(level: int, text: bytes | None, _user_data: object) -> None:
@@ -23,7 +26,10 @@ def _on_log(level: int, text: bytes | None, _user_data: object) -> None:
         _state["level"] = _LEVELS.get(level, logging.INFO)
     _state["line"] += message
     if _state["line"].endswith("\n"):
-        LOGGER.log(_state["level"], _state["line"].rstrip("\n"))
+        line = _state["line"].rstrip("\n")
+        LOGGER.log(_state["level"], line)
+        for capture in _captures:
+            capture.append(line)
         _state["line"] = ""
 
 
@@ -33,3 +39,14 @@ _CALLBACK = raw.llama_log_callback(_on_log)
 def route_logs() -> None:
     """Install the callback (idempotent). Call before loading a model."""
     raw.llama_log_set(_CALLBACK, None)
+
+
+@contextmanager
+def captured_lines() -> Iterator[list[str]]:
+    """The lines llama.cpp logs while the block runs (they still go to the log file too)."""
+    lines: list[str] = []
+    _captures.append(lines)
+    try:
+        yield lines
+    finally:
+        _captures.remove(lines)

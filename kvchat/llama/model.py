@@ -11,7 +11,8 @@ import numpy as np
 
 from kvchat.errors import ModelError, PromptTooLongError
 from kvchat.llama._lib import backend_ready, raw
-from kvchat.llama.logs import route_logs
+from kvchat.llama.cpu import apply_weight_layout, weight_buffers, weight_layout
+from kvchat.llama.logs import captured_lines, route_logs
 
 # Bytes per element of the KV cache types kvchat offers (ggml_type ids).
 CACHE_TYPE_BYTES = {"f16": (1, 2.0), "q8_0": (8, 34 / 32), "f32": (0, 4.0)}  # ggml type id, bytes per element
@@ -48,8 +49,13 @@ class LlamaModel:
         backend_ready()
         params = raw.llama_model_default_params()
         params.n_gpu_layers = gpu_layers
+        self.weight_layout = weight_layout()
+        apply_weight_layout(params, self.weight_layout)
         self.path = Path(path)
-        self._model = raw.llama_model_load_from_file(str(self.path).encode(), params)
+        with captured_lines() as load_log:
+            self._model = raw.llama_model_load_from_file(str(self.path).encode(), params)
+        # MiB of weights per buffer type llama.cpp chose (CPU_Mapped, CPU_REPACK, CUDA0, ...).
+        self.weight_buffers = weight_buffers(load_log)
         if not self._model:
             raise ModelError(f"{self.path}: llama.cpp could not load this model", "is it a complete GGUF file?")
         self._vocab = raw.llama_model_get_vocab(self._model)

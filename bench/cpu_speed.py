@@ -1,0 +1,117 @@
+"""Reading and decoding speed of one model for each CPU weight layout and thread count, alone or
+beside a busy neighbour; each configuration in a child process of its own, several runs each.
+
+Usage: python bench/cpu_speed.py [--model default] [--prompt 2048] [--decode 64] [--runs 3]
+       [--layouts plain,repack] [--threads 2/2,1/1] [--waits active,passive] [--neighbours none,spin,reader]
+
+--threads takes READ/DECODE pairs (llama.cpp's n_threads_batch / n_threads). A neighbour is
+"spin" (a process busy on one core) or "reader" (another process reading a prompt with 2 threads
+in a loop, as a benchmark or a second kvchat would). --waits sets OpenMP's OMP_WAIT_POLICY for the
+measured process ("default": unset). Prints one JSON line per configuration with
+the min/median/max of prompt tok/s and decode tok/s, and the weight buffers llama.cpp chose.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+SAMPLE = "kvchat/samples/marketing_reseller_agreement.pdf"
+
+
+def child(model_name: str, prompt_tokens: int, decode_tokens: int, read_threads: int, decode_threads: int) -> dict:
+    """One measurement in this process: read the prompt in 512-token batches, then decode greedily."""
+    from kvchat.documents import load_document
+    from kvchat.llama import ContextSettings, LlamaContext, LlamaModel, Sampler, SamplerSettings
+    from kvchat.models import resolve_model
+
+    with LlamaModel(resolve_model(model_name)) as model:
+        text = load_document(SAMPLE).text * 4
+        tokens = model.tokenize(text)[:prompt_tokens]
+        settings = ContextSettings(n_ctx=prompt_tokens + decode_tokens + 16, n_batch=512,
+                                   threads=decode_threads, threads_batch=read_threads)
+        with LlamaContext(model, settings) as ctx:
+            start = time.perf_counter()
+            for first in range(0, len(tokens), 512):
+                ctx.decode(tokens[first:first + 512], first)
+            read_s = time.perf_counter() - start
+            sampler = Sampler(SamplerSettings())
+            start = time.perf_counter()
+            for step in range(decode_tokens):
+                ctx.decode([sampler.sample(ctx.handle)], len(tokens) + step)
+            decode_s = time.perf_counter() - start
+            sampler.close()
+        return {"read_tok_s": len(tokens) / read_s, "decode_tok_s": decode_tokens / decode_s,
+                "weights": model.weight_buffers}
+
+
+def _neighbour(kind: str, model_name: str) -> subprocess.Popen | None:
+    if kind == "none":
+        return None
+    if kind == "spin":
+        command = [sys.executable, "-c", "while True: pass"]
+    else:
+        command = [sys.executable, "bench/cpu_speed.py", "--child", "--forever", "--model", model_name,
+                   "--prompt", "1024", "--decode", "16", "--threads", "2/2"]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(8 if kind == "reader" else 1)  # the reader loads its model before it competes
+    return process
+
+
+def run(args: argparse.Namespace, layout: str, threads: str, wait: str, neighbour: str) -> dict:
+    read_threads, decode_threads = threads.split("/")
+    env = dict(os.environ, KVCHAT_CPU_WEIGHTS=layout)
+    if wait != "default":
+        env["OMP_WAIT_POLICY"] = wait
+    command = [sys.executable, "bench/cpu_speed.py", "--child", "--model", args.model, "--prompt", str(args.prompt),
+               "--decode", str(args.decode), "--threads", threads]
+    other = _neighbour(neighbour, args.model)
+    try:
+        runs = [json.loads(subprocess.run(command, env=env, check=True, capture_output=True, text=True).stdout)
+                for _ in range(args.runs)]
+    finally:
+        if other is not None:
+            other.kill()
+            other.wait()
+    summary: dict[str, object] = {"layout": layout, "read_threads": int(read_threads),
+                                  "decode_threads": int(decode_threads), "wait": wait, "neighbour": neighbour,
+                                  "weights_mib": runs[0]["weights"]}
+    for key in ("read_tok_s", "decode_tok_s"):
+        values = sorted(run[key] for run in runs)
+        summary[key] = [round(values[0], 1), round(statistics.median(values), 1), round(values[-1], 1)]
+    return summary
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--model", default="default")
+    parser.add_argument("--prompt", type=int, default=2048)
+    parser.add_argument("--decode", type=int, default=64)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--layouts", default="plain,repack")
+    parser.add_argument("--threads", default="2/2")
+    parser.add_argument("--waits", default="default")
+    parser.add_argument("--neighbours", default="none")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--forever", action="store_true", help=argparse.SUPPRESS)  # a "reader" neighbour
+    args = parser.parse_args()
+    if args.child:
+        read_threads, decode_threads = (int(n) for n in args.threads.split("/"))
+        while True:
+            print(json.dumps(child(args.model, args.prompt, args.decode, read_threads, decode_threads)), flush=True)
+            if not args.forever:
+                return
+    for neighbour, layout, threads, wait in itertools.product(
+        args.neighbours.split(","), args.layouts.split(","), args.threads.split(","), args.waits.split(",")
+    ):
+        print(json.dumps(run(args, layout, threads, wait, neighbour)), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,123 @@
+"""What `kvchat doctor` reports: this installation (versions, llama.cpp's build, models, folders,
+memory) and a smoke test of one model, run by the doctor in a child process so that a native
+crash there becomes a line of the report instead of the end of the caller."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+import time
+from collections.abc import Callable
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+
+from kvchat.llama import (
+    LLAMA_CPP_VERSION, WEIGHT_LAYOUTS, ContextSettings, LlamaContext, LlamaModel, Sampler, SamplerSettings,
+    extra_buffer_types, gpu_offload_supported, system_info, weight_layout,
+)
+from kvchat.models import REGISTRY, ModelEntry, model_status
+from kvchat.paths import cache_dir, data_dir, log_dir
+
+SMOKE_TEXT = (
+    "This Agreement shall be governed by and construed in accordance with the laws of the State of "
+    "Israel. Either party may terminate this Agreement upon ninety days' written notice. "
+)
+SMOKE_READ_TOKENS = 256
+SMOKE_DECODE_TOKENS = 8
+
+
+def installation() -> dict[str, object]:
+    """Everything a bug report needs about this installation, without loading a model."""
+    return {
+        "kvchat": _version("kvchat"),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "llama_cpp_python": LLAMA_CPP_VERSION,
+        "llama_cpp": {
+            "gpu_offload": gpu_offload_supported(),
+            "system_info": system_info(),
+            "extra_buffer_types": extra_buffer_types(),
+            "weight_layout": weight_layout(),
+            "weight_layouts": list(WEIGHT_LAYOUTS),
+        },
+        "models": [_model_row(entry) for entry in REGISTRY],
+        "folders": {name: _folder(path) for name, path in
+                    (("data", data_dir()), ("cache", cache_dir()), ("logs", log_dir()))},
+        "memory": {"total_bytes": _memory("MemTotal"), "available_bytes": _memory("MemAvailable")},
+        "cpu_count": os.cpu_count(),
+    }
+
+
+def smoke_test(model_path: Path, gpu_layers: int = 0, stage: Callable[[str], None] = lambda _: None) -> dict[str, object]:
+    """Load the model, read a few hundred tokens and decode a few: what every question does.
+    `stage` is told each step before it starts, so that a crash can be placed."""
+    stage("loading the model")
+    with LlamaModel(model_path, gpu_layers=gpu_layers) as model:
+        tokens = model.tokenize(SMOKE_TEXT * 16)[:SMOKE_READ_TOKENS]
+        settings = ContextSettings(n_ctx=len(tokens) + SMOKE_DECODE_TOKENS + 8, n_batch=len(tokens))
+        with LlamaContext(model, settings) as ctx:
+            stage("reading a prompt")
+            start = time.perf_counter()
+            ctx.decode(tokens, 0)
+            read_s = time.perf_counter() - start
+            stage("decoding")
+            sampler = Sampler(SamplerSettings())
+            start = time.perf_counter()
+            for step in range(SMOKE_DECODE_TOKENS):
+                ctx.decode([sampler.sample(ctx.handle)], len(tokens) + step)
+            decode_s = time.perf_counter() - start
+            sampler.close()
+        return {
+            "model": str(model_path),
+            "weight_layout": model.weight_layout,
+            "weight_buffers_mib": model.weight_buffers,
+            "read_tokens": len(tokens),
+            "read_tok_s": round(len(tokens) / read_s, 1),
+            "decode_tok_s": round(SMOKE_DECODE_TOKENS / decode_s, 1),
+        }
+
+
+def _version(distribution: str) -> str | None:
+    try:
+        return version(distribution)
+    except PackageNotFoundError:
+        return None
+
+
+def _model_row(entry: ModelEntry) -> dict[str, object]:
+    """Installed (its parts), assembled (the GGUF in the data folder) and verified (its sha256
+    read again now: a file damaged since its assembly fails here)."""
+    status = model_status(entry)
+    verified = status.assembled and _hash_matches(status.path, entry.sha256)
+    return {"name": status.entry.name, "installed": status.packages_installed, "assembled": status.assembled,
+            "verified": verified, "path": str(status.path), "install": status.entry.pip_command}
+
+
+def _hash_matches(path: Path, expected: str) -> bool:
+    digest = hashlib.sha256()
+    with path.open("rb") as source:
+        while chunk := source.read(8 << 20):
+            digest.update(chunk)
+    return digest.hexdigest() == expected
+
+
+def _folder(path: Path) -> dict[str, object]:
+    size = sum(file.stat().st_size for file in path.rglob("*") if file.is_file()) if path.is_dir() else 0
+    return {"path": str(path), "bytes": size}
+
+
+def _memory(field: str) -> int | None:
+    """A /proc/meminfo field in bytes (Linux), else what sysconf knows, else None."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    names = {"MemTotal": "SC_PHYS_PAGES", "MemAvailable": "SC_AVPHYS_PAGES"}
+    try:
+        return os.sysconf(names[field]) * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
