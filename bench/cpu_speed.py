@@ -2,12 +2,13 @@
 beside a busy neighbour; each configuration in a child process of its own, several runs each.
 
 Usage: python bench/cpu_speed.py [--model default] [--prompt 2048] [--decode 64] [--runs 3]
-       [--layouts plain,repack] [--threads 2/2,1/1] [--waits active,passive] [--neighbours none,spin,reader]
+       [--layouts plain,extra] [--threads 2/2,1/1] [--waits default,passive,spin=10000] [--neighbours none,spin,reader]
 
 --threads takes READ/DECODE pairs (llama.cpp's n_threads_batch / n_threads). A neighbour is
-"spin" (a process busy on one core) or "reader" (another process reading a prompt with 2 threads
-in a loop, as a benchmark or a second kvchat would). --waits sets OpenMP's OMP_WAIT_POLICY for the
-measured process ("default": unset). Prints one JSON line per configuration with
+"spin" (a process busy on one core) or "reader" (another llama.cpp process reading a prompt with
+2 threads in a loop, as a benchmark or llama-server would, with libgomp's own spin count). --waits sets how OpenMP threads wait at a barrier in
+the measured process: OMP_WAIT_POLICY (active, passive), GOMP_SPINCOUNT ("spin=N": spin N times,
+then sleep; libgomp's own is spin=300000), or "default" (kvchat's, kvchat/llama/_lib.py). Prints one JSON line per configuration with
 the min/median/max of prompt tok/s and decode tok/s, and the weight buffers llama.cpp chose.
 """
 
@@ -59,7 +60,9 @@ def _neighbour(kind: str, model_name: str) -> subprocess.Popen | None:
     else:
         command = [sys.executable, "bench/cpu_speed.py", "--child", "--forever", "--model", model_name,
                    "--prompt", "1024", "--decode", "16", "--threads", "2/2"]
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # libgomp's own spin count (300,000), as any llama.cpp process other than kvchat has it
+    env = dict(os.environ, GOMP_SPINCOUNT="300000")
+    process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     time.sleep(8 if kind == "reader" else 1)  # the reader loads its model before it competes
     return process
 
@@ -67,7 +70,9 @@ def _neighbour(kind: str, model_name: str) -> subprocess.Popen | None:
 def run(args: argparse.Namespace, layout: str, threads: str, wait: str, neighbour: str) -> dict:
     read_threads, decode_threads = threads.split("/")
     env = dict(os.environ, KVCHAT_CPU_WEIGHTS=layout)
-    if wait != "default":
+    if wait.startswith("spin="):
+        env["GOMP_SPINCOUNT"] = wait.removeprefix("spin=")
+    elif wait != "default":
         env["OMP_WAIT_POLICY"] = wait
     command = [sys.executable, "bench/cpu_speed.py", "--child", "--model", args.model, "--prompt", str(args.prompt),
                "--decode", str(args.decode), "--threads", threads]
@@ -94,7 +99,7 @@ def main() -> None:
     parser.add_argument("--prompt", type=int, default=2048)
     parser.add_argument("--decode", type=int, default=64)
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--layouts", default="plain,repack")
+    parser.add_argument("--layouts", default="plain,extra")
     parser.add_argument("--threads", default="2/2")
     parser.add_argument("--waits", default="default")
     parser.add_argument("--neighbours", default="none")

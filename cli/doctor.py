@@ -103,9 +103,10 @@ def _print(report: dict, console: Console) -> None:
         console.print(f"model {row['name']}: {state} · {row['path']}")
     for name, folder in report["folders"].items():
         console.print(f"{name} folder: {folder['path']} ({_size(folder['bytes'])})")
-    memory = report["memory"]
+    memory, cpus = report["memory"], report["cpus"]
     console.print(f"memory: {_size(memory['available_bytes'])} available of {_size(memory['total_bytes'])} · "
-                  f"{report['cpu_count']} CPUs")
+                  f"{cpus['count']} CPUs, {cpus['threads']} threads · OpenMP spin count {cpus['openmp_spin_count']}, "
+                  f"wait policy {cpus['openmp_wait_policy'] or 'unset'}")
     if smoke["ok"]:
         buffers = ", ".join(f"{name} {mib:,.0f} MiB" for name, mib in smoke["weight_buffers_mib"].items())
         console.print(f"smoke test: ok · read {smoke['read_tokens']} tokens at {smoke['read_tok_s']} tok/s, "

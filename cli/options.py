@@ -24,7 +24,7 @@ BUDGET = typer.Option(DEFAULTS.method.budget, help="KV entries kept for the prom
 WINDOW = typer.Option(DEFAULTS.method.window, help="Observation window: the question's last tokens whose attention votes.")
 MAX_TOKENS = typer.Option(DEFAULTS.max_tokens, help="Most tokens per answer.")
 TEMPERATURE = typer.Option(DEFAULTS.sampler.temperature, help="0 = greedy (deterministic).")
-THREADS = typer.Option(DEFAULTS.threads, help="CPU threads (default: all cores).")
+THREADS = typer.Option(DEFAULTS.threads, help="CPU threads for reading and decoding (default: every CPU kvchat may use).")
 GPU_LAYERS = typer.Option(0, help="Layers to offload to the GPU (a CUDA or Metal build; see the README).")
 FLASH_ATTN = typer.Option("auto", help="on, off, or auto (on with --gpu-layers); on: scores from queries and keys.")
 CACHE_TYPE_K = typer.Option(DEFAULTS.layout.type_k, help="KV cache type of K: f16 or q8_0.")

@@ -13,7 +13,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from kvchat.llama import (
-    LLAMA_CPP_VERSION, WEIGHT_LAYOUTS, ContextSettings, LlamaContext, LlamaModel, Sampler, SamplerSettings,
+    LLAMA_CPP_VERSION, WEIGHT_LAYOUTS, ContextSettings, available_cpus, LlamaContext, LlamaModel, Sampler, SamplerSettings,
     extra_buffer_types, gpu_offload_supported, system_info, weight_layout,
 )
 from kvchat.models import REGISTRY, ModelEntry, model_status
@@ -45,7 +45,8 @@ def installation() -> dict[str, object]:
         "folders": {name: _folder(path) for name, path in
                     (("data", data_dir()), ("cache", cache_dir()), ("logs", log_dir()))},
         "memory": {"total_bytes": _memory("MemTotal"), "available_bytes": _memory("MemAvailable")},
-        "cpu_count": os.cpu_count(),
+        "cpus": {"count": os.cpu_count(), "threads": available_cpus(),
+                 "openmp_spin_count": os.environ.get("GOMP_SPINCOUNT"), "openmp_wait_policy": os.environ.get("OMP_WAIT_POLICY")},
     }
 
 

@@ -2,7 +2,7 @@
 
 from kvchat.llama._lib import LLAMA_CPP_VERSION, STATE_FORMAT
 from kvchat.llama.context import ContextSettings, LlamaContext, StateBytes
-from kvchat.llama.cpu import WEIGHT_LAYOUTS, WEIGHTS_ENV, extra_buffer_types, system_info, weight_layout
+from kvchat.llama.cpu import WEIGHT_LAYOUTS, WEIGHTS_ENV, available_cpus, extra_buffer_types, system_info, weight_layout
 from kvchat.llama.model import CACHE_TYPES, Detokenizer, LlamaModel, ModelShape, gpu_offload_supported
 from kvchat.llama.probe import AttentionProbe
 from kvchat.llama.sampler import Sampler, SamplerSettings
@@ -23,6 +23,7 @@ __all__ = [
     "Sampler",
     "SamplerSettings",
     "StateBytes",
+    "available_cpus",
     "extra_buffer_types",
     "gpu_offload_supported",
     "state_for_streams",

@@ -7,11 +7,22 @@ renamed upstream API is fixed here and nowhere else.
 from __future__ import annotations
 
 import ctypes
+import os
 import pathlib
 import sys
 from functools import cache
 
-import llama_cpp as raw  # noqa: F401  (re-exported for the adapter modules)
+# llama.cpp's CPU threads meet at a barrier after every op, and OpenMP (libgomp) makes a thread
+# that arrives first spin 300,000 times before it sleeps. While another process holds a core,
+# the spinning thread keeps the one it waits for off the CPU: decoding beside a second llama.cpp
+# process fell from 15.9 to 2.2 tok/s on 2 cores. A short spin keeps most of the speed alone and
+# degrades gracefully beside another process (docs/cpu.md). libgomp reads this once, when
+# llama_cpp's import loads it; a value the user set is kept.
+OPENMP_SPIN_COUNT = "3000"
+if "GOMP_SPINCOUNT" not in os.environ and "OMP_WAIT_POLICY" not in os.environ:
+    os.environ["GOMP_SPINCOUNT"] = OPENMP_SPIN_COUNT
+
+import llama_cpp as raw  # noqa: E402  (re-exported for the adapter modules; after the spin count)
 
 
 def _library_path(stem: str) -> pathlib.Path:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ctypes
-import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -12,6 +11,7 @@ from kvchat.errors import DecodeError, KvCacheFullError, ModelError, SettingsErr
 from kvchat.llama._lib import raw
 from kvchat.llama.model import CACHE_TYPE_BYTES, LlamaModel
 from kvchat.llama.composite import composite_state
+from kvchat.llama.cpu import available_cpus
 from kvchat.llama.probe import AttentionProbe
 from kvchat.llama.query_probe import QueryProbe
 from kvchat.llama.state import cell_positions
@@ -39,10 +39,10 @@ class ContextSettings:
     query_scores: bool = False
 
     def thread_count(self) -> int:
-        return self.threads or max(1, os.cpu_count() or 1)
+        return self.threads or available_cpus()
 
     def batch_thread_count(self) -> int:
-        return self.threads_batch or self.threads or max(1, os.cpu_count() or 1)
+        return self.threads_batch or self.thread_count()
 
 
 class LlamaContext:

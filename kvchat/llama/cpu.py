@@ -71,6 +71,16 @@ def extra_buffer_types() -> list[str]:
     return names
 
 
+def available_cpus() -> int:
+    """The CPUs this process may run on: its affinity mask (which taskset and a container's cpuset
+    narrow), where the OS has one, else every CPU. kvchat's default thread count, for reading
+    and decoding alike: measured best alone and beside another process (docs/cpu.md)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # macOS, Windows
+        return max(1, os.cpu_count() or 1)
+
+
 def system_info() -> str:
     """llama.cpp's own line of the CPU features and backends it was built with."""
     backend_ready()

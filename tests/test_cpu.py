@@ -1,5 +1,6 @@
-"""Where a loaded model's weights live on the CPU: never in llama.cpp's AMX buffer (its matmul
-crashes on common cloud hosts) unless KVCHAT_CPU_WEIGHTS=extra opts in, on any machine.
+"""llama.cpp on the CPU: where a loaded model's weights live (never in llama.cpp's AMX buffer, whose
+matmul crashes on common cloud hosts, unless KVCHAT_CPU_WEIGHTS=extra opts in, on any machine),
+and how its threads wait and how many there are.
 
 Whether this machine's build has an AMX buffer type at all depends on its CPU (`grep -c amx_int8
 /proc/cpuinfo`): so the tests check both what kvchat asks llama.cpp for, which holds everywhere,
@@ -8,12 +9,15 @@ and the buffers llama.cpp reports having put the weights in.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from kvchat.errors import SettingsError
-from kvchat.llama import LlamaModel, extra_buffer_types, system_info, weight_layout
+from kvchat.llama import ContextSettings, LlamaModel, available_cpus, extra_buffer_types, system_info, weight_layout
 from kvchat.llama._lib import raw
 from kvchat.llama.cpu import WEIGHTS_ENV, apply_weight_layout, weight_buffers
 
@@ -73,3 +77,25 @@ def test_a_quantized_model_never_gets_amx_and_gets_repack_only_when_opted_in(sma
     monkeypatch.setenv(WEIGHTS_ENV, "extra")
     with LlamaModel(small_model_path) as model:
         assert "CPU_REPACK" in model.weight_buffers and "AMX" not in model.weight_buffers
+
+
+def _spin_count_after_import(**env: str) -> str:
+    environment = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")}
+    code = "import os, kvchat.llama; print(os.environ.get('GOMP_SPINCOUNT'), os.environ.get('OMP_WAIT_POLICY'))"
+    return subprocess.run([sys.executable, "-c", code], env={**environment, **env}, capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+def test_openmp_threads_spin_briefly_before_they_sleep_unless_the_user_said_otherwise() -> None:
+    assert _spin_count_after_import() == "3000 None"
+    assert _spin_count_after_import(GOMP_SPINCOUNT="300000") == "300000 None"
+    assert _spin_count_after_import(OMP_WAIT_POLICY="active") == "None active"
+
+
+def test_threads_default_to_the_cpus_this_process_may_use_for_reading_and_decoding() -> None:
+    assert available_cpus() == len(os.sched_getaffinity(0))
+    settings = ContextSettings(n_ctx=64)
+    assert (settings.batch_thread_count(), settings.thread_count()) == (available_cpus(), available_cpus())
+    assert (ContextSettings(n_ctx=64, threads=1).batch_thread_count(), ContextSettings(n_ctx=64, threads_batch=3).thread_count()) == (1, available_cpus())
+    shrunk = "import os; os.sched_setaffinity(0, {0}); from kvchat.llama import available_cpus; print(available_cpus())"
+    assert subprocess.run([sys.executable, "-c", shrunk], capture_output=True, text=True, check=True).stdout.strip() == "1"
