@@ -86,7 +86,9 @@ def doctor_command(
 
 
 def _size(count: object) -> str:
-    return f"{count / 2**30:.1f} GiB" if isinstance(count, int) else "unknown"
+    if not isinstance(count, int):
+        return "unknown"
+    return f"{count / 2**30:.1f} GiB" if count >= 2**30 else f"{count / 2**20:,.1f} MiB"
 
 
 def _print(report: dict, console: Console) -> None:

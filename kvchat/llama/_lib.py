@@ -14,8 +14,8 @@ from functools import cache
 
 # llama.cpp's CPU threads meet at a barrier after every op, and OpenMP (libgomp) makes a thread
 # that arrives first spin 300,000 times before it sleeps. While another process holds a core,
-# the spinning thread keeps the one it waits for off the CPU: decoding beside a second llama.cpp
-# process fell from 15.9 to 2.2 tok/s on 2 cores. A short spin keeps most of the speed alone and
+# the spinning thread keeps the one it waits for off the CPU: on 2 cores, decoding beside a second
+# llama.cpp process fell to a fifth of its speed or less. A short spin keeps most of the speed alone and
 # degrades gracefully beside another process (docs/cpu.md). libgomp reads this once, when
 # llama_cpp's import loads it; a value the user set is kept.
 OPENMP_SPIN_COUNT = "3000"
