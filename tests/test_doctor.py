@@ -50,6 +50,7 @@ def test_the_text_report_ends_with_the_smoke_test(tiny_model_path, isolated_home
 
 
 def _doctor(monkeypatch, capsys, *args: str) -> tuple[int, str]:
+    monkeypatch.setattr(cli_app, "configure_logging", lambda: None)  # it would take kvchat's logs from caplog for good
     monkeypatch.setattr(sys, "argv", ["kvchat", "doctor", *args])
     with pytest.raises(SystemExit) as exit_:
         cli_app.main()
