@@ -9,6 +9,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from kvchat.bench.cuad import cuad_contracts, cuad_ids_named
 from kvchat.bench.report import summarize, write_json
@@ -83,7 +84,7 @@ def _table(summary: list[dict]) -> Table:
     for row in summary:
         speedup = "—" if row["decode_speedup"] is None else f"{row['decode_speedup']:.2f}x"
         accuracy = [f"{row['accuracy_by_task'].get(task, float('nan')):.2f}" for task in tasks]
-        names = [Path(row["model"]).name, row["variant"]] if several_models else [row["variant"]]
+        names = [Text(Path(row["model"]).name), Text(row["variant"])] if several_models else [Text(row["variant"])]
         of_full = "—" if row["kept_of_full"] is None else f"{row['kept_of_full']:.0%}"
         table.add_row(*names, *accuracy, of_full, f"{row['compression']:.1f}x", f"{row['kv_bytes_kept'] / 2**20:.1f}",
                       f"{row['decode_tokens_per_s']:.1f}", speedup, f"{row['read_s']:.1f}", f"{row['ttft_s']:.1f}")
@@ -94,10 +95,10 @@ def _run(model: str, config: BenchConfig, console: Console, draft: str | None = 
     """Every record of one model's run, with a progress bar."""
     records = []
     with Engine(model, use_cache=False, draft=draft) as engine, Progress(
-        TextColumn(f"bench {model}"), BarColumn(), MofNCompleteColumn(), TextColumn("answers"), TimeElapsedColumn(),
-        console=console, transient=True,
+        TextColumn("bench {task.fields[model]}", markup=False), BarColumn(), MofNCompleteColumn(), TextColumn("answers"),
+        TimeElapsedColumn(), console=console, transient=True,
     ) as progress:
-        task = progress.add_task("bench")
+        task = progress.add_task("bench", model=model)
         for done, total, record in run_bench(engine, config):
             progress.update(task, completed=done, total=total)
             if record is not None:
@@ -141,11 +142,11 @@ def bench_command(
     output.print(_table(summary))
     if json_path is not None:
         write_json(json_path, models, asdict(config), records)
-        console.print(f"wrote {json_path}")
+        console.print(f"wrote {json_path}", markup=False)
     if plot is not None:
         from kvchat.bench.plots import write_plots  # matplotlib: imported only when plotting
 
         for name in models:  # one folder per model when several
             folder = plot if len(models) == 1 else plot / Path(name).stem
             for path in write_plots([r for r in records if r["model"] == name], folder):
-                console.print(f"wrote {path}")
+                console.print(f"wrote {path}", markup=False)

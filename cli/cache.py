@@ -8,6 +8,7 @@ import time
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from kvchat.engine import state_store
 
@@ -27,12 +28,12 @@ def list_command(as_json: bool = typer.Option(False, "--json", help="Print the l
         ]
         typer.echo(json.dumps(rows, indent=2))
         return
-    table = Table(title=f"saved readings in {store.root}")
+    table = Table(title=Text(f"saved readings in {store.root}", style="table.title"))
     for column in ("document", "model", "tokens", "size", "last used"):
         table.add_column(column)
     for entry in entries:
         table.add_row(
-            entry.header.document, entry.header.model, f"{entry.header.n_tokens:,}",
+            Text(entry.header.document), Text(entry.header.model), f"{entry.header.n_tokens:,}",  # names as typed, not markup
             f"{entry.size / 2**20:,.1f} MiB", time.strftime("%Y-%m-%d %H:%M", time.localtime(entry.last_used)),
         )
     console = Console()

@@ -80,7 +80,7 @@ def doctor_command(
     if as_json:
         typer.echo(json.dumps(report, indent=2))
     else:
-        _print(report, Console(highlight=False, soft_wrap=True))
+        _print(report, Console(highlight=False, soft_wrap=True, markup=False))  # paths are text, not markup
     if not smoke["ok"]:
         raise typer.Exit(1)
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from kvchat.cli.options import GPU_LAYERS, MODEL
 from kvchat.cli.render import OcrBar
@@ -23,11 +24,11 @@ def _duration(seconds: float | None) -> str:
 
 
 def _table(plans: list[ReadingPlan], model: str, n_ctx_train: int) -> Table:
-    table = Table(title=f"kvchat inspect · model {model}, trained on {n_ctx_train:,} tokens")
+    table = Table(title=Text(f"kvchat inspect · model {model}, trained on {n_ctx_train:,} tokens", style="table.title"))
     for column in ("document", "format", "pages", "chars", "tokens", "fits", "reading", "est. time"):
         table.add_column(column, justify="right" if column in ("pages", "chars", "tokens") else "left")
     for plan in plans:
-        table.add_row(Path(plan.path).name, plan.format, f"{plan.pages:,}", f"{plan.chars:,}", f"{plan.tokens:,}",
+        table.add_row(Text(Path(plan.path).name), plan.format, f"{plan.pages:,}", f"{plan.chars:,}", f"{plan.tokens:,}",
                       "yes" if plan.fits_context else "no", plan.method, _duration(plan.est_read_s))
     return table
 

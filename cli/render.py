@@ -107,7 +107,7 @@ def render(events: Iterable[Event], as_json: bool, console: Console) -> Done | N
                 bar.close()
                 kept_by_document = event.kept_by_document
             elif isinstance(event, Notice):
-                console.print(f"kvchat: {event.text}", highlight=False, soft_wrap=True)
+                console.print(f"kvchat: {event.text}", highlight=False, markup=False, soft_wrap=True)
             elif isinstance(event, Token):
                 bar.close()
                 if not as_json:
@@ -128,5 +128,5 @@ def render(events: Iterable[Event], as_json: bool, console: Console) -> Done | N
             console.print(source.quoted(), highlight=False, markup=False, soft_wrap=True)
         console.print(stats_line(done.stats), highlight=False, soft_wrap=True)
         if kept_by_document:
-            console.print(kept_by_document_line(kept_by_document), highlight=False, soft_wrap=True)
+            console.print(kept_by_document_line(kept_by_document), highlight=False, markup=False, soft_wrap=True)
     return done

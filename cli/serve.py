@@ -7,6 +7,7 @@ import textwrap
 
 import typer
 from rich.console import Console
+from rich.text import Text
 
 from kvchat.cli.options import (
     CACHE_TYPE_K, CACHE_TYPE_V, DEFAULTS, DRAFT, FLASH_ATTN, GPU_LAYERS, HEADS, MAX_TOKENS, MODEL, READ, SAVE_READINGS,
@@ -90,7 +91,8 @@ def serve_command(
         def banner() -> None:  # once the server listens
             console.print(f"kvchat serve: {url}/v1  ({shape})", markup=False, highlight=False, soft_wrap=True)
             if host not in ("127.0.0.1", "localhost", "::1") and api_key is None:
-                console.print(f"[bold red]WARNING: listening on {host} without --api-key: anyone on your network can use this server[/]", soft_wrap=True)
+                warning = f"WARNING: listening on {host} without --api-key: anyone on your network can use this server"
+                console.print(Text(warning, style="bold red"), soft_wrap=True)
             console.print(_examples(url, model, api_key is not None), highlight=False, markup=False, soft_wrap=True)
 
         server_for(service, host, port, api_key, on_started=banner).run()

@@ -5,6 +5,8 @@ from __future__ import annotations
 import hashlib
 import json
 import importlib.util
+import logging
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,6 +16,9 @@ from kvchat.models.registry import REGISTRY, ModelEntry, find_entry
 from kvchat.paths import cache_dir, data_dir
 
 CHUNK_BYTES = 8 * 1024 * 1024
+SHA256 = re.compile(r"[0-9a-f]{64}")
+
+LOGGER = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -106,6 +111,22 @@ def resolve_model(name_or_path: str) -> Path:
     return target
 
 
+def _sha256_memo(memo_path: Path) -> dict[str, str]:
+    """The remembered digests; a memo that is not ours or of the wrong shape (a list, a string,
+    null, a number where a digest belongs) counts as empty for what is wrong, and is rewritten."""
+    try:
+        memo = json.loads(memo_path.read_text())
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError, RecursionError) as error:
+        LOGGER.warning("ignoring %s: %s", memo_path, error)
+        return {}
+    if not isinstance(memo, dict):
+        LOGGER.warning("ignoring %s: not a JSON object", memo_path)
+        return {}
+    return {key: digest for key, digest in memo.items() if isinstance(digest, str) and SHA256.fullmatch(digest)}
+
+
 def model_sha256(path: Path) -> str:
     """The sha256 of a GGUF: pinned for registry models, computed once and remembered otherwise."""
     for entry in REGISTRY:
@@ -114,10 +135,7 @@ def model_sha256(path: Path) -> str:
     stat = path.stat()
     memo_path = cache_dir() / "model-sha256.json"
     memo_key = f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}"
-    try:
-        memo = json.loads(memo_path.read_text())
-    except (OSError, ValueError):
-        memo = {}
+    memo = _sha256_memo(memo_path)
     if memo_key not in memo:
         digest = hashlib.sha256()
         with path.open("rb") as source:

@@ -179,3 +179,71 @@ def test_binary_files_stay_refused(make, tmp_path: Path) -> None:
     path.write_bytes(make())
     with pytest.raises(DocumentError, match="binary"):
         load_document(path)
+
+
+# ---- what is not a regular file --------------------------------------------------------------------
+
+
+def make_fifo(folder: Path) -> Path:
+    os.mkfifo(folder / "notes.txt")  # no writer: opening it to read would block
+    return folder / "notes.txt"
+
+
+def make_socket(folder: Path) -> Path:
+    import socket
+
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(str(folder / "notes.txt"))  # the socket file stays after the socket closes
+    listener.close()
+    return folder / "notes.txt"
+
+
+def make_symlink(folder: Path, *links: tuple[str, str]) -> Path:
+    for name, target in links:
+        (folder / name).symlink_to(folder / target)
+    return folder / links[0][0]
+
+
+LOOP = "symlink loop (symbolic links that lead back to themselves, never to a file)"  # not "no such file"
+SPECIAL_FILES = {
+    "dev-zero": (lambda p: Path("/dev/zero"), "is a character device, not a regular file"),
+    "dev-urandom": (lambda p: Path("/dev/urandom"), "is a character device, not a regular file"),
+    "fifo": (make_fifo, "is a FIFO (named pipe), not a regular file"),
+    "socket": (make_socket, "is a socket, not a regular file"),
+    "symlink-to-itself": (lambda p: make_symlink(p, ("a.txt", "a.txt")), LOOP),
+    "symlink-cycle": (lambda p: make_symlink(p, ("a.txt", "b.txt"), ("b.txt", "a.txt")), LOOP),
+    "dangling-symlink": (lambda p: make_symlink(p, ("a.txt", "gone.txt")), "no such file (a symlink to a file that does not exist)"),
+}
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo") or not Path("/dev/zero").exists(), reason="POSIX special files")
+@pytest.mark.parametrize("kind", sorted(SPECIAL_FILES))
+def test_only_regular_files_are_read(kind: str, tmp_path: Path) -> None:
+    """Refused from stat() in one line, nothing read: /dev/zero would never end, a FIFO with no
+    writer would block the open. In a thread, so that a regression fails instead of hanging."""
+    import threading
+    import tracemalloc
+
+    make, expected = SPECIAL_FILES[kind]
+    path = make(tmp_path)
+    outcome: list[BaseException | object] = []
+
+    def load() -> None:
+        try:
+            outcome.append(load_document(path))
+        except BaseException as error:  # noqa: BLE001 - the test asserts what it was
+            outcome.append(error)
+
+    tracemalloc.start()
+    try:
+        reader = threading.Thread(target=load, daemon=True)
+        reader.start()
+        reader.join(timeout=10)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert not reader.is_alive(), f"reading {path} blocked"
+    (error,) = outcome
+    assert isinstance(error, DocumentError)
+    assert error.one_line().startswith(f"{path}: {expected} (hint: ")
+    assert peak < 2**20

@@ -111,7 +111,7 @@ class SettingsScreen(ModalScreen[AskSettings | None]):
             settings = self._settings()
         except (SettingsError, ValueError) as error:
             message = error.message if isinstance(error, SettingsError) else str(error)
-            self.query_one("#settings-error", Label).update(f"[red]{message}[/red]")
+            self.query_one("#settings-error", Label).update(Text(message, style="red"))  # the value as typed, not markup
             return
         self.dismiss(settings)
 
@@ -121,7 +121,11 @@ class SettingsScreen(ModalScreen[AskSettings | None]):
 
 
 class DocumentTree(DirectoryTree):
-    """Folders and the files kvchat can read; hidden entries left out."""
+    """Folders and the files kvchat can read; hidden entries left out. Names are shown as they
+    are: a Tree reads a str label as markup, which "notes [final].txt" is not."""
+
+    def process_label(self, label: str | Text) -> Text:
+        return super().process_label(Text(label) if isinstance(label, str) else label)
 
     def filter_paths(self, paths: Iterable[Path]) -> Iterable[Path]:
         return [
@@ -140,7 +144,7 @@ class PickerScreen(ModalScreen[Path | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="picker", classes="dialog"):
-            yield Label(f"[b]Open a document[/b]  {self.start}  (enter opens, esc cancels)")
+            yield Label(Text.assemble(("Open a document", "bold"), f"  {self.start}  (enter opens, esc cancels)"))
             yield DocumentTree(self.start, id="picker-tree")
 
     def on_directory_tree_file_selected(self, event: DirectoryTree.FileSelected) -> None:
@@ -170,7 +174,7 @@ class KeptScreen(ModalScreen[None]):
         if self.focus is not None:
             body.stylize("bold black on green", *self.focus)
         with Vertical(id="kept", classes="dialog"):
-            yield Label(f"[b]Kept[/b]  {self.summary}  (esc closes)")
+            yield Label(Text.assemble(("Kept", "bold"), f"  {self.summary}  (esc closes)"))  # names its documents
             with VerticalScroll(id="kept-scroll"):
                 yield Static(body, id="kept-text")
 

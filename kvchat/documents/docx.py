@@ -4,6 +4,9 @@ joined by " | ". Word lays out pages when it draws the document, so a DOCX is on
 
 Not read: headers and footers (the same lines on every page), footnotes, comments and text boxes,
 which python-docx does not expose in reading order.
+
+python-docx unpacks the zip itself, with ZipFile.read(): the archive's directory is checked and
+every member inflated once within the budgets first (archive.py), so what it then reads is bounded.
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from kvchat.documents.archive import Archive
+from kvchat.documents.limits import TextBudget
 from kvchat.documents.model import Document
 from kvchat.errors import DocumentError
 
@@ -76,16 +81,33 @@ def _encrypted(data: bytes) -> bool:
         return False
 
 
-def read_docx(path: Path, data: bytes) -> Document:
-    import docx  # imported when a DOCX is read, as pypdf is for a PDF: kvchat's start-up stays short
-
+def _verified_zip(path: Path, data: bytes) -> None:
+    """Check the DOCX's zip within the budgets before python-docx unpacks it (DocumentError if not)."""
     try:
-        word = docx.Document(io.BytesIO(data))
-    except Exception as error:  # a damaged zip or XML part raises many types
+        archive = Archive(path, data, "DOCX")
+    except DocumentError:
+        raise
+    except Exception as error:  # not a zip (zipfile.BadZipFile, mostly): a password-protected DOCX is an OLE file
         if _encrypted(data):
             raise DocumentError(
                 f"{path}: the DOCX is password-protected",
                 "open it with its password in Word or LibreOffice and save a copy without one, then give that",
             ) from None
         raise DocumentError(f"{path}: not a readable DOCX ({error})", "is the file complete?") from None
-    return Document.from_pages(path, "docx", ["\n\n".join(_blocks(word))])
+    with archive:
+        archive.verify()
+
+
+def read_docx(path: Path, data: bytes) -> Document:
+    import docx  # imported when a DOCX is read, as pypdf is for a PDF: kvchat's start-up stays short
+
+    budget = TextBudget(path)
+    try:
+        _verified_zip(path, data)
+        word = docx.Document(io.BytesIO(data))
+        text = "\n\n".join(budget.take(block) for block in _blocks(word))
+    except DocumentError:
+        raise
+    except Exception as error:  # a damaged zip or XML part raises many types
+        raise DocumentError(f"{path}: not a readable DOCX ({error})", "is the file complete?") from None
+    return Document.from_pages(path, "docx", [text])

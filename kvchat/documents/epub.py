@@ -3,12 +3,15 @@
 A chapter is a document of the spine that has text (not the table of contents, not a cover that is
 only an image), numbered from 1 in that order; its XHTML becomes text through inscriptis, like any
 HTML. The title the table of contents gives it starts its page, unless its own text already does.
+
+EbookLib reads every file of the manifest as it loads the book: its reads go through an Archive
+(archive.py), which checks the zip's directory first and counts what each read inflates.
 """
 
 from __future__ import annotations
 
 import io
-import zipfile
+import posixpath
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -17,6 +20,8 @@ from xml.etree import ElementTree
 
 from inscriptis import get_text
 
+from kvchat.documents.archive import Archive
+from kvchat.documents.limits import TextBudget, check_pages
 from kvchat.documents.model import Document
 from kvchat.documents.text import decode_text
 from kvchat.errors import DocumentError
@@ -30,12 +35,11 @@ ENCRYPTION = "META-INF/encryption.xml"
 FONT_OBFUSCATION = frozenset({"http://www.idpf.org/2008/embedding", "http://ns.adobe.com/pdf/enc#RC"})
 
 
-def _drm_protected(data: bytes) -> bool:
+def _drm_protected(archive: Archive) -> bool:
     """Whether the book's encryption.xml encrypts anything with more than font obfuscation."""
-    with zipfile.ZipFile(io.BytesIO(data)) as archive:
-        if ENCRYPTION not in archive.namelist():
-            return False
-        root = ElementTree.fromstring(archive.read(ENCRYPTION))
+    if ENCRYPTION not in archive.namelist():
+        return False
+    root = ElementTree.fromstring(archive.read(ENCRYPTION))
     methods = (element.get("Algorithm", "") for element in root.iter() if element.tag.endswith("}EncryptionMethod"))
     return any(method not in FONT_OBFUSCATION for method in methods)
 
@@ -55,7 +59,9 @@ def _chapters(path: Path, book: EpubBook) -> list[str]:
     from ebooklib import ITEM_DOCUMENT
     from ebooklib.epub import EpubNav
 
+    check_pages(path, len(book.spine), "EPUB", "chapters")
     titles = _toc_titles(book.toc, {})
+    budget = TextBudget(path)
     chapters = []
     for idref, _linear in book.spine:
         item = book.get_item_with_id(idref)
@@ -66,16 +72,31 @@ def _chapters(path: Path, book: EpubBook) -> list[str]:
         if text and title and not " ".join(text.split()).startswith(" ".join(title.split())):
             text = f"{title}\n\n{text}"
         if text:
-            chapters.append(text)
+            chapters.append(budget.take(text))
     return chapters
 
 
-def read_epub(path: Path, data: bytes) -> Document:
+def _load(archive: Archive, data: bytes) -> EpubBook:
+    """The book as epub.read_epub loads it, but with every file read through `archive`."""
     from ebooklib import epub  # imported when an EPUB is read, as pypdf is for a PDF
 
+    class BoundedReader(epub.EpubReader):
+        def read_file(self, name: str) -> bytes:
+            return archive.read(posixpath.normpath(name))  # EbookLib's own read_file normalizes so
+
+    reader = BoundedReader(io.BytesIO(data), {"ignore_ncx": True})
+    book = reader.load()
+    reader.process()
+    return book
+
+
+def read_epub(path: Path, data: bytes) -> Document:
     try:
-        protected = _drm_protected(data)
-        book = None if protected else epub.read_epub(io.BytesIO(data), {"ignore_ncx": True})
+        with Archive(path, data, "EPUB") as archive:
+            protected = _drm_protected(archive)
+            book = None if protected else _load(archive, data)
+    except DocumentError:
+        raise
     except Exception as error:  # a damaged zip, package file or XML raises many types
         raise DocumentError(f"{path}: not a readable EPUB ({error})", "is the file complete?") from None
     if book is None:

@@ -1,28 +1,78 @@
-"""Pick a reader by content and suffix; turn every failure into a DocumentError with a hint."""
+"""Pick a reader by content and suffix; turn every failure into a DocumentError with a hint.
+
+Only a regular file is read, and at most limits.MAX_FILE_BYTES of it: a device (/dev/zero) never
+ends, and opening a FIFO that no one writes to blocks, so what a path is comes from stat() before
+anything is opened (and again from the open file, in case the path changed in between).
+"""
 
 from __future__ import annotations
 
+import errno
+import os
+import stat
 from pathlib import Path
 
 from kvchat.documents.docx import read_docx
 from kvchat.documents.epub import read_epub
 from kvchat.documents.formats import HTML_SUFFIXES, SUPPORTED
+from kvchat.documents.limits import MAX_FILE_BYTES, check_file_size
 from kvchat.documents.model import Document
 from kvchat.documents.ocr import PageProgress
 from kvchat.documents.pdf import read_pdf
 from kvchat.documents.text import read_html, read_text
 from kvchat.errors import DocumentError
 
+# A FIFO or a device swapped in for the file after stat() must not block the open either.
+OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
+NOT_REGULAR = (  # what a path that is not a regular file is, by its mode
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def _stat_error(path: Path, error: OSError) -> DocumentError:
+    if error.errno == errno.ELOOP:
+        return DocumentError(
+            f"{path}: symlink loop (symbolic links that lead back to themselves, never to a file)",
+            "point the link at a file, or give the file itself",
+        )
+    if error.errno in (errno.ENOENT, errno.ENOTDIR):
+        if os.path.islink(path):
+            return DocumentError(f"{path}: no such file (a symlink to a file that does not exist)", "check the link")
+        return DocumentError(f"{path}: no such file", "check the path")
+    return DocumentError(f"{path}: cannot read ({error.strerror})", "check permissions")
+
+
+def _check_regular(path: Path, mode: int) -> None:
+    if stat.S_ISDIR(mode):
+        raise DocumentError(f"{path}: is a directory", f"give one {SUPPORTED} file")
+    if not stat.S_ISREG(mode):
+        kind = next((name for test, name in NOT_REGULAR if test(mode)), "not a file")
+        raise DocumentError(f"{path}: is {kind}, not a regular file", f"give a {SUPPORTED} file")
+
 
 def _read_bytes(path: Path) -> bytes:
-    if not path.exists():
-        raise DocumentError(f"{path}: no such file", "check the path")
-    if path.is_dir():
-        raise DocumentError(f"{path}: is a directory", f"give one {SUPPORTED} file")
+    """The bytes of the regular file at `path`, at most MAX_FILE_BYTES of them."""
     try:
-        return path.read_bytes()
+        info = os.stat(path)
+    except OSError as error:
+        raise _stat_error(path, error) from None
+    _check_regular(path, info.st_mode)
+    check_file_size(path, info.st_size)
+    try:
+        with os.fdopen(os.open(path, OPEN_FLAGS), "rb") as handle:
+            info = os.fstat(handle.fileno())
+            _check_regular(path, info.st_mode)
+            check_file_size(path, info.st_size)
+            data = handle.read(info.st_size + 1)  # a byte more than stat() said tells a file that grows
+            if len(data) > info.st_size:  # written to as it is read (or one of /proc's, of size 0)
+                data += handle.read(MAX_FILE_BYTES + 1 - len(data))
     except OSError as error:
         raise DocumentError(f"{path}: cannot read ({error.strerror})", "check permissions") from None
+    check_file_size(path, len(data))
+    return data
 
 
 def load_document(path: Path | str, progress: PageProgress | None = None) -> Document:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from typing import TYPE_CHECKING
 
+from kvchat.documents.limits import TextBudget, check_pages
 from kvchat.documents.model import Document
 from kvchat.documents.ocr import INSTALL_TESSERACT, PageProgress, ocr_pages, tesseract_installed
 from kvchat.errors import DocumentError
@@ -55,11 +56,14 @@ def _open(path: Path, data: bytes) -> PdfReader:
         raise DocumentError(f"{path}: not a readable PDF ({error})", "is the file complete?") from None
 
 
-def _page_texts(path: Path, reader: PdfReader) -> list[str]:
+def _page_texts(path: Path, reader: PdfReader, budget: TextBudget) -> list[str]:
     from pypdf.errors import DependencyError, FileNotDecryptedError
 
     try:
-        return [page.extract_text() or "" for page in reader.pages]
+        check_pages(path, len(reader.pages), "PDF")
+        return [budget.take(page.extract_text() or "") for page in reader.pages]
+    except DocumentError:
+        raise
     except FileNotDecryptedError:
         raise _password_protected(path) from None
     except DependencyError as error:
@@ -68,13 +72,15 @@ def _page_texts(path: Path, reader: PdfReader) -> list[str]:
         raise DocumentError(f"{path}: damaged PDF ({error})", "is the file complete?") from None
 
 
-def _ocr_textless_pages(path: Path, data: bytes, texts: list[str], progress: PageProgress | None) -> list[str]:
+def _ocr_textless_pages(
+    path: Path, data: bytes, texts: list[str], progress: PageProgress | None, budget: TextBudget
+) -> list[str]:
     """`texts` with each page that has no text layer read by OCR, when tesseract is installed."""
     textless = [index for index, text in enumerate(texts) if not text.strip()]
     if not textless or not tesseract_installed():
         return texts
     texts = list(texts)
-    for index, text in zip(textless, ocr_pages(path, data, textless, progress)):
+    for index, text in zip(textless, ocr_pages(path, data, textless, progress, budget)):
         texts[index] = text
     return texts
 
@@ -82,7 +88,8 @@ def _ocr_textless_pages(path: Path, data: bytes, texts: list[str], progress: Pag
 def read_pdf(path: Path, data: bytes, progress: PageProgress | None = None) -> Document:
     """The PDF's text layer, and OCR's text for the pages without one (`progress` reports those)."""
     logging.getLogger("pypdf").setLevel(logging.ERROR)
-    texts = _ocr_textless_pages(path, data, _page_texts(path, _open(path, data)), progress)
+    budget = TextBudget(path)
+    texts = _ocr_textless_pages(path, data, _page_texts(path, _open(path, data), budget), progress, budget)
     # A line's indentation in a PDF is where the layout put it, not text: it goes.
     document = Document.from_pages(path, "pdf", texts, keep_indentation=False)
     if document.text:

@@ -10,6 +10,7 @@ from charset_normalizer import from_bytes
 from inscriptis import get_text
 
 from kvchat.documents.formats import MARKDOWN_SUFFIXES, SUPPORTED
+from kvchat.documents.limits import TextBudget
 from kvchat.documents.model import Document
 from kvchat.errors import DocumentError
 
@@ -99,8 +100,8 @@ def _prefer_western(matches: list) -> object:
 
 def read_text(path: Path, data: bytes) -> Document:
     kind = "markdown" if path.suffix.lower() in MARKDOWN_SUFFIXES else "text"
-    return Document.from_pages(path, kind, [decode_text(path, data)])
+    return Document.from_pages(path, kind, [TextBudget(path).take(decode_text(path, data))])
 
 
 def read_html(path: Path, data: bytes) -> Document:
-    return Document.from_pages(path, "html", [get_text(decode_text(path, data))])
+    return Document.from_pages(path, "html", [TextBudget(path).take(get_text(decode_text(path, data)))])

@@ -1,14 +1,26 @@
 """How fast this machine reads with each model, remembered from real readings, so that a document's
-reading time can be told before it is read (`kvchat inspect`)."""
+reading time can be told before it is read (`kvchat inspect`).
+
+The file is a memo: one that is not ours, or of the wrong shape (a list where a model's speeds
+belong, a string where a number does), counts as nothing measured yet, and the next reading
+writes it anew."""
 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 from kvchat.atomic import atomic_file
 
 MIN_MEASURED_TOKENS = 512  # a shorter reading says more about overheads than about speed
+
+
+def _speed(value: object) -> float | None:
+    """A measured speed, or None for anything that is not a positive number."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        return None
+    return float(value)
 
 
 class ReadingSpeeds:
@@ -21,11 +33,18 @@ class ReadingSpeeds:
         self.model_key = model_key
 
     def _all(self) -> dict[str, dict[str, float]]:
+        """Every model's speeds, only the entries of the right shape."""
         try:
             speeds = json.loads(self.path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):  # none measured yet, or a file that is not ours
+        except (OSError, ValueError, RecursionError):  # none measured yet, or a file that is not ours
             return {}
-        return speeds if isinstance(speeds, dict) else {}
+        if not isinstance(speeds, dict):
+            return {}
+        return {
+            model: {kind: speed for kind, speed in measured.items() if _speed(speed) is not None}
+            for model, measured in speeds.items()
+            if isinstance(measured, dict)
+        }
 
     def record(self, kind: str, tokens: int, seconds: float) -> None:
         """Remember `tokens` read in `seconds`, if the reading was long enough to say anything."""
@@ -38,8 +57,5 @@ class ReadingSpeeds:
 
     def tokens_per_s(self, kind: str) -> float | None:
         """The last measured speed of `kind`, else of a whole reading, else None."""
-        measured = self._all().get(self.model_key)
-        if not isinstance(measured, dict):
-            return None
-        speed = measured.get(kind) or measured.get("read")
-        return float(speed) if isinstance(speed, (int, float)) and speed > 0 else None
+        measured = self._all().get(self.model_key, {})
+        return _speed(measured.get(kind)) or _speed(measured.get("read"))

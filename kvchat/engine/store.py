@@ -3,16 +3,19 @@
 One file per key: b"KVCHATST", u32 format version, u32 header length, a JSON header (model and
 prompt hashes, token count, payload length, CRC-32), then llama.cpp's sequence state. Files are
 written to a temp file and renamed, so concurrent writers of one key never leave a torn file; a
-size cap evicts the least recently used. A damaged, truncated or foreign file is deleted and
-reported, never loaded. A writer killed mid-save leaves its temp file; opening the store removes
+size cap evicts the least recently used. A damaged, truncated or foreign file (a header of the
+wrong shape included) is deleted and reported, never loaded: by load() to its caller, by entries()
+to the log. A writer killed mid-save leaves its temp file; opening the store removes
 those older than an hour.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import mmap
 import os
+import reprlib
 import struct
 import time
 import zlib
@@ -27,6 +30,9 @@ PREAMBLE = struct.Struct("<8sII")
 STATE_SUFFIX = ".kvstate"
 DEFAULT_MAX_BYTES = 4 * 2**30
 STALE_TEMP_S = 3600  # a save takes seconds; a temp file this old lost its writer
+MAX_HEADER_BYTES = 2**20  # a header is a few hundred bytes; a longer one is not ours
+
+LOGGER = logging.getLogger(__name__)
 
 
 class DamagedState(Exception):
@@ -36,6 +42,13 @@ class DamagedState(Exception):
         super().__init__(f"{path.name}: {reason}")
         self.path = path
         self.reason = reason
+
+
+# The type of each field (created: a time, which JSON may write as an integer).
+HEADER_TYPES: dict[str, type | tuple[type, ...]] = {
+    "model_sha256": str, "prompt_sha256": str, "n_tokens": int, "payload_bytes": int, "crc32": int,
+    "document": str, "model": str, "created": (int, float),
+}
 
 
 @dataclass(frozen=True)
@@ -51,6 +64,23 @@ class StateHeader:
 
     def to_bytes(self) -> bytes:
         return json.dumps(self.__dict__, sort_keys=True).encode()
+
+    @classmethod
+    def from_json(cls, data: object) -> StateHeader:
+        """The header `data` (parsed JSON) holds; ValueError unless it has every field, each of
+        its type: a string where a count belongs would break whoever shows or compares it."""
+        if not isinstance(data, dict):
+            raise ValueError(f"not a JSON object: {reprlib.repr(data)}")
+        for name, value in data.items():
+            kind = HEADER_TYPES.get(name)
+            if kind is None:
+                raise ValueError(f"unknown field {reprlib.repr(name)}")
+            if isinstance(value, bool) or not isinstance(value, kind) or (kind is int and value < 0):
+                raise ValueError(f"{name} is {reprlib.repr(value)}")
+        try:
+            return cls(**data)
+        except TypeError as error:  # a field is missing
+            raise ValueError(str(error)) from None
 
 
 @dataclass(frozen=True)
@@ -70,9 +100,11 @@ def _read_header(path: Path, handle) -> StateHeader:
         raise DamagedState(path, "not a kvchat state file")
     if version != FORMAT_VERSION:
         raise DamagedState(path, f"format version {version}, expected {FORMAT_VERSION}")
+    if header_len > MAX_HEADER_BYTES:
+        raise DamagedState(path, f"a header of {header_len:,} bytes")
     try:
-        return StateHeader(**json.loads(handle.read(header_len)))
-    except (ValueError, TypeError) as error:
+        return StateHeader.from_json(json.loads(handle.read(header_len)))
+    except (ValueError, RecursionError) as error:  # JSONDecodeError, UnicodeDecodeError; JSON nested too deep
         raise DamagedState(path, f"unreadable header ({error})") from None
 
 
@@ -136,14 +168,19 @@ class StateStore:
         return target
 
     def entries(self) -> list[StoredState]:
-        """Every readable state, most recently used first (damaged ones are skipped)."""
+        """Every readable state, most recently used first. A damaged one is deleted and logged
+        (once: it is gone after), as load() would delete it."""
         found = []
         for path in self.root.glob(f"*{STATE_SUFFIX}") if self.root.is_dir() else []:
             try:
                 with path.open("rb") as handle:
                     header = _read_header(path, handle)
                 stat = path.stat()
-            except (DamagedState, OSError):
+            except DamagedState as damaged:
+                LOGGER.warning("deleted a damaged saved reading: %s", damaged)
+                path.unlink(missing_ok=True)
+                continue
+            except OSError:  # removed meanwhile (another process evicted it), or not ours to read
                 continue
             found.append(StoredState(path, header, stat.st_size, stat.st_mtime))
         return sorted(found, key=lambda entry: entry.last_used, reverse=True)
