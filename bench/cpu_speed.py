@@ -29,25 +29,13 @@ SAMPLE = "kvchat/samples/marketing_reseller_agreement.pdf"
 def child(model_name: str, prompt_tokens: int, decode_tokens: int, read_threads: int, decode_threads: int) -> dict:
     """One measurement in this process: read the prompt in 512-token batches, then decode greedily."""
     from kvchat.documents import load_document
-    from kvchat.llama import ContextSettings, LlamaContext, LlamaModel, Sampler, SamplerSettings
+    from kvchat.engine.health import time_read_and_decode
+    from kvchat.llama import LlamaModel
     from kvchat.models import resolve_model
 
     with LlamaModel(resolve_model(model_name)) as model:
-        text = load_document(SAMPLE).text * 4
-        tokens = model.tokenize(text)[:prompt_tokens]
-        settings = ContextSettings(n_ctx=prompt_tokens + decode_tokens + 16, n_batch=512,
-                                   threads=decode_threads, threads_batch=read_threads)
-        with LlamaContext(model, settings) as ctx:
-            start = time.perf_counter()
-            for first in range(0, len(tokens), 512):
-                ctx.decode(tokens[first:first + 512], first)
-            read_s = time.perf_counter() - start
-            sampler = Sampler(SamplerSettings())
-            start = time.perf_counter()
-            for step in range(decode_tokens):
-                ctx.decode([sampler.sample(ctx.handle)], len(tokens) + step)
-            decode_s = time.perf_counter() - start
-            sampler.close()
+        tokens = model.tokenize(load_document(SAMPLE).text * 4)[:prompt_tokens]
+        read_s, decode_s = time_read_and_decode(model, tokens, decode_tokens, decode_threads, read_threads)
         return {"read_tok_s": len(tokens) / read_s, "decode_tok_s": decode_tokens / decode_s,
                 "weights": model.weight_buffers}
 

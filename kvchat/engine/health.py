@@ -56,19 +56,7 @@ def smoke_test(model_path: Path, gpu_layers: int = 0, stage: Callable[[str], Non
     stage("loading the model")
     with LlamaModel(model_path, gpu_layers=gpu_layers) as model:
         tokens = model.tokenize(SMOKE_TEXT * 16)[:SMOKE_READ_TOKENS]
-        settings = ContextSettings(n_ctx=len(tokens) + SMOKE_DECODE_TOKENS + 8, n_batch=len(tokens))
-        with LlamaContext(model, settings) as ctx:
-            stage("reading a prompt")
-            start = time.perf_counter()
-            ctx.decode(tokens, 0)
-            read_s = time.perf_counter() - start
-            stage("decoding")
-            sampler = Sampler(SamplerSettings())
-            start = time.perf_counter()
-            for step in range(SMOKE_DECODE_TOKENS):
-                ctx.decode([sampler.sample(ctx.handle)], len(tokens) + step)
-            decode_s = time.perf_counter() - start
-            sampler.close()
+        read_s, decode_s = time_read_and_decode(model, tokens, SMOKE_DECODE_TOKENS, stage=stage)
         return {
             "model": str(model_path),
             "weight_layout": model.weight_layout,
@@ -77,6 +65,30 @@ def smoke_test(model_path: Path, gpu_layers: int = 0, stage: Callable[[str], Non
             "read_tok_s": round(len(tokens) / read_s, 1),
             "decode_tok_s": round(SMOKE_DECODE_TOKENS / decode_s, 1),
         }
+
+
+def time_read_and_decode(
+    model: LlamaModel, tokens: list[int], decode_tokens: int, threads: int | None = None,
+    threads_batch: int | None = None, stage: Callable[[str], None] = lambda _: None,
+) -> tuple[float, float]:
+    """Seconds to read `tokens` in 512-token batches, and to decode `decode_tokens` greedily after
+    them, on a new context of the model."""
+    settings = ContextSettings(n_ctx=len(tokens) + decode_tokens + 8, n_batch=512, threads=threads,
+                               threads_batch=threads_batch)
+    with LlamaContext(model, settings) as ctx:
+        stage("reading a prompt")
+        start = time.perf_counter()
+        for first in range(0, len(tokens), settings.n_batch):
+            ctx.decode(tokens[first:first + settings.n_batch], first)
+        read_s = time.perf_counter() - start
+        stage("decoding")
+        sampler = Sampler(SamplerSettings())
+        start = time.perf_counter()
+        for step in range(decode_tokens):
+            ctx.decode([sampler.sample(ctx.handle)], len(tokens) + step)
+        decode_s = time.perf_counter() - start
+        sampler.close()
+    return read_s, decode_s
 
 
 def _version(distribution: str) -> str | None:
