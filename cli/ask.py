@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from kvchat.cli.interrupt import interrupt_as_cancel
+from kvchat.cli.interrupt import interrupt_as_cancel, signals_stop_reading
 from kvchat.cli.options import (
     BUDGET, CACHE_TYPE_K, CACHE_TYPE_V, DRAFT, FLASH_ATTN, GPU_LAYERS, HEADS, MAX_TOKENS, METHOD, MODEL, READ,
     SAVE_READINGS, SOURCES, TEMPERATURE, THREADS, WINDOW, ask_settings, check_draft, draft_for, kv_layout,
@@ -68,8 +68,8 @@ def ask_command(
     draft = draft_for(model, draft, settings.read)
     stream = StreamSettings(chunk=chunk, recent=recent)
     selection = selection_named(select)
-    with OcrBar(console) as ocr_progress:
-        document = bundle([load_document(path, ocr_progress) for path in paths])
+    with OcrBar(console) as ocr_progress, signals_stop_reading() as stop:
+        document = bundle([load_document(path, ocr_progress, stop) for path in paths])
     question = _question(question)
     with Engine(model, gpu_layers=gpu_layers, use_cache=cache, draft=draft) as engine, interrupt_as_cancel() as cancel:
         render(engine.ask(document, question, settings, cancel, selection, stream), as_json, console)

@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from kvchat.cli.interrupt import signals_stop_reading
 from kvchat.cli.options import GPU_LAYERS, MODEL
 from kvchat.cli.render import OcrBar
 from kvchat.documents import SUPPORTED, load_document
@@ -42,8 +43,8 @@ def inspect_command(
     """Show each document's format, pages, size in the model's tokens, whether it fits the model's
     context (and so how it will be read) and the estimated reading time on this machine."""
     console = Console(stderr=True)
-    with OcrBar(console) as ocr_progress:
-        documents = [load_document(path, ocr_progress) for path in paths]
+    with OcrBar(console) as ocr_progress, signals_stop_reading() as stop:
+        documents = [load_document(path, ocr_progress, stop) for path in paths]
     with Engine(model, gpu_layers=gpu_layers) as engine:  # the cache holds the measured reading speeds
         plans = [engine.plan(document) for document in documents]
         n_ctx_train = engine.model.shape.n_ctx_train

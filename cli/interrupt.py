@@ -27,3 +27,25 @@ def interrupt_as_cancel() -> Iterator[threading.Event]:
         yield cancel
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+@contextmanager
+def signals_stop_reading() -> Iterator[threading.Event]:
+    """SIGINT and SIGTERM stop the reading of documents (OCR can take minutes): each sets the
+    yielded event, which OCR checks between pages and while tesseract reads one, and raises
+    KeyboardInterrupt, which stops any other extraction and runs its `finally` blocks, so that
+    temporary files go (SIGTERM's default action would end the process without them). main()
+    turns it into "kvchat: stopped" and exit 130. Not used around the engine, whose llama.cpp
+    callbacks would swallow the exception (interrupt_as_cancel is)."""
+    cancel = threading.Event()
+
+    def on_signal(_signum: int, _frame: object) -> None:
+        cancel.set()
+        raise KeyboardInterrupt
+
+    previous = {signum: signal.signal(signum, on_signal) for signum in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield cancel
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import asdict, dataclass, field
 from typing import Any, TypeVar
 
@@ -26,6 +27,9 @@ from kvchat.server.service import ChatService
 # An answer stopped by its client or by the server's shutdown ("cancelled") ends as OpenAI's "stop".
 FINISH_REASONS = {"stop": "stop", "max_tokens": "length", "cancelled": "stop"}
 T = TypeVar("T")
+# How long a stopped upload's handler waits for its reading to stop (OCR: within a tenth of a second;
+# other extraction does not look at the cancel event and is left to end in its thread).
+STOP_WAIT_S = 2.0
 
 
 def create_app(service: ChatService, api_key: str | None = None) -> FastAPI:
@@ -52,9 +56,11 @@ def create_app(service: ChatService, api_key: str | None = None) -> FastAPI:
         return _model_card(model_id)
 
     @app.post("/v1/documents")
-    async def upload(file: UploadFile = File(...)) -> dict[str, object]:
+    async def upload(request: Request, file: UploadFile = File(...)) -> dict[str, object]:
         data = await file.read()
-        stored = await run_in_threadpool(service.documents.add, file.filename, data, service.document_tokens)
+        stored = await _stoppable(
+            request, lambda cancel: service.documents.add(file.filename, data, service.document_tokens, cancel)
+        )
         return stored.describe()
 
     @app.get("/v1/documents")
@@ -102,6 +108,45 @@ async def _unless_client_leaves(request: Request, work: Coroutine[Any, Any, T]) 
     if answer.cancelled():
         raise ApiError(499, "the client closed the connection", "client_closed")  # sent to nobody
     return answer.result()
+
+
+async def _stoppable(request: Request, work: Callable[[threading.Event], T]) -> T:
+    """`work(cancel)` in a worker thread (an upload's OCR can take minutes), stopped when the client
+    closes the connection or when this handler is cancelled (uvicorn does at shutdown, once its
+    grace is over): either sets `cancel`, and the handler waits for the work to stop (OCR does
+    between pages, removing its temporary files) before it answers 499 or 503. A cancelled handler
+    answers rather than raising CancelledError on to uvicorn, which prints it as "Exception in ASGI
+    application"."""
+    cancel = threading.Event()
+    result, gone = asyncio.ensure_future(run_in_threadpool(work, cancel)), asyncio.ensure_future(_disconnected(request))
+    try:
+        await asyncio.wait((result, gone), return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        await _stop_work(result, cancel)
+        raise ApiError(503, "the server is shutting down", "server_shutting_down", error_type="server_error") from None
+    finally:
+        gone.cancel()
+    if not result.done():
+        await _stop_work(result, cancel)
+        raise ApiError(499, "the client closed the connection", "client_closed")  # sent to nobody
+    return result.result()
+
+
+async def _stop_work(result: asyncio.Future[T], cancel: threading.Event) -> None:
+    """Set `cancel` and wait, at most STOP_WAIT_S, until the thread behind `result` returned (its
+    error is dropped). Cancelled meanwhile, it waits on: at shutdown uvicorn cancels the handler,
+    then asyncio.run cancels it again as the loop closes, and waits for it; the work (OCR) stops
+    within POLL_S of a page anyway, and its temporary files go as it stops."""
+    cancel.set()
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + STOP_WAIT_S
+    while not result.done() and loop.time() < deadline:
+        try:
+            await asyncio.wait((result,), timeout=deadline - loop.time())
+        except asyncio.CancelledError:
+            continue
+    if result.done() and not result.cancelled():
+        result.exception()  # retrieved: asyncio does not log it as never retrieved
 
 
 async def _disconnected(request: Request) -> None:

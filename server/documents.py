@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from kvchat.documents import Document, load_document
-from kvchat.errors import DocumentError
+from kvchat.errors import DocumentError, raise_if_cancelled
 
 MAX_FILENAME = 255  # characters of the name shown; the file on disk has a name of its own
 SUFFIX = re.compile(r"\.[A-Za-z0-9]{1,10}")  # what the loaders look at to tell HTML from text
@@ -42,11 +42,15 @@ class DocumentLibrary:
         self._documents: dict[str, StoredDocument] = {}
         self._lock = threading.Lock()
 
-    def add(self, filename: str | None, data: bytes, count_tokens: Callable[[str], int]) -> StoredDocument:
+    def add(
+        self, filename: str | None, data: bytes, count_tokens: Callable[[str], int], cancel: threading.Event | None = None
+    ) -> StoredDocument:
         """Read an upload (raises DocumentError with a hint); `count_tokens(text)` sizes it (and
-        may refuse it)."""
+        may refuse it). Once `cancel` is set (the client left, the server stops) its OCR stops
+        between pages with CancelledError, and nothing is stored."""
         name = upload_name(filename)
-        loaded = _load(name, data)
+        loaded = _load(name, data, cancel)
+        raise_if_cancelled(cancel)
         document = Document(path=Path(name), kind=loaded.kind, text=loaded.text, pages=loaded.pages)
         stored = StoredDocument(
             id="doc-" + hashlib.sha256(data).hexdigest()[:24], filename=name, document=document,
@@ -80,14 +84,15 @@ def upload_name(filename: str | None) -> str:
     return "document" if name in ("", ".", "..") else name
 
 
-def _load(name: str, data: bytes) -> Document:
+def _load(name: str, data: bytes, cancel: threading.Event | None = None) -> Document:
     """Read the upload from a temporary file of a safe name (a client's name may be '..' or too
-    long for the file system); errors name the client's file, not the server's temporary path."""
+    long for the file system), in a folder removed on every way out; errors name the client's
+    file, not the server's temporary path."""
     suffix = PurePosixPath(name).suffix
     with tempfile.TemporaryDirectory(prefix="kvchat-upload-") as folder:
         path = Path(folder) / ("upload" + (suffix if SUFFIX.fullmatch(suffix) else ""))
         path.write_bytes(data)
         try:
-            return load_document(path)
+            return load_document(path, cancel=cancel)
         except DocumentError as error:
             raise DocumentError(error.message.replace(str(path), name), error.hint.replace(str(path), name)) from None

@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 from kvchat.documents import Document, bundle
+from kvchat.documents.limits import MAX_FILE_BYTES
 from kvchat.engine import DEFAULT_MAX_TOKENS, AskSettings, Engine, KvLayout
 from kvchat.engine.prompt import Turn
 from kvchat.errors import KvchatError
@@ -38,7 +39,7 @@ class ServerLimits:
     max_tokens: int = DEFAULT_MAX_TOKENS
     sequences: int = 8
     max_waiting: int = 16
-    max_body_bytes: int = 64 * 2**20
+    max_body_bytes: int = MAX_FILE_BYTES  # an upload: the most any document is read of, one number for both
     max_documents: int = 64
     room: int = DEFAULT_ROOM
     layout: KvLayout = KvLayout()  # flash attention and KV cache types of every context

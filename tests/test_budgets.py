@@ -17,13 +17,13 @@ from pathlib import Path
 
 import docx
 import pytest
-import pytesseract
 from ebooklib import epub
 from pypdf import PdfWriter
 from pypdf.generic import FloatObject, NameObject, RectangleObject
 
 from kvchat.documents import archive as archive_module
 from kvchat.documents import limits, load_document
+from kvchat.documents import ocr as ocr_module
 from kvchat.documents import pdf as pdf_module
 from kvchat.errors import DocumentError
 from kvchat.server.documents import DocumentLibrary
@@ -367,7 +367,7 @@ def ocr_images(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
     """The size of each image handed to tesseract, which reads "Grey Heron" on each (no tesseract needed)."""
     sizes: list[tuple[int, int]] = []
     monkeypatch.setattr(pdf_module, "tesseract_installed", lambda: True)
-    monkeypatch.setattr(pytesseract, "image_to_string", lambda image, *a, **k: sizes.append(image.size) or "Grey Heron")
+    monkeypatch.setattr(ocr_module, "read_image", lambda path, number, image, *a, **k: sizes.append(image.size) or "Grey Heron")
     return sizes
 
 

@@ -8,8 +8,8 @@ that names the limit, with a hint.
 
 The defaults leave room far beyond real documents. Measured on the bundled sample and the nine
 CUAD contracts (PDF and text; as DOCX and EPUB made from their text by python-docx and EbookLib):
-  - file: 553 KB at most (a 107-page contract); the server takes uploads up to 64 MiB too
-    (ServerLimits.max_body_bytes);
+  - file: 553 KB at most (a 107-page contract); the server's upload limit is the same number
+    (ServerLimits.max_body_bytes defaults to MAX_FILE_BYTES);
   - text: 287,268 characters at most (all nine together: 1,327,766);
   - pages: 107 at most;
   - archives: 17 to 25 members, 2.4 MB unpacked in all and 1.6 MB the largest member (all nine

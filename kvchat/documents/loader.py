@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
+import threading
 from pathlib import Path
 
 from kvchat.documents.docx import read_docx
@@ -75,16 +76,19 @@ def _read_bytes(path: Path) -> bytes:
     return data
 
 
-def load_document(path: Path | str, progress: PageProgress | None = None) -> Document:
+def load_document(
+    path: Path | str, progress: PageProgress | None = None, cancel: threading.Event | None = None
+) -> Document:
     """Read `path` into a Document. Raises DocumentError for anything that is not usable text.
-    `progress(done, total)` follows the OCR of a PDF's pages that have no text layer, if any."""
+    `progress(done, total)` follows the OCR of a PDF's pages that have no text layer, if any;
+    once `cancel` is set, that OCR stops between pages (and within one) with CancelledError."""
     path = Path(path)
     data = _read_bytes(path)
     suffix = path.suffix.lower()
     if not data.strip():
         raise DocumentError(f"{path}: the file is empty", f"give a {SUPPORTED} file with text in it")
     if data.lstrip()[:5] == b"%PDF-" or suffix == ".pdf":
-        document = read_pdf(path, data, progress)
+        document = read_pdf(path, data, progress, cancel)
     elif suffix == ".docx":
         document = read_docx(path, data)
     elif suffix == ".epub":

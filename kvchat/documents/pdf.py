@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import logging
+import threading
 from pathlib import Path
 
 from typing import TYPE_CHECKING
@@ -73,23 +74,27 @@ def _page_texts(path: Path, reader: PdfReader, budget: TextBudget) -> list[str]:
 
 
 def _ocr_textless_pages(
-    path: Path, data: bytes, texts: list[str], progress: PageProgress | None, budget: TextBudget
+    path: Path, data: bytes, texts: list[str], progress: PageProgress | None, budget: TextBudget,
+    cancel: threading.Event | None,
 ) -> list[str]:
     """`texts` with each page that has no text layer read by OCR, when tesseract is installed."""
     textless = [index for index, text in enumerate(texts) if not text.strip()]
     if not textless or not tesseract_installed():
         return texts
     texts = list(texts)
-    for index, text in zip(textless, ocr_pages(path, data, textless, progress, budget)):
+    for index, text in zip(textless, ocr_pages(path, data, textless, progress, budget, cancel)):
         texts[index] = text
     return texts
 
 
-def read_pdf(path: Path, data: bytes, progress: PageProgress | None = None) -> Document:
-    """The PDF's text layer, and OCR's text for the pages without one (`progress` reports those)."""
+def read_pdf(
+    path: Path, data: bytes, progress: PageProgress | None = None, cancel: threading.Event | None = None
+) -> Document:
+    """The PDF's text layer, and OCR's text for the pages without one (`progress` reports those;
+    `cancel` stops them between pages with CancelledError)."""
     logging.getLogger("pypdf").setLevel(logging.ERROR)
     budget = TextBudget(path)
-    texts = _ocr_textless_pages(path, data, _page_texts(path, _open(path, data), budget), progress, budget)
+    texts = _ocr_textless_pages(path, data, _page_texts(path, _open(path, data), budget), progress, budget, cancel)
     # A line's indentation in a PDF is where the layout put it, not text: it goes.
     document = Document.from_pages(path, "pdf", texts, keep_indentation=False)
     if document.text:
