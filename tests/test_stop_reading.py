@@ -198,18 +198,29 @@ def asgi_errors() -> Iterator[tuple[list[str], logging.Handler]]:
     logging.getLogger("uvicorn.error").removeHandler(handler)
 
 
-def test_an_upload_whose_client_leaves_stops_its_ocr(private_tmp: Path, fake_tesseract: Path, tmp_path: Path, asgi_errors) -> None:
-    records, handler = asgi_errors
+def _watched_service() -> tuple[object, _WatchedAdd]:
     service = FakeEngine().service()
     watched = _WatchedAdd(service.documents.add)
     service.documents.add = watched  # type: ignore[method-assign]
+    return service, watched
+
+
+def _start_upload(url: str, handler: logging.Handler, data: bytes, started: Path) -> socket.socket:
+    """A client that uploads `data` over a raw socket, returned once its OCR has started."""
+    logging.getLogger("uvicorn.error").addHandler(handler)
+    host, port = url.removeprefix("http://").split(":")
+    client = socket.create_connection((host, int(port)))
+    client.sendall(_upload_request(host, int(port), "scan.pdf", data))
+    wait_for(started.exists, START_WITHIN_S, "OCR start")
+    return client
+
+
+def test_an_upload_whose_client_leaves_stops_its_ocr(private_tmp: Path, fake_tesseract: Path, tmp_path: Path, asgi_errors) -> None:
+    records, handler = asgi_errors
+    service, watched = _watched_service()
     data = blank_pdf(tmp_path / "blank.pdf", 3).read_bytes()
     with serving(service) as url:
-        logging.getLogger("uvicorn.error").addHandler(handler)
-        host, port = url.removeprefix("http://").split(":")
-        with socket.create_connection((host, int(port))) as client:
-            client.sendall(_upload_request(host, int(port), "scan.pdf", data))
-            wait_for(fake_tesseract.exists, START_WITHIN_S, "OCR start")
+        with _start_upload(url, handler, data, fake_tesseract):
             left = time.monotonic()
         assert watched.ended.wait(STOP_WITHIN_S), "the upload's OCR went on after its client left"
         assert isinstance(watched.error, CancelledError) and watched.at - left < STOP_WITHIN_S
@@ -222,16 +233,10 @@ def test_a_server_stopping_during_an_upload_stops_its_ocr_without_a_traceback(
     private_tmp: Path, fake_tesseract: Path, tmp_path: Path, asgi_errors
 ) -> None:
     records, handler = asgi_errors
-    service = FakeEngine().service()
-    watched = _WatchedAdd(service.documents.add)
-    service.documents.add = watched  # type: ignore[method-assign]
+    service, watched = _watched_service()
     data = blank_pdf(tmp_path / "blank.pdf", 3).read_bytes()
     with serving(service) as url:
-        logging.getLogger("uvicorn.error").addHandler(handler)
-        host, port = url.removeprefix("http://").split(":")
-        client = socket.create_connection((host, int(port)))
-        client.sendall(_upload_request(host, int(port), "scan.pdf", data))
-        wait_for(fake_tesseract.exists, START_WITHIN_S, "OCR start")
+        client = _start_upload(url, handler, data, fake_tesseract)
     # serving() stopped the server: uvicorn's grace (5 s) for the open request, then its handler is cancelled
     try:
         assert watched.ended.wait(STOP_WITHIN_S) and isinstance(watched.error, CancelledError)
