@@ -1,9 +1,9 @@
 """The model registry (models shipped as PyPI data packages) and their assembly into GGUF files."""
 
-from kvchat.models.fetch import ModelStatus, installed_draft, model_sha256, model_status, resolve_model
+from kvchat.models.fetch import ModelStatus, file_sha256, installed_draft, model_sha256, model_status, resolve_model
 from kvchat.models.registry import REGISTRY, ModelEntry, cheap_depth, find_entry
 
 __all__ = [
-    "REGISTRY", "ModelEntry", "ModelStatus", "cheap_depth", "find_entry", "installed_draft", "model_sha256", "model_status",
+    "REGISTRY", "ModelEntry", "ModelStatus", "cheap_depth", "file_sha256", "find_entry", "installed_draft", "model_sha256", "model_status",
     "resolve_model",
 ]

@@ -96,6 +96,15 @@ def assemble(entry: ModelEntry, target: Path) -> None:
             )
 
 
+def file_sha256(path: Path) -> str:
+    """The sha256 of the file at `path`, read now."""
+    digest = hashlib.sha256()
+    with path.open("rb") as source:
+        while chunk := source.read(CHUNK_BYTES):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
 def resolve_model(name_or_path: str) -> Path:
     """A GGUF path for a registry name (assembling it on first use) or an existing file path."""
     entry = find_entry(name_or_path)
@@ -137,11 +146,7 @@ def model_sha256(path: Path) -> str:
     memo_key = f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}"
     memo = _sha256_memo(memo_path)
     if memo_key not in memo:
-        digest = hashlib.sha256()
-        with path.open("rb") as source:
-            while chunk := source.read(CHUNK_BYTES):
-                digest.update(chunk)
-        memo[memo_key] = digest.hexdigest()
+        memo[memo_key] = file_sha256(path)
         with atomic_file(memo_path, "w") as out:
             json.dump(memo, out)
     return memo[memo_key]

@@ -4,7 +4,6 @@ crash there becomes a line of the report instead of the end of the caller."""
 
 from __future__ import annotations
 
-import hashlib
 import os
 import platform
 import time
@@ -16,7 +15,7 @@ from kvchat.llama import (
     LLAMA_CPP_VERSION, WEIGHT_LAYOUTS, ContextSettings, available_cpus, LlamaContext, LlamaModel, Sampler, SamplerSettings,
     extra_buffer_types, gpu_offload_supported, system_info, weight_layout,
 )
-from kvchat.models import REGISTRY, ModelEntry, model_status
+from kvchat.models import REGISTRY, ModelEntry, file_sha256, model_status
 from kvchat.paths import cache_dir, data_dir, log_dir
 
 SMOKE_TEXT = (
@@ -102,17 +101,9 @@ def _model_row(entry: ModelEntry) -> dict[str, object]:
     """Installed (its parts), assembled (the GGUF in the data folder) and verified (its sha256
     read again now: a file damaged since its assembly fails here)."""
     status = model_status(entry)
-    verified = status.assembled and _hash_matches(status.path, entry.sha256)
+    verified = status.assembled and file_sha256(status.path) == entry.sha256
     return {"name": status.entry.name, "installed": status.packages_installed, "assembled": status.assembled,
             "verified": verified, "path": str(status.path), "install": status.entry.pip_command}
-
-
-def _hash_matches(path: Path, expected: str) -> bool:
-    digest = hashlib.sha256()
-    with path.open("rb") as source:
-        while chunk := source.read(8 << 20):
-            digest.update(chunk)
-    return digest.hexdigest() == expected
 
 
 def _folder(path: Path) -> dict[str, object]:
