@@ -18,8 +18,9 @@ from typing import Any, TypeVar
 from fastapi import FastAPI, File, Request, UploadFile
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, StreamingResponse
+from starlette.types import Receive, Scope, Send
 
-from kvchat.events import Done, Event, Notice, Pruned, Token
+from kvchat.events import Done, Event, Notice, Progress, Pruned, Token
 from kvchat.server.errors import ApiError, ApiKeyCheck, BodyLimit, UnexpectedErrors, install_error_handlers
 from kvchat.server.schemas import ChatCompletionRequest
 from kvchat.server.service import ChatService
@@ -77,16 +78,17 @@ def create_app(service: ChatService, api_key: str | None = None) -> FastAPI:
     async def chat(body: ChatCompletionRequest, request: Request) -> object:
         if body.model != model_id:
             raise ApiError(404, f"The model {body.model!r} does not exist; this server has {model_id!r}", "model_not_found", "model")
-        events = service.run(body)
+        answer = await service.start(body)  # refusals are HTTP errors before any byte is sent
         completion_id, created = f"chatcmpl-{uuid.uuid4().hex[:24]}", int(time.time())
         report = _Reading()  # for the kv block
-        if body.stream:
-            # refusals become HTTP errors before any byte is sent
-            first = await _unless_client_leaves(request, _first_answer_event(events, report))
+        if body.stream:  # the headers go at once, then the reading's progress, then the answer
             include_usage = bool(body.stream_options and body.stream_options.include_usage)
-            chunks = _sse(events, first, completion_id, created, model_id, include_usage, report)
-            return StreamingResponse(chunks, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
-        done = await _unless_client_leaves(request, _last_event(events, report))
+            chunks = _sse(answer.events(), completion_id, created, model_id, include_usage, report)
+            return _AnswerStream(chunks, answer.stop)
+        try:
+            done = await _unless_client_leaves(request, _last_event(answer.events(), report))
+        finally:
+            answer.stop()  # also if the events were never read: the client left at once
         return JSONResponse(_completion(done, completion_id, created, model_id, report))
 
     return app
@@ -169,15 +171,6 @@ class _Reading:
             self.kept_by_document = dict(event.kept_by_document)
 
 
-async def _first_answer_event(events: AsyncIterator[Event], report: _Reading) -> Event:
-    """The first Token or Done (reading and pruning come before it, noted in `report`)."""
-    async for event in events:
-        report.note(event)
-        if isinstance(event, (Token, Done)):
-            return event
-    raise _no_result()
-
-
 async def _last_event(events: AsyncIterator[Event], report: _Reading) -> Done:
     """The answer's Done, the last of its events (those before it noted in `report`)."""
     last: Event | None = None
@@ -221,10 +214,27 @@ def _completion(done: Done, completion_id: str, created: int, model_id: str, rep
     }
 
 
-async def _sse(events: AsyncIterator[Event], first: Event, completion_id: str, created: int, model_id: str,
+class _AnswerStream(StreamingResponse):
+    """A streamed answer whose job is stopped however the response ends: the answer done, its
+    client gone (even before the first chunk), or the server stopping."""
+
+    def __init__(self, chunks: AsyncIterator[str], stop: Callable[[], None]) -> None:
+        super().__init__(chunks, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+        self._stop = stop
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._stop()
+
+
+async def _sse(events: AsyncIterator[Event], completion_id: str, created: int, model_id: str,
                include_usage: bool, report: _Reading) -> AsyncIterator[str]:
-    """OpenAI's chunks: the role, the content pieces, the finish reason (with kvchat's kv block),
-    usage if asked, [DONE]."""
+    """OpenAI's chunks: the role at once; while the prompt is read, a comment line for each chunk
+    read (`: progress {"done": 512, "total": 4096}`: clients skip comments, a page can show it);
+    the content pieces; the finish reason (with kvchat's kv block); usage if asked; [DONE]. An
+    error of the reading, met once the headers went, is a chunk with an OpenAI-shaped error."""
 
     def chunk(delta: dict[str, str], finish_reason: str | None = None, **extra: object) -> str:
         body = {"id": completion_id, "object": "chat.completion.chunk", "created": created, "model": model_id,
@@ -233,9 +243,11 @@ async def _sse(events: AsyncIterator[Event], first: Event, completion_id: str, c
 
     try:
         yield chunk({"role": "assistant", "content": ""})
-        event: Event | None = first
-        while event is not None:
-            if isinstance(event, Token):
+        async for event in events:
+            report.note(event)
+            if isinstance(event, Progress):
+                yield f": progress {json.dumps({'done': event.done, 'total': event.total})}\n\n"
+            elif isinstance(event, Token):
                 yield chunk({"content": event.text})
             elif isinstance(event, Done):
                 yield chunk({}, FINISH_REASONS.get(event.stats.stop_reason, "stop"), kv=_kv(event, report))
@@ -244,7 +256,8 @@ async def _sse(events: AsyncIterator[Event], first: Event, completion_id: str, c
                             "model": model_id, "choices": [], "usage": _usage(event)}
                     yield f"data: {json.dumps(body)}\n\n"
                 break
-            event = await anext(events, None)
+        else:
+            raise _no_result()
         yield "data: [DONE]\n\n"
     except ApiError as error:
         yield f"data: {json.dumps({'error': {'message': error.message, 'type': error.error_type, 'code': error.code}})}\n\n"

@@ -21,15 +21,16 @@ from kvchat.errors import KvchatError
 from kvchat.events import Done, Event
 from kvchat.llama import SamplerSettings
 from kvchat.policy import DEFAULT_BUDGET, DEFAULT_WINDOW, HeadReduction, SnapKV, method_named
-from kvchat.server.documents import DocumentLibrary
+from kvchat.server.documents import DEFAULT_DOCUMENT_BYTES, DocumentLibrary
 from kvchat.server.errors import ApiError, api_error
 from kvchat.server.schemas import MIN_KV_BUDGET, ChatCompletionRequest, ChatMessage
 from kvchat.serving.requests import ChatRequest
 from kvchat.serving.scheduler import ChatJob, QueueFull, Scheduler, ShuttingDown
 from kvchat.serving.slots import DEFAULT_ROOM
 
-# Builds the scheduler from (engine, sequences, cells per sequence, waiting line, threads, KV layout).
-NewScheduler = Callable[[Engine, int, int, int, int | None, KvLayout], Scheduler]
+# Builds the scheduler from (engine, sequences, cells per sequence, waiting line, threads, KV layout,
+# readings at once).
+NewScheduler = Callable[[Engine, int, int, int, int | None, KvLayout, int], Scheduler]
 
 
 @dataclass(frozen=True)
@@ -39,8 +40,10 @@ class ServerLimits:
     max_tokens: int = DEFAULT_MAX_TOKENS
     sequences: int = 8
     max_waiting: int = 16
+    max_readings: int = 2  # requests read at once, taking turns a chunk each (each holds a context meanwhile)
     max_body_bytes: int = MAX_FILE_BYTES  # an upload: the most any document is read of, one number for both
     max_documents: int = 64
+    max_document_bytes: int = DEFAULT_DOCUMENT_BYTES  # memory the uploaded documents may hold, all together
     room: int = DEFAULT_ROOM
     layout: KvLayout = KvLayout()  # flash attention and KV cache types of every context
     heads: HeadReduction = SnapKV().heads  # how snapkv's heads choose
@@ -61,9 +64,9 @@ class ChatService:
         self.limits = limits
         self.threads = threads
         self.scheduler = new_scheduler(
-            engine, limits.sequences, limits.sequence_cells, limits.max_waiting, threads, limits.layout
+            engine, limits.sequences, limits.sequence_cells, limits.max_waiting, threads, limits.layout, limits.max_readings
         )
-        self.documents = DocumentLibrary(limits.max_documents)
+        self.documents = DocumentLibrary(limits.max_documents, limits.max_document_bytes)
 
     def close(self) -> None:
         self.scheduler.close()
@@ -108,20 +111,23 @@ class ChatService:
 
     def _stored(self, document_id: str, field_name: str) -> Document:
         stored = self.documents.find(document_id)
+        if stored is None and self.documents.was_removed(document_id):
+            raise ApiError(404, f"the document {document_id!r} was removed to make room for newer uploads; upload it again "
+                           "with POST /v1/documents", "document_not_found", field_name)
         if stored is None:
             raise ApiError(404, f"no document {document_id!r}; upload it with POST /v1/documents", "document_not_found", field_name)
         return stored.document
 
     # ---- running it ---------------------------------------------------------------------------
 
-    async def run(self, body: ChatCompletionRequest) -> AsyncIterator[Event]:
-        """Events of one answer, ending with Done; raises ApiError for a refused request. Closing
-        the iterator early (a client that went away) stops the answer and frees its sequence."""
+    async def start(self, body: ChatCompletionRequest) -> Answer:
+        """Submit a request; raises ApiError for one refused now (a bad field, a full waiting line,
+        a server shutting down). What its reading meets later comes as ApiError from its events."""
         settings = self.settings_for(body)
         request = self.request_for(body, settings)
         loop = asyncio.get_running_loop()
-        events: asyncio.Queue[Event | KvchatError] = asyncio.Queue()
-        job = ChatJob(request, lambda item: loop.call_soon_threadsafe(events.put_nowait, item))
+        queue: asyncio.Queue[Event | KvchatError] = asyncio.Queue()
+        job = ChatJob(request, lambda item: loop.call_soon_threadsafe(queue.put_nowait, item))
         try:
             self.scheduler.submit(job)
         except QueueFull:
@@ -129,16 +135,33 @@ class ChatService:
                            error_type="rate_limit_error", headers={"Retry-After": "2"}) from None
         except ShuttingDown as error:
             raise api_error(error) from None
+        return Answer(job, queue)
+
+
+@dataclass
+class Answer:
+    """A submitted request: its events, and stop() for when nobody waits for them any more."""
+
+    job: ChatJob
+    queue: asyncio.Queue[Event | KvchatError]
+
+    async def events(self) -> AsyncIterator[Event]:
+        """The answer's events, ending with Done; an error of its reading is raised as ApiError.
+        Leaving early (a client that went away) stops the answer and frees its sequence."""
         try:
             while True:
-                item = await events.get()
+                item = await self.queue.get()
                 if isinstance(item, KvchatError):
                     raise api_error(item)
                 yield item
                 if isinstance(item, Done):
                     return
         finally:
-            job.cancel.set()
+            self.stop()
+
+    def stop(self) -> None:
+        """Stop the job: its reading at the next chunk, its answer after the current step."""
+        self.job.cancel.set()
 
 
 def _turns(messages: list[ChatMessage]) -> tuple[list[Turn], str]:

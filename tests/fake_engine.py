@@ -70,10 +70,17 @@ class Log(Generic[T]):
 
 
 class Emitted(Log["Event | KvchatError"]):
-    """A job's emit: what the scheduler sent the job."""
+    """A job's emit: what the scheduler sent the job; its reading's Progress apart, in `progress`."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.progress: Log[Progress] = Log()
 
     def __call__(self, item: Event | KvchatError) -> None:
-        self.append(item)
+        if isinstance(item, Progress):
+            self.progress.append(item)
+        else:
+            self.append(item)
 
     def ended(self, timeout_s: float = WAIT_S) -> list[Event | KvchatError]:
         """Everything sent, once the last (a Done or an error) came."""
@@ -255,14 +262,15 @@ class FakeEngine:
         self._held_steps = held_steps
         self._step_failures = step_failures or {}
 
-    def scheduler(self, n_slots: int = 2, slot_cells: int = 512, max_waiting: int = 4) -> Scheduler:
-        return self.new_scheduler(self, n_slots, slot_cells, max_waiting, None, KvLayout())
+    def scheduler(self, n_slots: int = 2, slot_cells: int = 512, max_waiting: int = 4, max_readings: int = 2) -> Scheduler:
+        return self.new_scheduler(self, n_slots, slot_cells, max_waiting, None, KvLayout(), max_readings)
 
     def new_scheduler(
-        self, engine: object, n_slots: int, slot_cells: int, max_waiting: int, threads: int | None, layout: KvLayout
+        self, engine: object, n_slots: int, slot_cells: int, max_waiting: int, threads: int | None, layout: KvLayout,
+        max_readings: int,
     ) -> Scheduler:
         """ChatService's `new_scheduler`."""
-        return Scheduler(engine, n_slots, slot_cells, max_waiting, threads, layout, prepare=self.prepare,
+        return Scheduler(engine, n_slots, slot_cells, max_waiting, threads, layout, max_readings, prepare=self.prepare,
                          new_decoder=self.new_decoder, new_sampler=self.new_sampler, read_whole=self.read_whole)
 
     def service(self, **limits: object) -> ChatService:

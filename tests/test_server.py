@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import functools
+import itertools
 import json
 import logging
 import socket
@@ -280,7 +281,7 @@ def _streamed(url: str, content: str) -> list[dict | str]:
     """A streamed answer's events: the parsed chunks, then "[DONE]"."""
     body = {"model": MODEL, "messages": [{"role": "user", "content": content}], "stream": True}
     with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=30) as response:
-        data = [line.removeprefix("data: ") for line in response.iter_lines() if line]
+        data = [line.removeprefix("data: ") for line in response.iter_lines() if line.startswith("data: ")]
     return [item if item == "[DONE]" else json.loads(item) for item in data]
 
 
@@ -393,6 +394,56 @@ def test_the_shutdown_ends_answers_and_gives_readings_and_waiting_requests_503(m
     for response in responses:
         assert response.status_code == 503 and response.json()["error"]["code"] == "server_shutting_down"
     assert fake.readings.items[1].outcome == "cancelled" and fake.closed
+
+
+def test_a_streamed_client_gets_headers_and_progress_at_once_and_a_short_request_is_answered_during_its_reading(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    fake = FakeEngine({"book?": Script("long", prompt_tokens=10_000, chunks=20, paced=True)})
+    service = fake.service(sequences=2)
+    jobs = watch_jobs(service.scheduler, monkeypatch)
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "book?"}], "stream": True}
+    with serving(service) as url, concurrent.futures.ThreadPoolExecutor(1) as pool:
+        with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=WAIT_S) as response:
+            # the headers and the role came while the reading waits before its first chunk
+            lines = response.iter_lines()
+            assert response.status_code == 200 and response.headers["content-type"].startswith("text/event-stream")
+            role = json.loads(next(lines).removeprefix("data: "))
+            assert role["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+            (book,) = fake.readings.wait_len(1)
+            hi = pool.submit(_chat, url, "hi")
+            jobs.wait_len(2)
+            book.allow(4)  # "hi" is read after chunk 2 of the book and answered by chunk 4
+            answered = hi.result(timeout=WAIT_S)
+            assert answered.status_code == 200 and answered.json()["choices"][0]["message"]["content"] == "ok"
+            assert book.chunks_read.items == [1, 2, 3, 4] and book.outcome == ""
+            progress = [line for line in itertools.islice(lines, 8) if line]
+            assert progress == [f': progress {{"done": {500 * chunk}, "total": 10000}}' for chunk in (1, 2, 3, 4)]
+        assert jobs.items[0].job.cancel.wait(WAIT_S), "the reading went on after its client left"
+        book.allow()
+        assert book.ended.wait(WAIT_S) and book.outcome == "cancelled"
+
+
+def test_uploads_over_the_memory_budget_push_out_the_least_recently_used_documents() -> None:
+    text = "The boat was named the Grey Heron. " * 30  # with its page: 1,315 bytes held (1,050 characters)
+    fake = FakeEngine()
+    with serving(fake.service(max_document_bytes=3000)) as url:
+        def upload(name: str, data: str) -> httpx.Response:
+            return httpx.post(f"{url}/v1/documents", files={"file": (name, data.encode())}, timeout=WAIT_S)
+
+        first, second = upload("first.txt", "1" + text).json(), upload("second.txt", "2" + text).json()
+        asked = _chat(url, "hi", document_id=first["id"])  # first is now the more recently used
+        third = upload("third.txt", "3" + text).json()
+        listed = [item["filename"] for item in httpx.get(f"{url}/v1/documents").json()["data"]]
+        gone = _chat(url, "hi", document_id=second["id"])
+        too_large = upload("huge.txt", "x" * 3000)
+    assert asked.status_code == 200 and listed == ["first.txt", "third.txt"]
+    assert gone.status_code == 404 and gone.json()["error"]["message"] == (
+        f"the document '{second['id']}' was removed to make room for newer uploads; upload it again with POST /v1/documents")
+    assert too_large.status_code == 413 and too_large.json()["error"]["message"] == (
+        "huge.txt: its text takes 3,265 bytes of memory, more than this server keeps for all documents together "
+        "(3,000 bytes); split it into smaller documents")
+    assert third["id"] != first["id"]
 
 
 # ---- uploads ----------------------------------------------------------------------------------

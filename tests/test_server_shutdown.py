@@ -71,7 +71,7 @@ def _stream_and_signal(served: ServeProcess, signals: tuple[signal.Signals, ...]
                       headers={"Authorization": f"Bearer {KEY}"}) as response:
         assert response.status_code == 200
         for line in response.iter_lines():
-            if not line:
+            if not line or line.startswith(": progress "):  # an SSE comment: the reading's progress
                 continue
             assert line.startswith("data: ")
             data = line.removeprefix("data: ")

@@ -20,7 +20,7 @@ from kvchat.engine import AskSettings, Engine, KvLayout
 from kvchat.engine.prompt import chat_tokens
 from kvchat.engine.prompt_run import PromptRun
 from kvchat.errors import CancelledError, InternalError, KvchatError, PromptTooLongError, SettingsError
-from kvchat.events import Done, Token
+from kvchat.events import Done, Progress, Token
 from kvchat.llama import Sampler
 from kvchat.policy import SnapKV
 from kvchat.serving.requests import ChatRequest, prepare
@@ -166,12 +166,12 @@ def test_answers_in_progress_share_each_step_in_the_order_they_started() -> None
         _, a = _submit(scheduler, "A")
         (reading,) = fake.readings.wait_len(1)
         (_, b), (_, c) = _submit(scheduler, "B"), _submit(scheduler, "C")
-        reading.allow()  # A moves into a sequence; B and C, waiting, follow it before the first step
+        reading.allow()  # A moves into a sequence; B, then C (once B's reading ended), follow it a step apart
         answers = {name: _done(emitted) for name, emitted in (("A", a), ("B", b), ("C", c))}
     # one token each per step, in the order they started; an answer leaves once it sampled END
-    assert _steps(fake) == [((0, 1, 2), "adf", (100, 100, 100)), ((0, 1, 2), "beg", (101, 101, 101)),
-                            ((0, 2), "ch", (102, 102)), ((2,), "i", (103,))]
-    assert fake.decoder.releases.items == [1, 0, 2]  # B ended first, then A, then C
+    assert _steps(fake) == [((0,), "a", (100,)), ((0, 1), "bd", (101, 100)), ((0, 1, 2), "cef", (102, 101, 100)),
+                            ((2,), "g", (101,)), ((2,), "h", (102,)), ((2,), "i", (103,))]
+    assert fake.decoder.releases.items == [0, 1, 2]  # A ended first (in the step where B did), then B, then C
     assert (a.tokens, b.tokens, c.tokens) == (list("abc"), list("de"), list("fghi"))
     for name, steps in (("A", 3), ("B", 2), ("C", 4)):
         stats = answers[name].stats
@@ -191,12 +191,47 @@ def test_answers_in_progress_get_a_step_after_each_chunk_of_a_reading() -> None:
         reading.allow()
         first, second = _done(a), _done(b)
     assert [(seqs, tokens) for seqs, tokens, _ in _steps(fake)] == [
-        ((0,), "a"), ((0,), "b"), ((0,), "c"),  # one after each of B's three chunks
-        ((0, 1), "dx"), ((0, 1), "ey"), ((0,), "f"),
+        ((0,), "a"),  # once A moved in
+        ((0,), "b"), ((0,), "c"), ((0,), "d"),  # one after each of B's three chunks
+        ((0, 1), "ex"), ((0, 1), "fy"),  # B moved in: it ends with A
     ]
     assert (first.answer, second.answer) == ("abcdef", "xy")
     stats = second.stats
     assert (stats.prompt_tokens, stats.loaded_tokens, stats.read_tokens, stats.kept_tokens) == (300, 200, 100, 40)
+
+
+def test_a_short_question_is_read_and_answered_between_the_chunks_of_a_long_reading() -> None:
+    fake = FakeEngine({"book?": Script("long", prompt_tokens=10_000, chunks=20, paced=True), "hi": Script("ok")})
+    with running(fake, n_slots=2) as scheduler:
+        book_job, book = _submit(scheduler, "book?")
+        (reading,) = fake.readings.wait_len(1)
+        _, hi = _submit(scheduler, "hi")
+        reading.allow(4)  # "hi" reads its chunk after chunk 2, moves in and answers after chunk 3, ends after chunk 4
+        assert _done(hi).answer == "ok"
+        assert reading.chunks_read.items == [1, 2, 3, 4] and reading.outcome == ""  # the book's reading goes on
+        assert scheduler.load["reading"] == 1 and book.progress.items[-1] == Progress(2000, 10_000, 0.0)
+        book_job.cancel.set()
+        reading.allow()
+        assert isinstance(book.ended()[-1], CancelledError)
+    assert [(seqs, tokens) for seqs, tokens, _ in _steps(fake)] == [((0,), "o"), ((0,), "k")]
+
+
+def test_at_most_max_readings_are_read_at_once_and_each_reserves_a_sequence() -> None:
+    fake = FakeEngine({"A": Script("a", chunks=2, paced=True), "B": Script("b", chunks=2, paced=True),
+                       "C": Script("c", chunks=2, paced=True)})
+    with running(fake, n_slots=3, max_readings=2) as scheduler:
+        _, a = _submit(scheduler, "A")
+        (first,) = fake.readings.wait_len(1)
+        (_, b), (_, c) = _submit(scheduler, "B"), _submit(scheduler, "C")
+        first.allow(2)  # A reads its chunks in turn with B's first
+        _, second = fake.readings.wait_len(2)
+        assert scheduler.load == {"answering": 0, "reading": 2, "waiting": 1, "sequences": 3, "reading_on": 0}
+        second.allow(2)
+        assert _done(a).answer == "a"  # C is read once A's reading ended
+        fake.readings.wait_len(3)[2].allow(2)
+        assert (_done(b).answer, _done(c).answer) == ("b", "c")
+    assert _questions(fake) == ["A", "B", "C"]
+    assert [len(emitted.progress.items) for emitted in (a, b, c)] == [2, 2, 2]
 
 
 NOTES = Document(path=Path("notes.txt"), kind="text", text="The boat was named the Grey Heron.")
@@ -304,7 +339,7 @@ def test_a_job_cancelled_while_answering_ends_after_its_current_step() -> None:
         job.cancel.set()  # the client goes away while step 3 waits
         fake.decoder.run_free()
         stopped, finished = _done(a), _done(b)
-    assert [seqs for seqs, _, _ in _steps(fake)] == [(0, 1), (0, 1), (0, 1), (1,), (1,)]
+    assert [seqs for seqs, _, _ in _steps(fake)] == [(0,), (0, 1), (0, 1), (1,), (1,), (1,)]  # B moves in after step 1
     assert (stopped.answer, stopped.stats.generated_tokens, stopped.stats.stop_reason) == ("abcd", 4, "cancelled")
     assert (finished.answer, finished.stats.generated_tokens, finished.stats.stop_reason) == ("vwxyz", 5, "stop")
     assert stopped.stats.peak_cells == 40 + 3  # its cells counted before they were dropped
@@ -346,7 +381,7 @@ def test_stopping_between_steps_ends_every_answer_as_cancelled() -> None:
         fake.decoder.run_free()
         answers = [_done(a), _done(b)]
     assert [(done.answer, done.stats.generated_tokens, done.stats.stop_reason) for done in answers] == [
-        ("abc", 3, "cancelled"), ("uvw", 3, "cancelled")]
+        ("abc", 3, "cancelled"), ("uv", 2, "cancelled")]  # B moved in after step 1
     assert len(_steps(fake)) == 2
 
 
@@ -403,11 +438,11 @@ def test_a_failed_decode_step_fails_the_answers_in_it_and_the_scheduler_goes_on(
         failed = [a.ended(), b.ended()]
         _, c = _submit(scheduler, "C")
         assert _done(c).answer == "ok"
-    for emitted, tokens in zip(failed, (["a", "b"], ["w", "x"])):
+    for emitted, tokens in zip(failed, (["a", "b"], ["w"])):  # B moved in after step 1
         *pieces, error = emitted
         assert [piece.text for piece in pieces] == tokens and isinstance(error, InternalError)
         assert error.message == "decoding failed: llama_decode returned -3"
-    assert [seqs for seqs, _, _ in _steps(fake)] == [(0, 1), (0,), (0,)]  # step 1 (step 2 failed), then C's two
+    assert [seqs for seqs, _, _ in _steps(fake)] == [(0,), (0,), (0,)]  # step 1 (step 2 failed), then C's two
     assert fake.decoder.releases.items == [0, 1, 0]
     assert [record.message for record in caplog.records if record.exc_info] == ["a decode step failed"]
 

@@ -2,9 +2,10 @@
 do, and saved: a follow-up about the document then loads that reading and is selected from it, as
 after a full reading (the first answer comes from a fast reading, the rest as before).
 
-The scheduler reads one batch at a time, only while no answer is in progress and no request waits
-(a new request is admitted before the next batch). A request about a document whose reading is
-under way first reads the rest of it, then loads it. Without saved readings (`--no-cache`) there
+The scheduler reads one batch at a time, only while no answer is in progress and no request is
+read or waits (a new request is admitted before the next batch). A request about a document whose
+reading is under way first reads the rest of it, taking turns with the other readings as its own
+reading would, then loads it. Without saved readings (`--no-cache`) there
 is nowhere to keep a reading for a later request, and none is started.
 """
 
@@ -62,14 +63,14 @@ class BackgroundReadings:
         key, events = next(iter(self._pending.items()))
         self._advance(key, events)
 
-    def finish(self, request: ChatRequest, cancel: threading.Event, between: Callable[[], None]) -> None:
+    def rest_of(self, request: ChatRequest, cancel: threading.Event) -> Iterator[Event]:
         """Before `request` is prepared: the rest of its document's reading, if one is under way,
-        calling `between` after each batch (the answers in progress take a step). Stops when
-        `cancel` is set (the request's: its client went, or the server stops)."""
+        an event at a time. Stops when `cancel` is set (the request's: its client went, or the
+        server stops)."""
         key = _key(request)
         while key in self._pending and not cancel.is_set():
-            self._advance(key, self._pending[key])
-            between()
+            if (event := self._advance(key, self._pending[key])) is not None:
+                yield event
 
     def close(self) -> None:
         """Drop the readings not done (their contexts are freed)."""
@@ -77,11 +78,13 @@ class BackgroundReadings:
             events.close()
         self._pending.clear()
 
-    def _advance(self, key: DocumentKey, events: Iterator[Event]) -> None:
+    def _advance(self, key: DocumentKey, events: Iterator[Event]) -> Event | None:
+        """The reading's next event; None once it ended (or failed)."""
         try:
-            next(events)
+            return next(events)
         except StopIteration:
             del self._pending[key]
         except Exception:  # the reading is dropped; a follow-up reads the document itself
             LOGGER.exception("reading a document whole in the background failed")
             del self._pending[key]
+        return None

@@ -3,9 +3,14 @@ continuous batching of the answers.
 
 A request waits in the queue until a sequence of the shared context is free, is read and pruned
 on a context of its own (requests.py), moves into that sequence, and from then on gets one token
-per decode step, batched with every other answer in progress. While a new prompt is read, the
-answers in progress still get a step after each chunk, so nobody waits for a long reading. When
-nothing else is to do, documents that a fast reading answered are read whole (reading_on.py).
+per decode step, batched with every other answer in progress.
+
+Nobody waits for somebody else's long reading: up to `max_readings` requests are read at once,
+taking turns a chunk each, and the answers in progress get a decode step after every chunk. A
+short question asked during the reading of a book is read between two of its chunks and answered
+while the book is still being read. Each reading reserves the sequence it will move into, so at
+most as many are read as sequences are free. When nothing else is to do, documents that a fast
+reading answered are read whole (reading_on.py).
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from kvchat.engine.engine import Engine
 from kvchat.engine.generate import Generation, answer_stats
 from kvchat.engine.settings import KvLayout
 from kvchat.errors import CancelledError, InternalError, KvchatError, PromptTooLongError
-from kvchat.events import Done, Event, Progress, Source, Token
+from kvchat.events import Done, Event, Source, Token
 from kvchat.llama import LlamaModel, Sampler, SamplerSettings
 from kvchat.serving.reading_on import BackgroundReadings, ReadWhole, read_whole
 from kvchat.serving.requests import ChatRequest, PreparedPrompt, answer_sources, prepare
@@ -59,6 +64,15 @@ class ChatJob:
 
 
 @dataclass
+class _Reading:
+    """A job being read and pruned: its events end by returning its PreparedPrompt."""
+
+    job: ChatJob
+    sampler: Sampler
+    events: Iterator[Event]
+
+
+@dataclass
 class _Answer:
     job: ChatJob
     slot: Slot
@@ -71,8 +85,8 @@ class _Answer:
 class Scheduler:
     def __init__(
         self, engine: Engine, n_slots: int, slot_cells: int, max_waiting: int = 16, threads: int | None = None,
-        layout: KvLayout = KvLayout(), *, prepare: Prepare = prepare, new_decoder: NewDecoder = SlotDecoder,
-        new_sampler: NewSampler = Sampler, read_whole: ReadWhole = read_whole,
+        layout: KvLayout = KvLayout(), max_readings: int = 2, *, prepare: Prepare = prepare,
+        new_decoder: NewDecoder = SlotDecoder, new_sampler: NewSampler = Sampler, read_whole: ReadWhole = read_whole,
     ) -> None:
         self.engine = engine
         self._prepare_request = prepare
@@ -80,7 +94,8 @@ class Scheduler:
         self.decoder = new_decoder(engine.model, n_slots, slot_cells, threads, layout)
         self._waiting: queue.Queue[ChatJob] = queue.Queue(max_waiting)
         self._answers: list[_Answer] = []
-        self._reading: ChatJob | None = None  # the job being read and pruned
+        self.max_readings = max_readings  # each holds a context of its own while it reads
+        self._readings: list[_Reading] = []  # the next to read a chunk first
         self._readings_on = BackgroundReadings(engine, read_whole)
         self._wake = threading.Event()
         self._stopping = False
@@ -104,18 +119,18 @@ class Scheduler:
     @property
     def load(self) -> dict[str, int]:
         return {
-            "answering": len(self._answers), "reading": int(self._reading is not None),
+            "answering": len(self._answers), "reading": len(self._readings),
             "waiting": self._waiting.qsize(), "sequences": len(self.decoder.slots),
             "reading_on": len(self._readings_on),
         }
 
     def stop(self) -> None:
         """Stop every job without waiting: answers in progress end as "cancelled" after their
-        current step, a reading at its next chunk, waiting jobs get ShuttingDown."""
+        current step, readings at their next chunk, waiting jobs get ShuttingDown."""
         with self._submitting:
             self._stopping = True
-        if (reading := self._reading) is not None:
-            reading.cancel.set()
+        for reading in list(self._readings):  # a copy: the model thread changes the list
+            reading.job.cancel.set()
         self._wake.set()
 
     def join(self, timeout: float | None = None) -> None:
@@ -134,12 +149,20 @@ class Scheduler:
         while not self._stopping:
             self._wake.clear()  # before looking: a submit() from now on wakes the wait below
             self._admit()
-            if self._answers:
+            busy = bool(self._readings or self._answers)
+            if self._readings:
+                self._read_next()
+            if self._answers and not self._stopping:
                 self._step()
-            elif self._readings_on:
+            if busy:
+                continue
+            if self._readings_on:
                 self._readings_on.step()
             else:
                 self._wake.wait()
+        for reading in list(self._readings):
+            reading.events.close()  # its context is freed
+            self._end_reading(reading, ShuttingDown())
         for answer in list(self._answers):
             answer.job.cancel.set()
             answer.generation.stop("cancelled")
@@ -149,36 +172,40 @@ class Scheduler:
         self._readings_on.close()
 
     def _admit(self) -> None:
-        """Start waiting jobs while a sequence is free."""
-        while not self._stopping and not self._waiting.empty() and any(not slot.busy for slot in self.decoder.slots):
+        """Start reading waiting jobs, in the order they came, while a sequence is free for each
+        and fewer than `max_readings` are read; each then takes its turn after those before it."""
+        while (not self._stopping and not self._waiting.empty() and len(self._readings) < self.max_readings
+               and len(self._readings) + len(self._answers) < len(self.decoder.slots)):
             job = self._waiting.get_nowait()
-            self._reading = job
-            try:
-                self._admit_one(job)
-            finally:
-                self._reading = None
+            if job.cancel.is_set():
+                continue
+            sampler = self._new_sampler(job.request.settings.sampler)
+            self._readings.append(_Reading(job, sampler, self._reading_events(job, sampler)))
 
-    def _admit_one(self, job: ChatJob) -> None:
-        if self._stopping:  # stop() may have looked for a reading just before this one began
-            return job.emit(ShuttingDown())
-        if job.cancel.is_set():
-            return
-        sampler = self._new_sampler(job.request.settings.sampler)
+    def _reading_events(self, job: ChatJob, sampler: Sampler) -> Iterator[Event]:
+        """The rest of the document's whole reading if one is under way (then the job loads it),
+        then the job's own reading and pruning; returns its PreparedPrompt."""
+        yield from self._readings_on.rest_of(job.request, job.cancel)
+        return (yield from self._prepare_request(self.engine, job.request, job.cancel, sampler))
+
+    def _read_next(self) -> None:
+        """The next reading reads a chunk (or passes on another event), then waits for its turn
+        again; one that is done moves into a sequence and answers."""
+        reading = self._readings[0]  # counted in `load` while it reads
         try:
-            self._readings_on.finish(job.request, job.cancel, self._step_answers)  # then the job loads the reading
-            prepared = self._prepare(job, sampler)
-            if len(prepared.kept.positions) + 1 > self.decoder.slot_cells:
-                raise PromptTooLongError(
-                    f"the kept prompt is {len(prepared.kept.positions):,} tokens; a sequence holds {self.decoder.slot_cells:,}",
-                    "use kv_method snapkv with a smaller kv_budget, or a shorter conversation",
-                )
-            slot = self._load(job, prepared)
+            event = next(reading.events)
+        except StopIteration as finished:
+            self._readings.remove(reading)
+            return self._start(reading, finished.value)
         except Exception as error:
-            sampler.close()
-            return job.emit(self._failure(error))
-        if prepared.unread:
-            self._readings_on.add(job.request)
-        self._start(job, slot, prepared, sampler)
+            self._readings.remove(reading)
+            return self._end_reading(reading, self._failure(error))
+        self._readings.append(self._readings.pop(0))
+        reading.job.emit(event)
+
+    def _end_reading(self, reading: _Reading, error: KvchatError) -> None:
+        reading.sampler.close()
+        reading.job.emit(error)
 
     def _failure(self, error: Exception) -> KvchatError:
         """What a job whose preparation raised `error` is told (called while handling it)."""
@@ -189,27 +216,10 @@ class Scheduler:
             return InternalError(f"internal error: {error}", "see the server's log file")
         return error
 
-    def _prepare(self, job: ChatJob, sampler: Sampler) -> PreparedPrompt:
-        """Read and prune `job`'s prompt, passing its events on; the answers in progress get a
-        decode step after each chunk read, so a long reading does not stall them."""
-        events = self._prepare_request(self.engine, job.request, job.cancel, sampler)
-        while True:
-            try:
-                event = next(events)
-            except StopIteration as finished:
-                return finished.value
-            if not isinstance(event, Progress):
-                job.emit(event)
-            self._step_answers()
-
-    def _step_answers(self) -> None:
-        if self._answers:
-            self._step()
-
     def _load(self, job: ChatJob, prepared: PreparedPrompt) -> Slot:
         """Move the prepared cells into a free sequence (emptied again if llama.cpp refuses them)."""
         slot = self.decoder.free_slot()
-        assert slot is not None  # only this thread takes slots, and one was free before preparing
+        assert slot is not None  # only this thread takes slots, and each reading has one reserved
         try:
             self.decoder.load(slot, prepared.kept.state, prepared.kept.positions)
         except Exception:
@@ -217,9 +227,22 @@ class Scheduler:
             raise
         return slot
 
-    def _start(self, job: ChatJob, slot: Slot, prepared: PreparedPrompt, sampler: Sampler) -> None:
+    def _start(self, reading: _Reading, prepared: PreparedPrompt) -> None:
+        """Move a prepared prompt into a free sequence and take its first token."""
+        job = reading.job
+        try:
+            if len(prepared.kept.positions) + 1 > self.decoder.slot_cells:
+                raise PromptTooLongError(
+                    f"the kept prompt is {len(prepared.kept.positions):,} tokens; a sequence holds {self.decoder.slot_cells:,}",
+                    "use kv_method snapkv with a smaller kv_budget, or a shorter conversation",
+                )
+            slot = self._load(job, prepared)
+        except Exception as error:
+            return self._end_reading(reading, self._failure(error))
+        if prepared.unread:
+            self._readings_on.add(job.request)
         generation = Generation(self.engine.model, job.request.settings.max_tokens)
-        answer = _Answer(job, slot, prepared, sampler, generation, prepared.first_token)
+        answer = _Answer(job, slot, prepared, reading.sampler, generation, prepared.first_token)
         self._answers.append(answer)
         self._advance(answer, prepared.first_token)
 
