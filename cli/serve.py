@@ -13,6 +13,7 @@ from kvchat.cli.options import (
     CACHE_TYPE_K, CACHE_TYPE_V, DEFAULTS, DRAFT, FLASH_ATTN, GPU_LAYERS, HEADS, MAX_TOKENS, MODEL, READ, SAVE_READINGS,
     THREADS, draft_for, kv_layout, warn_about_gpu_layers,
 )
+from kvchat.documents.limits import SERVER_DOCUMENTS_BYTES
 from kvchat.engine import AskSettings, Engine
 from kvchat.errors import SettingsError
 from kvchat.policy import HeadReduction
@@ -57,6 +58,10 @@ def serve_command(
     max_sessions: int = typer.Option(8, help="Conversations held in the KV cache at once (one sequence each)."),
     max_tokens: int = MAX_TOKENS,
     max_waiting: int = typer.Option(16, help="Requests that may wait for a sequence; more get 429."),
+    max_readings: int = typer.Option(2, help="Requests read at once, taking turns a chunk each (each holds a context)."),
+    documents_memory: int = typer.Option(
+        SERVER_DOCUMENTS_BYTES // 2**20, help="MiB of memory the uploaded documents may hold; the least recently used go first.",
+    ),
     heads: HeadReduction = HEADS,
     room: int = typer.Option(DEFAULT_ROOM, help="Cells per conversation for its question and earlier turns, besides the budget."),
     threads: int | None = THREADS,
@@ -72,8 +77,11 @@ def serve_command(
     from kvchat.server.runner import server_for
     from kvchat.server.service import ChatService, ServerLimits
 
-    if max_sessions < 1 or max_waiting < 1 or budget < 40 or max_tokens < 1 or room < 16:
-        raise SettingsError("--max-sessions, --max-waiting, --max-tokens must be >= 1, --budget >= 40, --room >= 16", "see kvchat serve --help")
+    if min(max_sessions, max_waiting, max_readings, max_tokens, documents_memory) < 1 or budget < 40 or room < 16:
+        raise SettingsError(
+            "--max-sessions, --max-waiting, --max-readings, --max-tokens, --documents-memory must be >= 1, "
+            "--budget >= 40, --room >= 16", "see kvchat serve --help",
+        )
     AskSettings(threads=threads, read=read)  # refuses a bad thread count or reading now: requests build their settings later
     draft = draft_for(model, draft, read)  # a named one whatever --read says: a request may read fast (kv_read)
     layout = kv_layout(flash_attn, gpu_layers, cache_type_k, cache_type_v)
@@ -81,7 +89,8 @@ def serve_command(
     console = Console(stderr=True)
     warn_about_gpu_layers(gpu_layers, console)
     limits = ServerLimits(model_id=model, budget=budget, max_tokens=max_tokens, sequences=max_sessions,
-                          max_waiting=max_waiting, room=room, layout=layout, heads=heads, read=read)
+                          max_waiting=max_waiting, max_readings=max_readings, max_document_bytes=documents_memory * 2**20,
+                          room=room, layout=layout, heads=heads, read=read)
     service = ChatService(Engine(model, gpu_layers=gpu_layers, use_cache=cache, draft=draft), limits, threads)
     try:
         url = f"http://{'127.0.0.1' if host == '0.0.0.0' else host}:{port}"

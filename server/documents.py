@@ -20,13 +20,12 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from kvchat.documents import Document, load_document
-from kvchat.documents.limits import size_text
+from kvchat.documents.limits import SERVER_DOCUMENTS_BYTES, size_text
 from kvchat.errors import DocumentError, raise_if_cancelled
 from kvchat.server.errors import ApiError
 
 MAX_FILENAME = 255  # characters of the name shown; the file on disk has a name of its own
 SUFFIX = re.compile(r"\.[A-Za-z0-9]{1,10}")  # what the loaders look at to tell HTML from text
-DEFAULT_DOCUMENT_BYTES = 2**30  # at least 15 documents of the most text a document may have (limits.py)
 PAGE_BYTES = 216  # what one entry of a page table holds in memory (measured with tracemalloc)
 REMEMBERED_REMOVALS = 4096  # ids of documents removed to make room that a request is told about
 
@@ -56,7 +55,7 @@ class DocumentLibrary:
     """At most `max_documents` documents holding at most `max_bytes`; the least recently used go
     first when a new one would not fit."""
 
-    def __init__(self, max_documents: int = 64, max_bytes: int = DEFAULT_DOCUMENT_BYTES) -> None:
+    def __init__(self, max_documents: int = 64, max_bytes: int = SERVER_DOCUMENTS_BYTES) -> None:
         self.max_documents = max_documents
         self.max_bytes = max_bytes
         self._documents: OrderedDict[str, StoredDocument] = OrderedDict()  # least recently used first

@@ -14,14 +14,14 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 from kvchat.documents import Document, bundle
-from kvchat.documents.limits import MAX_FILE_BYTES
+from kvchat.documents.limits import MAX_FILE_BYTES, SERVER_DOCUMENTS_BYTES
 from kvchat.engine import DEFAULT_MAX_TOKENS, AskSettings, Engine, KvLayout
 from kvchat.engine.prompt import Turn
 from kvchat.errors import KvchatError
 from kvchat.events import Done, Event
 from kvchat.llama import SamplerSettings
 from kvchat.policy import DEFAULT_BUDGET, DEFAULT_WINDOW, HeadReduction, SnapKV, method_named
-from kvchat.server.documents import DEFAULT_DOCUMENT_BYTES, DocumentLibrary
+from kvchat.server.documents import DocumentLibrary
 from kvchat.server.errors import ApiError, api_error
 from kvchat.server.schemas import MIN_KV_BUDGET, ChatCompletionRequest, ChatMessage
 from kvchat.serving.requests import ChatRequest
@@ -43,7 +43,7 @@ class ServerLimits:
     max_readings: int = 2  # requests read at once, taking turns a chunk each (each holds a context meanwhile)
     max_body_bytes: int = MAX_FILE_BYTES  # an upload: the most any document is read of, one number for both
     max_documents: int = 64
-    max_document_bytes: int = DEFAULT_DOCUMENT_BYTES  # memory the uploaded documents may hold, all together
+    max_document_bytes: int = SERVER_DOCUMENTS_BYTES  # memory the uploaded documents may hold, all together
     room: int = DEFAULT_ROOM
     layout: KvLayout = KvLayout()  # flash attention and KV cache types of every context
     heads: HeadReduction = SnapKV().heads  # how snapkv's heads choose

@@ -204,8 +204,12 @@ class Scheduler:
         reading.job.emit(event)
 
     def _end_reading(self, reading: _Reading, error: KvchatError) -> None:
+        """The job fails with `error`, sent without its traceback: the traceback's frames hold
+        the reading's tokens and text (tens of MB for a long document) for as long as the error
+        lives, and the error of a client that left lives until the garbage collector's next full
+        pass (it is part of a cycle)."""
         reading.sampler.close()
-        reading.job.emit(error)
+        reading.job.emit(error.with_traceback(None))
 
     def _failure(self, error: Exception) -> KvchatError:
         """What a job whose preparation raised `error` is told (called while handling it)."""
