@@ -1,7 +1,8 @@
 """The FastAPI app: OpenAI's chat completions and models endpoints, kvchat's documents, health.
 
 `create_app(service, api_key)` builds it around an injected ChatService; nothing lives in module
-globals, so tests run several servers side by side.
+globals, so tests run several servers side by side. Its `state.stopping` is set by the server as
+it stops: the uploads being read stop and answer 503 at once.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ def create_app(service: ChatService, api_key: str | None = None) -> FastAPI:
     app.add_middleware(ApiKeyCheck, api_key=api_key)  # outside BodyLimit: no key, no body read
     app.add_middleware(UnexpectedErrors)
     install_error_handlers(app)
+    app.state.stopping = stopping = asyncio.Event()
 
     model_id = service.limits.model_id
 
@@ -60,7 +62,7 @@ def create_app(service: ChatService, api_key: str | None = None) -> FastAPI:
     async def upload(request: Request, file: UploadFile = File(...)) -> dict[str, object]:
         data = await file.read()
         stored = await _stoppable(
-            request, lambda cancel: service.documents.add(file.filename, data, service.document_tokens, cancel)
+            request, stopping, lambda cancel: service.documents.add(file.filename, data, service.document_tokens, cancel)
         )
         return stored.describe()
 
@@ -112,25 +114,30 @@ async def _unless_client_leaves(request: Request, work: Coroutine[Any, Any, T]) 
     return answer.result()
 
 
-async def _stoppable(request: Request, work: Callable[[threading.Event], T]) -> T:
+async def _stoppable(request: Request, stopping: asyncio.Event, work: Callable[[threading.Event], T]) -> T:
     """`work(cancel)` in a worker thread (an upload's OCR can take minutes), stopped when the client
-    closes the connection or when this handler is cancelled (uvicorn does at shutdown, once its
-    grace is over): either sets `cancel`, and the handler waits for the work to stop (OCR does
-    between pages, removing its temporary files) before it answers 499 or 503. A cancelled handler
-    answers rather than raising CancelledError on to uvicorn, which prints it as "Exception in ASGI
-    application"."""
+    closes the connection or the server stops (`stopping` set): either sets `cancel`, and the
+    handler waits for the work to stop (OCR does between pages, removing its temporary files)
+    before it answers 499 or 503. Should uvicorn cancel the handler (its grace over), it answers
+    503 too rather than raising CancelledError on to uvicorn, which prints it as "Exception in
+    ASGI application"."""
     cancel = threading.Event()
-    result, gone = asyncio.ensure_future(run_in_threadpool(work, cancel)), asyncio.ensure_future(_disconnected(request))
+    result = asyncio.ensure_future(run_in_threadpool(work, cancel))
+    gone, stopped = asyncio.ensure_future(_disconnected(request)), asyncio.ensure_future(stopping.wait())
+    client_left = False
     try:
-        await asyncio.wait((result, gone), return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait((result, gone, stopped), return_when=asyncio.FIRST_COMPLETED)
+        client_left = gone.done()
     except asyncio.CancelledError:
-        await _stop_work(result, cancel)
-        raise ApiError(503, "the server is shutting down", "server_shutting_down", error_type="server_error") from None
+        pass
     finally:
         gone.cancel()
+        stopped.cancel()
     if not result.done():
         await _stop_work(result, cancel)
-        raise ApiError(499, "the client closed the connection", "client_closed")  # sent to nobody
+        if client_left:
+            raise ApiError(499, "the client closed the connection", "client_closed")  # sent to nobody
+        raise ApiError(503, "the server is shutting down", "server_shutting_down", error_type="server_error")
     return result.result()
 
 

@@ -1,9 +1,9 @@
 """`kvchat serve`'s uvicorn server: SIGINT and SIGTERM stop it promptly, cleanly, with exit 0.
 
 uvicorn's graceful shutdown waits for every open response, and a streamed answer stays open
-until the model ends it (minutes for a long one). So the scheduler is stopped first: answers end
+until the model ends it (minutes for a long one). So the service is stopped first: answers end
 as "cancelled" with their final chunk and [DONE], a reading at its next chunk, waiting requests
-get 503; then uvicorn waits for the responses, which end at once.
+and uploads being read get 503; then uvicorn waits for the responses, which end at once.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ import uvicorn
 
 from kvchat.server.app import create_app
 from kvchat.server.service import ChatService
-from kvchat.serving.scheduler import Scheduler
 
 GRACE_S = 5.0  # for the responses still open once the answers stopped: a client that does not read is cut off
 
@@ -30,9 +29,12 @@ class Server(uvicorn.Server):
       action: SIGTERM then exits 143, SIGINT raises KeyboardInterrupt): a stopped server exits 0.
     """
 
-    def __init__(self, config: uvicorn.Config, scheduler: Scheduler, on_started: Callable[[], None]) -> None:
+    def __init__(
+        self, config: uvicorn.Config, service: ChatService, stopping: asyncio.Event, on_started: Callable[[], None]
+    ) -> None:
         super().__init__(config)
-        self.scheduler = scheduler
+        self.service = service
+        self.stopping = stopping  # the app's: set, the uploads being read stop
         self.on_started = on_started
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
@@ -44,17 +46,17 @@ class Server(uvicorn.Server):
             self.on_started()
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
-        self.scheduler.stop()
+        self.service.scheduler.stop()
+        self.stopping.set()
         await super().shutdown(sockets)
         # the model thread's last events reach the loop before it closes
-        await asyncio.to_thread(self.scheduler.join)
+        await asyncio.to_thread(self.service.scheduler.join)
 
 
 def server_for(
     service: ChatService, host: str, port: int, api_key: str | None = None, on_started: Callable[[], None] = lambda: None
 ) -> Server:
     """The server of `service`'s app; `on_started` runs once it listens."""
-    config = uvicorn.Config(
-        create_app(service, api_key), host=host, port=port, log_level="warning", timeout_graceful_shutdown=GRACE_S
-    )
-    return Server(config, service.scheduler, on_started)
+    app = create_app(service, api_key)
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=GRACE_S)
+    return Server(config, service, app.state.stopping, on_started)
