@@ -133,9 +133,14 @@ class FakeSessions:
     sources: tuple[Source, ...] = ()
     pruned: Pruned = PRUNED
     opened: list[FakeSession] = field(default_factory=list)
+    cancels: list[threading.Event | None] = field(default_factory=list)  # what each open() was stopped by
     closed: bool = False
 
-    def open(self, paths: Sequence[Path], settings: AskSettings, ocr_progress: PageProgress | None = None) -> FakeSession:
+    def open(
+        self, paths: Sequence[Path], settings: AskSettings, ocr_progress: PageProgress | None = None,
+        cancel: threading.Event | None = None,
+    ) -> FakeSession:
+        self.cancels.append(cancel)
         if self.error is not None:
             raise self.error
         for done in range(self.scanned_pages + 1) if self.scanned_pages and ocr_progress else ():

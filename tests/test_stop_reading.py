@@ -6,6 +6,7 @@ temporary folder and asserts it is empty afterwards."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import signal
@@ -251,3 +252,21 @@ def test_a_server_stopping_during_an_upload_stops_its_ocr_without_a_traceback(
     assert stopped_after < GRACE_S
     assert list(private_tmp.iterdir()) == []
     assert records == []  # neither "Exception in ASGI application" nor "Cancel 1 running task(s)"
+
+
+async def test_esc_in_the_chat_app_stops_the_ocr_of_the_document_it_opens(private_tmp: Path, fake_tesseract: Path, tmp_path: Path) -> None:
+    from kvchat.tui.app import KvchatApp
+    from kvchat.tui.sessions import EngineSessions
+    from test_tui import SIZE, wait_for as wait_in_app
+
+    scan = blank_pdf(tmp_path / "scan.pdf", 3)
+    app = KvchatApp(EngineSessions("no model is loaded before the documents are"), [scan])
+    async with app.run_test(size=SIZE) as pilot:
+        await asyncio.to_thread(wait_for, fake_tesseract.exists, START_WITHIN_S, "OCR start")
+        pressed = time.monotonic()
+        await pilot.press("escape")
+        await wait_in_app(pilot, lambda: app.busy is None, STOP_WITHIN_S)
+        stopped_after = time.monotonic() - pressed
+        assert app.session is None
+    assert stopped_after < STOP_WITHIN_S
+    assert list(private_tmp.iterdir()) == []

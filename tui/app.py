@@ -116,7 +116,7 @@ class KvchatApp(Dialogs, BackgroundReading):
             self.reading_on_idle.wait()  # open_paths() stopped it
             if old is not None:
                 old.close()
-            session = self.sessions.open(paths, self.settings, lambda done, total: self.post_message(PagesRead(done, total)))
+            session = self.sessions.open(paths, self.settings, self._pages_read, cancel)
             self.post_message(DocumentLoaded(session.document))
             for event in session.read(cancel):
                 self.post_message(EngineEvent(event))
@@ -125,6 +125,10 @@ class KvchatApp(Dialogs, BackgroundReading):
             if session is not None:
                 session.close()
             self._end(JobEnded.of_error("reading", error))
+
+    def _pages_read(self, done: int, total: int) -> None:
+        """The OCR's progress, from the reading's thread."""
+        self.post_message(PagesRead(done, total))
 
     @work(thread=True, group="model", exit_on_error=False)
     def _ask(self, session: ChatSession, question: str, settings: AskSettings, cancel: threading.Event) -> None:

@@ -44,9 +44,13 @@ class ChatSession(Protocol):
 
 
 class SessionFactory(Protocol):
-    def open(self, paths: Sequence[Path], settings: AskSettings, ocr_progress: PageProgress | None = None) -> ChatSession:
+    def open(
+        self, paths: Sequence[Path], settings: AskSettings, ocr_progress: PageProgress | None = None,
+        cancel: threading.Event | None = None,
+    ) -> ChatSession:
         """Load the documents (raises KvchatError with a hint; `ocr_progress` follows the OCR of
-        scanned pages) and start a conversation about them together."""
+        scanned pages, which stops with CancelledError once `cancel` is set) and start a
+        conversation about them together."""
 
     def close(self) -> None: ...
 
@@ -92,8 +96,11 @@ class EngineSessions:
         self.use_cache = use_cache
         self._engine: Engine | None = None
 
-    def open(self, paths: Sequence[Path], settings: AskSettings, ocr_progress: PageProgress | None = None) -> ChatSession:
-        document = bundle([load_document(path, ocr_progress) for path in paths])
+    def open(
+        self, paths: Sequence[Path], settings: AskSettings, ocr_progress: PageProgress | None = None,
+        cancel: threading.Event | None = None,
+    ) -> ChatSession:
+        document = bundle([load_document(path, ocr_progress, cancel) for path in paths])
         if self._engine is None:
             self._engine = Engine(self.model, gpu_layers=self.gpu_layers, use_cache=self.use_cache, draft=self.draft)
         return EngineSession(self._engine.conversation(document, settings))
