@@ -76,6 +76,45 @@ def wait_for(condition, within_s: float, what: str) -> None:
 # ---- in the library: the cancel event --------------------------------------------------------------
 
 
+class CancelAt(threading.Event):
+    """A cancel event that is set as it is looked at the `look`-th time; `looks` counts them."""
+
+    def __init__(self, look: int) -> None:
+        super().__init__()
+        self.look, self.looks = look, 0
+
+    def is_set(self) -> bool:
+        self.looks += 1
+        if self.looks == self.look:
+            self.set()
+        return super().is_set()
+
+
+def _long_docx(path: Path) -> Path:
+    import docx
+
+    word = docx.Document()
+    for number in range(300):
+        word.add_paragraph(f"Paragraph {number}." if number % 2 else "")  # empty paragraphs are looked at too
+    word.save(str(path))
+    return path
+
+
+@pytest.mark.parametrize("kind", ["docx", "epub", "pdf"])
+def test_a_cancel_event_stops_the_extraction_of_a_docx_epub_or_text_pdf_between_two_blocks(kind: str, tmp_path: Path) -> None:
+    from test_budgets import make_epub
+    from test_normalize import make_text_pdf
+
+    path = {"docx": lambda: _long_docx(tmp_path / "long.docx"),
+            "epub": lambda: make_epub(tmp_path / "long.epub", [f"<p>Chapter {n}.</p>" for n in range(100)]),
+            "pdf": lambda: make_text_pdf(tmp_path / "long.pdf", [[f"Page {n}."] for n in range(40)])}[kind]()
+    cancel = CancelAt(look=5)
+    with pytest.raises(CancelledError):
+        load_document(path, cancel=cancel)
+    assert cancel.looks == 5  # it stopped at the look that found the cancel set, not a block later
+
+
+
 def test_a_cancel_event_stops_ocr_between_pages(private_tmp: Path, tmp_path: Path) -> None:
     system_tool("tesseract", "tesseract-ocr")
     cancel = threading.Event()

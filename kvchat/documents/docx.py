@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import io
 import re
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -20,7 +21,7 @@ from typing import TYPE_CHECKING
 from kvchat.documents.archive import Archive
 from kvchat.documents.limits import TextBudget
 from kvchat.documents.model import Document
-from kvchat.errors import DocumentError
+from kvchat.errors import CancelledError, DocumentError
 
 if TYPE_CHECKING:
     from docx.document import Document as WordDocument
@@ -46,7 +47,7 @@ def _paragraph(paragraph: Paragraph) -> str:
 
 def _cell(cell: _Cell) -> str:
     """A cell's paragraphs and nested tables on one line."""
-    return " ".join(" ".join(block.split()) for block in _blocks(cell))
+    return " ".join(" ".join(block.split()) for block in _blocks(cell) if block.strip())
 
 
 def _table(table: Table) -> str:
@@ -61,13 +62,12 @@ def _table(table: Table) -> str:
 
 
 def _blocks(container: WordDocument | _Cell) -> Iterator[str]:
-    """The text of each paragraph and table of `container` (the body or a cell), in order."""
+    """The text of each paragraph and table of `container` (the body or a cell), in order; an
+    empty paragraph is an empty string."""
     from docx.table import Table
 
     for block in container.iter_inner_content():
-        text = _table(block) if isinstance(block, Table) else _paragraph(block)
-        if text.strip():
-            yield text
+        yield _table(block) if isinstance(block, Table) else _paragraph(block)
 
 
 def _encrypted(data: bytes) -> bool:
@@ -98,15 +98,16 @@ def _verified_zip(path: Path, data: bytes) -> None:
         archive.verify()
 
 
-def read_docx(path: Path, data: bytes) -> Document:
+def read_docx(path: Path, data: bytes, cancel: threading.Event | None = None) -> Document:
+    """The DOCX's paragraphs and tables; `cancel` stops the reading between two of them."""
     import docx  # imported when a DOCX is read, as pypdf is for a PDF: kvchat's start-up stays short
 
-    budget = TextBudget(path)
+    budget = TextBudget(path, cancel)
     try:
         _verified_zip(path, data)
         word = docx.Document(io.BytesIO(data))
-        text = "\n\n".join(budget.take(block) for block in _blocks(word))
-    except DocumentError:
+        text = "\n\n".join(block for block in map(budget.take, _blocks(word)) if block.strip())
+    except (DocumentError, CancelledError):
         raise
     except Exception as error:  # a damaged zip or XML part raises many types
         raise DocumentError(f"{path}: not a readable DOCX ({error})", "is the file complete?") from None

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 import posixpath
+import threading
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -24,7 +25,7 @@ from kvchat.documents.archive import Archive
 from kvchat.documents.limits import TextBudget, check_pages
 from kvchat.documents.model import Document
 from kvchat.documents.text import decode_text
-from kvchat.errors import DocumentError
+from kvchat.errors import DocumentError, raise_if_cancelled
 
 if TYPE_CHECKING:
     from ebooklib.epub import EpubBook
@@ -55,15 +56,16 @@ def _toc_titles(entries: Iterable[object], titles: dict[str, str]) -> dict[str, 
     return titles
 
 
-def _chapters(path: Path, book: EpubBook) -> list[str]:
+def _chapters(path: Path, book: EpubBook, cancel: threading.Event | None) -> list[str]:
     from ebooklib import ITEM_DOCUMENT
     from ebooklib.epub import EpubNav
 
     check_pages(path, len(book.spine), "EPUB", "chapters")
     titles = _toc_titles(book.toc, {})
-    budget = TextBudget(path)
+    budget = TextBudget(path, cancel)
     chapters = []
     for idref, _linear in book.spine:
+        raise_if_cancelled(cancel)
         item = book.get_item_with_id(idref)
         if item is None or isinstance(item, EpubNav) or item.get_type() != ITEM_DOCUMENT:
             continue
@@ -90,7 +92,8 @@ def _load(archive: Archive, data: bytes) -> EpubBook:
     return book
 
 
-def read_epub(path: Path, data: bytes) -> Document:
+def read_epub(path: Path, data: bytes, cancel: threading.Event | None = None) -> Document:
+    """The EPUB's chapters in reading order; `cancel` stops the reading between two of them."""
     try:
         with Archive(path, data, "EPUB") as archive:
             protected = _drm_protected(archive)
@@ -104,4 +107,4 @@ def read_epub(path: Path, data: bytes) -> Document:
             f"{path}: the EPUB is DRM-protected (its chapters are encrypted)",
             "kvchat cannot decrypt it: give a DRM-free copy of the book",
         )
-    return Document.from_pages(path, "epub", _chapters(path, book))
+    return Document.from_pages(path, "epub", _chapters(path, book, cancel))

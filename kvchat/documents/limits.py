@@ -22,9 +22,10 @@ CUAD contracts (PDF and text; as DOCX and EPUB made from their text by python-do
 from __future__ import annotations
 
 import math
+import threading
 from pathlib import Path
 
-from kvchat.errors import DocumentError
+from kvchat.errors import DocumentError, raise_if_cancelled
 
 MAX_FILE_BYTES = 64 * 2**20  # bytes read from one file: the server's upload limit
 MAX_ARCHIVE_MEMBERS = 10_000  # files in a DOCX or EPUB (real ones: tens; an illustrated book: hundreds)
@@ -72,15 +73,19 @@ def check_pages(path: Path, count: int, kind: str, unit: str = "pages") -> None:
 class TextBudget:
     """The characters of text a reader has taken from one document so far, refused past
     MAX_TEXT_CHARS as each page or block comes: a document that would extract gigabytes of text
-    stops at the limit instead of after."""
+    stops at the limit instead of after. Each page or block is also where the reading stops once
+    `cancel` is set (the user pressed Ctrl-C or esc, the client left, the server stops)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, cancel: threading.Event | None = None) -> None:
         self.path = path
+        self.cancel = cancel
         self.limit = MAX_TEXT_CHARS
         self.chars = 0
 
     def take(self, text: str) -> str:
-        """`text`, counted; raises DocumentError once the document's text is over the limit."""
+        """`text`, counted; raises DocumentError once the document's text is over the limit, and
+        CancelledError once `cancel` is set."""
+        raise_if_cancelled(self.cancel)
         self.chars += len(text)
         if self.chars > self.limit:
             raise DocumentError(

@@ -80,8 +80,9 @@ def load_document(
     path: Path | str, progress: PageProgress | None = None, cancel: threading.Event | None = None
 ) -> Document:
     """Read `path` into a Document. Raises DocumentError for anything that is not usable text.
-    `progress(done, total)` follows the OCR of a PDF's pages that have no text layer, if any;
-    once `cancel` is set, that OCR stops between pages (and within one) with CancelledError."""
+    `progress(done, total)` follows the OCR of a PDF's pages that have no text layer, if any.
+    Once `cancel` is set, the reading of a PDF, DOCX or EPUB stops between pages, blocks or
+    chapters (OCR within a page too) with CancelledError."""
     path = Path(path)
     data = _read_bytes(path)
     suffix = path.suffix.lower()
@@ -90,9 +91,9 @@ def load_document(
     if data.lstrip()[:5] == b"%PDF-" or suffix == ".pdf":
         document = read_pdf(path, data, progress, cancel)
     elif suffix == ".docx":
-        document = read_docx(path, data)
+        document = read_docx(path, data, cancel)
     elif suffix == ".epub":
-        document = read_epub(path, data)
+        document = read_epub(path, data, cancel)
     elif suffix in HTML_SUFFIXES:
         document = read_html(path, data)
     else:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from kvchat.documents.limits import TextBudget, check_pages
 from kvchat.documents.model import Document
 from kvchat.documents.ocr import INSTALL_TESSERACT, PageProgress, ocr_pages, tesseract_installed
-from kvchat.errors import DocumentError
+from kvchat.errors import CancelledError, DocumentError
 
 if TYPE_CHECKING:
     from pypdf import PdfReader
@@ -63,7 +63,7 @@ def _page_texts(path: Path, reader: PdfReader, budget: TextBudget) -> list[str]:
     try:
         check_pages(path, len(reader.pages), "PDF")
         return [budget.take(page.extract_text() or "") for page in reader.pages]
-    except DocumentError:
+    except (DocumentError, CancelledError):
         raise
     except FileNotDecryptedError:
         raise _password_protected(path) from None
@@ -91,9 +91,9 @@ def read_pdf(
     path: Path, data: bytes, progress: PageProgress | None = None, cancel: threading.Event | None = None
 ) -> Document:
     """The PDF's text layer, and OCR's text for the pages without one (`progress` reports those;
-    `cancel` stops them between pages with CancelledError)."""
+    `cancel` stops the reading between pages, and OCR within one, with CancelledError)."""
     logging.getLogger("pypdf").setLevel(logging.ERROR)
-    budget = TextBudget(path)
+    budget = TextBudget(path, cancel)
     texts = _ocr_textless_pages(path, data, _page_texts(path, _open(path, data), budget), progress, budget, cancel)
     # A line's indentation in a PDF is where the layout put it, not text: it goes.
     document = Document.from_pages(path, "pdf", texts, keep_indentation=False)
