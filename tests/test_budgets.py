@@ -25,6 +25,7 @@ from kvchat.documents import archive as archive_module
 from kvchat.documents import limits, load_document
 from kvchat.documents import ocr as ocr_module
 from kvchat.documents import pdf as pdf_module
+from kvchat.documents.limits import MAX_MARKUP_DEPTH, MAX_MARKUP_TAGS
 from kvchat.errors import DocumentError
 from kvchat.server.documents import DocumentLibrary
 from test_normalize import make_text_pdf
@@ -346,6 +347,47 @@ def test_the_limits_are_the_servers_upload_limit_and_far_above_real_documents(tm
     epub.write_epub(tmp_path / "contract.epub", book)
     for name in ("contract.docx", "contract.epub"):
         assert len(load_document(tmp_path / name).text) > 270_000
+
+
+# ---- markup: depth and tags ------------------------------------------------------------------------
+
+
+def _nested(depth: int) -> str:
+    return "<div>" * depth + "<p>The boat was called Grey Heron.</p>" + "</div>" * depth + "<p>The radio failed.</p>"
+
+
+@pytest.mark.parametrize("depth", [MAX_MARKUP_DEPTH - 3, 300, 200_000])  # html, body and p nest too
+def test_markup_nested_deeper_than_the_limit_is_refused_in_one_line_instead_of_read_as_no_text(depth: int, tmp_path: Path) -> None:
+    page = tmp_path / "deep.html"
+    page.write_text(f"<html><body>{_nested(depth)}</body></html>")
+    if depth < MAX_MARKUP_DEPTH:
+        assert load_document(page).text == "The boat was called Grey Heron.\n\nThe radio failed."
+        return
+    line, peak = refused(page)
+    assert line == (f"{page}: elements are nested more than {MAX_MARKUP_DEPTH} deep, the limit (browsers stop there too) "
+                    "(hint: is the file what it claims to be? If it is, save it again from its application, or convert it to PDF)")
+    assert peak < 64 * 2**20
+
+
+def test_an_epub_chapter_nested_too_deep_is_named(tmp_path: Path) -> None:
+    book = make_epub(tmp_path / "deep.epub", ["<p>Fine.</p>", _nested(1000)])
+    line, _ = refused(book)
+    assert line.startswith(f"{book}, c1.xhtml: elements are nested more than {MAX_MARKUP_DEPTH} deep")
+
+
+def test_a_text_node_over_libxml2s_10_mb_is_read_whole(tmp_path: Path) -> None:
+    page = tmp_path / "long.html"
+    page.write_text("<html><body><p>" + "Heron " * 2_000_000 + "</p><p>The radio failed.</p></body></html>")  # 12 MB
+    text = load_document(page).text
+    assert len(text) == 6 * 2_000_000 - 1 + len("\n\nThe radio failed.") and text.endswith("The radio failed.")
+
+
+def test_markup_of_more_tags_than_the_limit_is_refused_before_it_is_parsed(tmp_path: Path) -> None:
+    page = tmp_path / "tags.html"
+    page.write_text("<b>x</b>" * (MAX_MARKUP_TAGS // 2 + 1))
+    line, peak = refused(page)
+    assert line.startswith(f"{page}: the markup has {MAX_MARKUP_TAGS + 2:,} tags, over the limit of {MAX_MARKUP_TAGS:,}")
+    assert peak < 64 * 2**20  # the text and its decoding: no tree was built
 
 
 # ---- a PDF page too large to render ----------------------------------------------------------------

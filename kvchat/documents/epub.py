@@ -19,10 +19,9 @@ from typing import TYPE_CHECKING
 from urllib.parse import unquote
 from xml.etree import ElementTree
 
-from inscriptis import get_text
-
 from kvchat.documents.archive import Archive
 from kvchat.documents.limits import TextBudget, check_pages
+from kvchat.documents.markup import markup_text
 from kvchat.documents.model import Document
 from kvchat.documents.text import decode_text
 from kvchat.errors import DocumentError, raise_if_cancelled
@@ -69,7 +68,9 @@ def _chapters(path: Path, book: EpubBook, cancel: threading.Event | None) -> lis
         item = book.get_item_with_id(idref)
         if item is None or isinstance(item, EpubNav) or item.get_type() != ITEM_DOCUMENT:
             continue
-        text = get_text(decode_text(path, item.get_content())).strip()
+        # the chapter's file as it is: EpubHtml.get_content() parses it again within libxml2's
+        # defaults, which drop text nested deeper than 256 or over 10 MB in one piece without a word
+        text = markup_text(path, decode_text(path, item.content or b""), item.file_name).strip()
         title = titles.get(item.file_name, "")
         if text and title and not " ".join(text.split()).startswith(" ".join(title.split())):
             text = f"{title}\n\n{text}"

@@ -37,6 +37,8 @@ MAX_TEXT_CHARS = 16 * 2**20  # characters of text from one document: ~4M tokens,
 MAX_PAGES = 10_000  # pages of a PDF, chapters of an EPUB (the thickest manuals have ~5,000 pages)
 MAX_OCR_PIXELS = 36_000_000  # a page rendered for OCR: ~A2 at 300 dpi; larger pages render at a lower dpi
 MAX_OCR_SIDE = 32_767  # pixels on either side of that image: the most tesseract takes
+MAX_MARKUP_TAGS = 1_000_000  # in an HTML file or an EPUB chapter: a long book has tens of thousands
+MAX_MARKUP_DEPTH = 512  # elements nested in one another: Chromium's HTML parser stops nesting there too
 SERVER_DOCUMENTS_BYTES = 2**30  # memory a server keeps uploaded documents in: 15 or more of the most text each
 
 ZIP_BOMB_HINT = (

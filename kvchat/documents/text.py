@@ -1,4 +1,4 @@
-"""Plain text and Markdown with encoding detection; HTML rendered to text by inscriptis."""
+"""Plain text and Markdown with encoding detection; HTML rendered to text (markup.py)."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from charset_normalizer import from_bytes
-from inscriptis import get_text
 
 from kvchat.documents.formats import MARKDOWN_SUFFIXES, SUPPORTED
 from kvchat.documents.limits import TextBudget
+from kvchat.documents.markup import markup_text
 from kvchat.documents.model import Document
 from kvchat.errors import DocumentError
 
@@ -104,4 +104,4 @@ def read_text(path: Path, data: bytes) -> Document:
 
 
 def read_html(path: Path, data: bytes) -> Document:
-    return Document.from_pages(path, "html", [TextBudget(path).take(get_text(decode_text(path, data)))])
+    return Document.from_pages(path, "html", [TextBudget(path).take(markup_text(path, decode_text(path, data)))])
