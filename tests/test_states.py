@@ -11,7 +11,7 @@ import pytest
 from kvchat.documents import Document
 from kvchat.engine import AskSettings, Conversation
 from kvchat.engine.states import DocumentStates, tokens_sha256
-from kvchat.engine.store import DamagedState, StateStore, new_header
+from kvchat.engine.store import STATE_SUFFIX, DamagedState, StateStore, new_header
 from kvchat.events import Done, Notice, Progress
 from kvchat.policy import SnapKV
 
@@ -153,6 +153,23 @@ def test_size_cap_evicts_least_recently_used(tmp_path) -> None:
     assert not store.path_for("b").exists()
     assert [e.header.document for e in store.entries()] == ["a", "c"]
     assert store.clear() > 0 and store.entries() == []
+
+
+def test_a_state_another_process_evicted_meanwhile_does_not_fail_a_save_or_a_clear(tmp_path, monkeypatch) -> None:
+    store = StateStore(tmp_path, max_bytes=1_500_000)
+    payload = bytes(1_000_000)
+    store.save("old", new_header("m", "old", 1, payload, "old", "tiny"), payload)
+    listing = Path.glob
+
+    def listing_with_a_file_gone(self: Path, pattern: str):
+        yield from listing(self, pattern)
+        yield self / f"evicted-by-another-process{STATE_SUFFIX}"  # listed, then removed before its stat
+
+    monkeypatch.setattr(Path, "glob", listing_with_a_file_gone)
+    saved = store.save("new", new_header("m", "new", 1, payload, "new", "tiny"), payload)  # the cap evicts "old"
+    assert saved.exists() and not store.path_for("old").exists()
+    size = saved.stat().st_size
+    assert store.clear() == size and not saved.exists()
 
 
 def test_store_rejects_wrong_prompt(tmp_path) -> None:

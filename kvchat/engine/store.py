@@ -189,20 +189,31 @@ class StateStore:
         """Delete every saved state (and stray temp files); returns the bytes freed."""
         freed = 0
         for path in self.root.glob("*") if self.root.is_dir() else []:
-            if path.name.endswith((STATE_SUFFIX, TEMP_SUFFIX)):
-                freed += path.stat().st_size
+            if path.name.endswith((STATE_SUFFIX, TEMP_SUFFIX)) and (stat := _stat(path)) is not None:
+                freed += stat.st_size
                 path.unlink(missing_ok=True)
         return freed
 
     def _enforce_cap(self, keep: Path) -> None:
-        files = sorted(self.root.glob(f"*{STATE_SUFFIX}"), key=lambda p: p.stat().st_mtime)
-        total = sum(p.stat().st_size for p in files)
-        for path in files:
+        """Evict the least recently used states until all fit in max_bytes, `keep` aside. Other
+        processes save and evict too: a file gone since the listing is not counted."""
+        found = [(stat.st_mtime, stat.st_size, path) for path in self.root.glob(f"*{STATE_SUFFIX}")
+                 if (stat := _stat(path)) is not None]
+        total = sum(size for _, size, _ in found)
+        for _, size, path in sorted(found):
             if total <= self.max_bytes:
                 break
             if path != keep:
-                total -= path.stat().st_size
+                total -= size
                 path.unlink(missing_ok=True)
+
+
+def _stat(path: Path) -> os.stat_result | None:
+    """The file's stat, or None once another process removed it."""
+    try:
+        return path.stat()
+    except FileNotFoundError:
+        return None
 
 
 def new_header(model_sha256: str, prompt_sha256: str, n_tokens: int, payload: bytes, document: str, model: str) -> StateHeader:
