@@ -390,6 +390,36 @@ def test_markup_of_more_tags_than_the_limit_is_refused_before_it_is_parsed(tmp_p
     assert peak < 64 * 2**20  # the text and its decoding: no tree was built
 
 
+# ---- damaged files: lines that speak of the file, not of a library's objects ------------------------
+
+WORD_NAMESPACE = "http://schemas.openxmlformats.org/wordprocessingml/2006/main"
+OPF_NAMESPACE = "http://www.idpf.org/2007/opf"
+
+
+def _epub_with(path: Path, opf: bytes, chapters: Sequence[tuple[str, bytes]] = ()) -> Path:
+    members = [stored("mimetype", b"application/epub+zip"), deflated("META-INF/container.xml", [(CONTAINER, 1)]),
+               deflated("content.opf", [(opf, 1)])]
+    return write_zip(path, members + [deflated(href, [(body, 1)]) for href, body in chapters])
+
+
+@pytest.mark.parametrize(("name", "make", "reason"), [
+    ("other.docx", lambda p: make_docx(p, {"word/document.xml": deflated("word/document.xml", [(b"<foo/>", 1)])}),
+     "not a readable DOCX (its parts are not laid out as DOCX requires)"),  # was: "'lxml.etree._Element' object has no attribute 'body'"
+    ("bodiless.docx", lambda p: make_docx(p, {"word/document.xml": deflated(
+        "word/document.xml", [(f'<w:document xmlns:w="{WORD_NAMESPACE}"/>'.encode(), 1)])}),
+     "not a readable DOCX (its parts are not laid out as DOCX requires)"),  # was: "'NoneType' object has no attribute …"
+    ("empty.epub", lambda p: _epub_with(p, f'<package xmlns="{OPF_NAMESPACE}" version="3.0"/>'.encode()),
+     "not a readable EPUB (its parts are not laid out as EPUB requires)"),  # was: "… no attribute 'nsmap'"
+    ("random.epub", lambda p: _epub_with(p, package([("c0", "c0.xhtml", "application/xhtml+xml")], ["c0"]),
+                                         [("c0.xhtml", bytes(range(256)) * 8)]),
+     "c0.xhtml: looks like a binary file, not text"),  # was: read as 1,049 characters of garbage
+])
+def test_a_damaged_docx_or_epub_is_named_in_words_about_the_file(name: str, make, reason: str, tmp_path: Path) -> None:
+    path = make(tmp_path / name)
+    line, _ = refused(path)
+    assert line.startswith(f"{path}: {reason} (hint: ") or line.startswith(f"{path}, {reason} (hint: "), line
+
+
 # ---- a PDF page too large to render ----------------------------------------------------------------
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kvchat.documents.archive import Archive
+from kvchat.documents.formats import unreadable
 from kvchat.documents.limits import TextBudget
 from kvchat.documents.model import Document
 from kvchat.errors import CancelledError, DocumentError
@@ -93,7 +94,7 @@ def _verified_zip(path: Path, data: bytes) -> None:
                 f"{path}: the DOCX is password-protected",
                 "open it with its password in Word or LibreOffice and save a copy without one, then give that",
             ) from None
-        raise DocumentError(f"{path}: not a readable DOCX ({error})", "is the file complete?") from None
+        raise DocumentError(unreadable(path, "DOCX", error), "is the file complete?") from None
     with archive:
         archive.verify()
 
@@ -110,5 +111,5 @@ def read_docx(path: Path, data: bytes, cancel: threading.Event | None = None) ->
     except (DocumentError, CancelledError):
         raise
     except Exception as error:  # a damaged zip or XML part raises many types
-        raise DocumentError(f"{path}: not a readable DOCX ({error})", "is the file complete?") from None
+        raise DocumentError(unreadable(path, "DOCX", error), "is the file complete?") from None
     return Document.from_pages(path, "docx", [text])

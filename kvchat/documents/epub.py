@@ -20,6 +20,7 @@ from urllib.parse import unquote
 from xml.etree import ElementTree
 
 from kvchat.documents.archive import Archive
+from kvchat.documents.formats import unreadable
 from kvchat.documents.limits import TextBudget, check_pages
 from kvchat.documents.markup import markup_text
 from kvchat.documents.model import Document
@@ -70,7 +71,7 @@ def _chapters(path: Path, book: EpubBook, cancel: threading.Event | None) -> lis
             continue
         # the chapter's file as it is: EpubHtml.get_content() parses it again within libxml2's
         # defaults, which drop text nested deeper than 256 or over 10 MB in one piece without a word
-        text = markup_text(path, decode_text(path, item.content or b""), item.file_name).strip()
+        text = markup_text(path, decode_text(path, item.content or b"", item.file_name), item.file_name).strip()
         title = titles.get(item.file_name, "")
         if text and title and not " ".join(text.split()).startswith(" ".join(title.split())):
             text = f"{title}\n\n{text}"
@@ -102,7 +103,7 @@ def read_epub(path: Path, data: bytes, cancel: threading.Event | None = None) ->
     except DocumentError:
         raise
     except Exception as error:  # a damaged zip, package file or XML raises many types
-        raise DocumentError(f"{path}: not a readable EPUB ({error})", "is the file complete?") from None
+        raise DocumentError(unreadable(path, "EPUB", error), "is the file complete?") from None
     if book is None:
         raise DocumentError(
             f"{path}: the EPUB is DRM-protected (its chapters are encrypted)",

@@ -17,6 +17,7 @@ import lxml.html
 from inscriptis import Inscriptis
 from lxml import etree
 
+from kvchat.documents.formats import located
 from kvchat.documents.limits import MAX_MARKUP_DEPTH, MAX_MARKUP_TAGS, SPLIT_HINT
 from kvchat.errors import DocumentError
 
@@ -26,7 +27,7 @@ XML_DECLARATION = re.compile(r"^<\?xml[^>]*\?>")  # lxml refuses a str that decl
 def markup_text(path: Path, markup: str, part: str = "") -> str:
     """The text of `markup`, the whole of `path` or its `part` (an EPUB's chapter file); DocumentError
     once a limit is exceeded."""
-    where = f"{path}, {part}:" if part else f"{path}:"
+    where = f"{located(path, part)}:"
     if (tags := markup.count("<")) > MAX_MARKUP_TAGS:
         raise DocumentError(f"{where} the markup has {tags:,} tags, over the limit of {MAX_MARKUP_TAGS:,}", SPLIT_HINT)
     markup = XML_DECLARATION.sub("", markup.strip(), count=1)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from typing import TYPE_CHECKING
 
+from kvchat.documents.formats import unreadable
 from kvchat.documents.limits import TextBudget, check_pages
 from kvchat.documents.model import Document
 from kvchat.documents.ocr import INSTALL_TESSERACT, PageProgress, ocr_pages, tesseract_installed
@@ -54,7 +55,7 @@ def _open(path: Path, data: bytes) -> PdfReader:
     except DependencyError as error:
         raise _missing_dependency(path, error) from None
     except (PdfReadError, PyPdfError, ValueError, KeyError, TypeError) as error:
-        raise DocumentError(f"{path}: not a readable PDF ({error})", "is the file complete?") from None
+        raise DocumentError(unreadable(path, "PDF", error), "is the file complete?") from None
 
 
 def _page_texts(path: Path, reader: PdfReader, budget: TextBudget) -> list[str]:
@@ -70,7 +71,7 @@ def _page_texts(path: Path, reader: PdfReader, budget: TextBudget) -> list[str]:
     except DependencyError as error:
         raise _missing_dependency(path, error) from None
     except Exception as error:  # pypdf raises many types on damaged page streams
-        raise DocumentError(f"{path}: damaged PDF ({error})", "is the file complete?") from None
+        raise DocumentError(unreadable(path, "PDF", error), "is the file complete?") from None
 
 
 def _ocr_textless_pages(

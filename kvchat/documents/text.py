@@ -8,7 +8,7 @@ from pathlib import Path
 
 from charset_normalizer import from_bytes
 
-from kvchat.documents.formats import MARKDOWN_SUFFIXES, SUPPORTED
+from kvchat.documents.formats import MARKDOWN_SUFFIXES, SUPPORTED, located
 from kvchat.documents.limits import TextBudget
 from kvchat.documents.markup import markup_text
 from kvchat.documents.model import Document
@@ -67,15 +67,15 @@ def _decode_wide(data: bytes, encoding: str) -> str | None:
     return None if _controls(map(ord, text[:SAMPLE_BYTES])) else text
 
 
-def decode_text(path: Path, data: bytes) -> str:
-    """Decode bytes as text, detecting the encoding; refuse binary data."""
+def decode_text(path: Path, data: bytes, part: str = "") -> str:
+    """Decode bytes (the file `path`, or its `part`) as text, detecting the encoding; refuse binary data."""
     encoding = _wide_encoding(data)
     text = _decode_wide(data, encoding) if encoding else None
     if text is not None:
         return text
     if encoding or _looks_binary(data):
         raise DocumentError(
-            f"{path}: looks like a binary file, not text",
+            f"{located(path, part)}: looks like a binary file, not text",
             f"give a {SUPPORTED} document",
         )
     try:
@@ -84,7 +84,7 @@ def decode_text(path: Path, data: bytes) -> str:
         pass
     matches = list(from_bytes(data))
     if not matches:
-        raise DocumentError(f"{path}: cannot tell the text encoding", "save it as UTF-8")
+        raise DocumentError(f"{located(path, part)}: cannot tell the text encoding", "save it as UTF-8")
     return str(_prefer_western(matches))
 
 
