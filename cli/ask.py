@@ -29,7 +29,7 @@ def _question(text: str) -> str:
 
 
 def ask_command(
-    paths: list[Path] = typer.Argument(..., help=f"The document, or several asked about together: {SUPPORTED}.", show_default=False),
+    paths: list[Path] = typer.Argument(..., help=f"The document, or several asked about together: {SUPPORTED}; - reads one from standard input.", show_default=False),
     question: str = typer.Argument(..., help="What to ask about it (them)."),
     model: str = MODEL,
     budget: int = BUDGET,

@@ -35,7 +35,7 @@ def _table(plans: list[ReadingPlan], model: str, n_ctx_train: int) -> Table:
 
 
 def inspect_command(
-    paths: list[Path] = typer.Argument(..., help=f"The documents: {SUPPORTED}."),
+    paths: list[Path] = typer.Argument(..., help=f"The documents: {SUPPORTED}; - reads one from standard input."),
     model: str = MODEL,
     gpu_layers: int = GPU_LAYERS,
     as_json: bool = typer.Option(False, "--json", help="Print a JSON list, one object per document."),

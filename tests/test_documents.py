@@ -247,3 +247,69 @@ def test_only_regular_files_are_read(kind: str, tmp_path: Path) -> None:
     assert isinstance(error, DocumentError)
     assert error.one_line().startswith(f"{path}: {expected} (hint: ")
     assert peak < 2**20
+
+
+# ---- standard input ----------------------------------------------------------------------------------
+
+
+class _Stdin:
+    """sys.stdin with `data` piped in (or a terminal)."""
+
+    def __init__(self, data: bytes = b"", terminal: bool = False) -> None:
+        self.buffer = io.BytesIO(data)
+        self.buffer.isatty = lambda: terminal  # type: ignore[method-assign]
+
+
+def _docx_bytes() -> bytes:
+    import docx
+
+    word, out = docx.Document(), io.BytesIO()
+    word.add_paragraph("The boat was named the Grey Heron.")
+    word.save(out)
+    return out.getvalue()
+
+
+SAMPLE_PDF = Path(__file__).parent.parent / "kvchat" / "samples" / "marketing_reseller_agreement.pdf"
+
+
+@pytest.mark.parametrize(("data", "kind"), [
+    (b"The boat was named the Grey Heron.\n", "text"),
+    (b"<!DOCTYPE html><html><body><p>The boat was named the Grey Heron.</p></body></html>", "html"),
+    (_docx_bytes(), "docx"),
+    (SAMPLE_PDF.read_bytes(), "pdf"),
+], ids=["text", "html", "docx", "pdf"])
+def test_dash_reads_the_document_from_standard_input_by_its_content(data: bytes, kind: str, monkeypatch) -> None:
+    monkeypatch.setattr(sys, "stdin", _Stdin(data))
+    document = load_document("-")
+    assert (document.path, document.kind) == (Path("<stdin>"), kind)
+    if kind == "pdf":
+        assert document.text == load_document(SAMPLE_PDF).text
+    else:
+        assert document.text == "The boat was named the Grey Heron."
+
+
+def test_standard_input_is_refused_from_a_terminal_and_over_the_file_limit(monkeypatch) -> None:
+    from kvchat.documents import loader
+
+    monkeypatch.setattr(sys, "stdin", _Stdin(terminal=True))
+    with pytest.raises(DocumentError) as terminal:
+        load_document("-")
+    monkeypatch.setattr(loader, "MAX_FILE_BYTES", 1000)
+    monkeypatch.setattr(sys, "stdin", _Stdin(b"x" * 1001))
+    with pytest.raises(DocumentError) as too_much:
+        load_document("-")
+    assert terminal.value.one_line() == (
+        '<stdin>: standard input is a terminal, not a document (hint: pipe one in, e.g. cat notes.txt | kvchat ask - "…", '
+        "or give the PDF, DOCX, EPUB, TXT, Markdown or HTML file itself)")
+    assert too_much.value.message == "<stdin>: more than 1,000 bytes on standard input, the limit for a document"
+
+
+def test_kvchat_inspect_reads_a_piped_document(tiny_model_path: Path, isolated_home: Path) -> None:
+    import json
+
+    env = {**os.environ, "KVCHAT_HOME": str(isolated_home)}
+    result = subprocess.run([sys.executable, "-m", "kvchat.cli", "inspect", "--json", "--model", str(tiny_model_path), "-"],
+                            input=b"The boat was named the Grey Heron.", capture_output=True, env=env, timeout=120)
+    assert result.returncode == 0, result.stderr
+    (described,) = json.loads(result.stdout)
+    assert (described["path"], described["format"], described["chars"]) == ("<stdin>", "text", 34)
