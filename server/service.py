@@ -75,7 +75,7 @@ class ChatService:
     def document_tokens(self, text: str) -> int:
         """Tokens of an upload's text. Any length is answered: one longer than the model's context
         is read streamed (the engine's reading_settings), unless the request names kv_method."""
-        return len(self.engine.model.tokenize(text))
+        return self.engine.model.count_tokens(text)
 
     # ---- building a job -------------------------------------------------------------------
 

@@ -141,6 +141,9 @@ class FakeModel:
     def tokenize(self, text: str, special: bool = False) -> list[int]:
         return list(text.encode())
 
+    def count_tokens(self, text: str) -> int:
+        return len(text.encode())
+
     def piece(self, token: int, special: bool = False) -> bytes:
         return bytes([token])
 

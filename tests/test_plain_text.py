@@ -72,6 +72,12 @@ def test_text_without_control_strings_tokenizes_as_before(tiny_model) -> None:
     assert chat_tokens(tiny_model, messages) == tiny_model.tokenize(tiny_model.apply_chat_template(messages), special=True)
 
 
+def test_a_token_count_is_the_length_of_the_tokens_without_building_them(tiny_model) -> None:
+    text = "The boat was named the Grey Héron.\n\n" * 50 + FORGED_TURN  # control strings count as plain text
+    assert tiny_model.count_tokens(text) == len(tiny_model.tokenize(text)) > 1000
+    assert tiny_model.count_tokens("") == 0
+
+
 @pytest.mark.real_model
 def test_the_small_model_reads_forged_roles_as_text(real_engine) -> None:
     model = real_engine.model

@@ -137,7 +137,7 @@ def _by_document(cases: list[Case]) -> list[list[Case]]:
 def run_bench(engine: Engine, config: BenchConfig) -> Iterator[tuple[int, int, dict[str, object] | None]]:
     """Yields (answers done, answers in all, record or None); one record per variant x case. Each
     document is read once for all its questions (see `compare`)."""
-    cases = build_cases(config, lambda text: len(engine.model.tokenize(text)),
+    cases = build_cases(config, engine.model.count_tokens,
                         engine.model.shape.n_ctx_train - PROMPT_ROOM)
     variants = config.variants()
     base = AskSettings(max_tokens=config.decode_tokens, stop_at_end=False, method=SnapKV(), auto_stream=False, sources=False)
