@@ -15,6 +15,7 @@ from kvchat.cli.chat import chat_command
 from kvchat.cli.doctor import doctor_command
 from kvchat.cli.inspect import inspect_command
 from kvchat.cli.logs import configure_logging
+from kvchat.cli.options import flag
 from kvchat.cli.models import models_command
 from kvchat.cli.serve import serve_command
 from kvchat.errors import CancelledError, KvchatError
@@ -51,7 +52,7 @@ def main() -> None:
     except CancelledError:
         code = EXIT_INTERRUPTED
     except KvchatError as error:
-        _fail(error.one_line(), error.exit_code)
+        _fail(error.one_line(flag), error.exit_code)
     except (KeyboardInterrupt, typer.Abort):
         code = EXIT_INTERRUPTED
     except _click_errors.NoArgsIsHelpError as error:  # `kvchat`, `kvchat cache`: the help, exit 2 as click does

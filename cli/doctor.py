@@ -10,7 +10,7 @@ import sys
 import typer
 from rich.console import Console
 
-from kvchat.cli.options import GPU_LAYERS, MODEL
+from kvchat.cli.options import GPU_LAYERS, MODEL, flag
 from kvchat.cli.smoke import STAGE_PREFIX
 from kvchat.engine.health import installation
 from kvchat.errors import KvchatError
@@ -30,7 +30,7 @@ def run_smoke(model: str, gpu_layers: int, report: dict) -> dict[str, object]:
     try:
         model_path = str(resolve_model(model))
     except KvchatError as error:
-        return {"ok": False, "error": error.one_line()}
+        return {"ok": False, "error": error.one_line(flag)}
     try:
         child = subprocess.run(smoke_command(model_path, gpu_layers), capture_output=True, text=True,
                                timeout=SMOKE_TIMEOUT_S)

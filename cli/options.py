@@ -122,3 +122,8 @@ def warn_about_gpu_layers(gpu_layers: int, console: Console) -> None:
 
 def kv_layout(flash_attn: str, gpu_layers: int, cache_type_k: str, cache_type_v: str) -> KvLayout:
     return KvLayout(flash_attention(flash_attn, gpu_layers), cache_type_k, cache_type_v)
+
+
+def flag(setting: str) -> str:
+    """How the CLI calls a setting an error names (errors.py): its option, `n_ctx` is --n-ctx."""
+    return "--" + setting.replace("_", "-")

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from kvchat.cli.logs import configure_logging
+from kvchat.cli.options import flag
 from kvchat.engine.health import smoke_test
 from kvchat.errors import KvchatError
 
@@ -21,7 +22,7 @@ def main() -> None:
     try:
         result = smoke_test(model, gpu_layers, stage=lambda name: print(STAGE_PREFIX + name, flush=True))
     except KvchatError as error:
-        print(error.one_line(), file=sys.stderr)
+        print(error.one_line(flag), file=sys.stderr)
         sys.exit(error.exit_code)
     print(json.dumps(result), flush=True)
 

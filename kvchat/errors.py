@@ -1,11 +1,23 @@
 """One error hierarchy for kvchat. Every error carries a one-line message and a hint.
 
 Front ends translate these in exactly one place each (CLI: exit code 2 and one line on stderr).
+Below the front ends a message or hint names a setting in backquotes, by its name in the
+settings (`n_ctx`, `budget`, `heads`), never by one front end's flag: each front end says how it
+calls a setting (the CLI `--n-ctx`, the server its request field) once, in one_line()'s `named`.
 """
 
 from __future__ import annotations
 
+import re
 import threading
+from collections.abc import Callable
+
+SETTING = re.compile(r"`([a-z_]+)`")  # a setting named in a message or hint
+
+
+def plain(name: str) -> str | None:
+    """A setting as the engine names it."""
+    return name
 
 
 class KvchatError(Exception):
@@ -18,10 +30,32 @@ class KvchatError(Exception):
         self.message = message
         self.hint = hint
 
-    def one_line(self) -> str:
-        """Message and hint on one line: a library's error text quoted in either may hold newlines."""
-        message, hint = " ".join(self.message.split()), " ".join(self.hint.split())
+    def one_line(self, named: Callable[[str], str | None] = plain) -> str:
+        """Message and hint on one line (a library's error text quoted in either may hold
+        newlines), each setting in them as `named(setting)` calls it; a hint naming a setting the
+        front end has not (`named` returns None) is left out."""
+        message = _with_settings(" ".join(self.message.split()), named, fallback=True)
+        hint = _with_settings(" ".join(self.hint.split()), named, fallback=False)
         return f"{message} (hint: {hint})" if hint else message
+
+    def hint_as(self, named: Callable[[str], str | None]) -> str:
+        """The hint with its settings as `named` calls them; "" if it names one the front end has not."""
+        return _with_settings(" ".join(self.hint.split()), named, fallback=False) or ""
+
+
+def _with_settings(text: str, named: Callable[[str], str | None], fallback: bool) -> str | None:
+    """`text` with each `setting` as `named` calls it; where `named` has none: the setting's own
+    name if `fallback`, else None for the whole text."""
+    missing = False
+
+    def name(match: re.Match[str]) -> str:
+        nonlocal missing
+        called = named(match.group(1))
+        missing = missing or called is None
+        return called if called is not None else match.group(1)
+
+    text = SETTING.sub(name, text)
+    return None if missing and not fallback else text
 
 
 class DocumentError(KvchatError):

@@ -4,7 +4,6 @@ the request size limit."""
 from __future__ import annotations
 
 import logging
-import re
 import secrets
 
 from fastapi import FastAPI, Request
@@ -17,7 +16,9 @@ from kvchat.errors import InternalError, KvchatError, PromptTooLongError
 from kvchat.serving.scheduler import ShuttingDown
 
 LOGGER = logging.getLogger(__name__)
-CLI_OPTION = re.compile(r"(?<![\w-])--[a-z]")
+# The settings a request sets, by their request fields; an error's hint naming another is left out.
+REQUEST_FIELDS = {"budget": "kv_budget", "method": "kv_method", "read": "kv_read", "sources": "kv_sources",
+                  "max_tokens": "max_tokens", "temperature": "temperature", "seed": "seed"}
 PROMPT_TOO_LONG_HINT = (
     "send a shorter conversation, or long text as a document (POST /v1/documents) without kv_method: it is then read streamed"
 )
@@ -44,17 +45,15 @@ def error_response(status: int, message: str, code: str | None = None, param: st
 
 
 def api_error(error: KvchatError) -> ApiError:
-    """The engine's error for an API client: its hints may name command-line options (`--budget`),
-    which an API client cannot pass; those are replaced by a hint in terms of request fields, or
-    left out."""
+    """The engine's error for an API client, its settings named by their request fields; a hint
+    naming a setting a request cannot set is left out (a prompt too long gets the API's own)."""
     if isinstance(error, ShuttingDown):
         return ApiError(503, error.message, "server_shutting_down", error_type="server_error")
     if isinstance(error, InternalError):
-        return ApiError(500, f"{error.message} (hint: {error.hint})", "internal_error", error_type="server_error")
-    hint = error.hint
-    if CLI_OPTION.search(hint):
-        hint = PROMPT_TOO_LONG_HINT if isinstance(error, PromptTooLongError) else ""
-    return ApiError(400, f"{error.message} (hint: {hint})" if hint else error.message, "invalid_request")
+        return ApiError(500, error.one_line(REQUEST_FIELDS.get), "internal_error", error_type="server_error")
+    if isinstance(error, PromptTooLongError) and not error.hint_as(REQUEST_FIELDS.get):
+        error = PromptTooLongError(error.message, PROMPT_TOO_LONG_HINT)
+    return ApiError(400, error.one_line(REQUEST_FIELDS.get), "invalid_request")
 
 
 def install_error_handlers(app: FastAPI) -> None:

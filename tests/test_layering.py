@@ -4,6 +4,8 @@ front ends (CLI, TUI, bench) on the engine; one direction."""
 from __future__ import annotations
 
 import ast
+import re
+from collections.abc import Iterator
 from pathlib import Path
 
 REPO = Path(__file__).parents[1]
@@ -101,3 +103,44 @@ def test_every_package_directory_is_installed() -> None:
             relative = init.parent.relative_to(root).parts
             found.add(".".join((name, *relative)))
     assert found == set(setuptools["packages"])
+
+
+FLAG = re.compile(r"(?<![\w-])--[a-z]")
+
+
+def _error_texts(path: Path) -> Iterator[tuple[int, str]]:
+    """The string parts of every `…Error(…)` call in `path`: the messages and hints it raises."""
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Call):
+            name = node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", "")
+            if name.endswith("Error"):
+                for argument in node.args + [keyword.value for keyword in node.keywords]:
+                    for part in ast.walk(argument):
+                        if isinstance(part, ast.Constant) and isinstance(part.value, str):
+                            yield node.lineno, part.value
+
+
+def test_errors_below_the_front_ends_name_settings_never_a_front_ends_flags() -> None:
+    """A hint says `n_ctx`, which the CLI shows as --n-ctx and the server as a request field (or not at all)."""
+    checked = 0
+    for package in ("policy", "llama", "engine", "serving", "documents"):
+        for file in PACKAGES[package].rglob("*.py"):
+            for line, text in _error_texts(file):
+                checked += 1
+                assert not FLAG.search(text), f"{file.relative_to(REPO)}:{line}: {text!r}"
+    assert checked > 100
+
+
+def test_each_front_end_names_a_setting_its_own_way() -> None:
+    from kvchat.cli.options import flag
+    from kvchat.errors import KvCacheFullError
+    from kvchat.server.errors import api_error
+    from kvchat.tui.messages import named_in_chat
+
+    error = KvCacheFullError("the KV cache is full", "raise `n_ctx` or lower `max_tokens`")
+    assert error.one_line() == "the KV cache is full (hint: raise n_ctx or lower max_tokens)"
+    assert error.one_line(flag) == "the KV cache is full (hint: raise --n-ctx or lower --max-tokens)"
+    assert error.one_line(named_in_chat) == "the KV cache is full (hint: raise --n-ctx or lower max tokens (ctrl+s))"
+    assert api_error(error).message == "the KV cache is full"  # a request cannot set n_ctx: no hint
+    budget = KvCacheFullError("the prompt fills the whole context", "lower `budget`")
+    assert api_error(budget).message == "the prompt fills the whole context (hint: lower kv_budget)"

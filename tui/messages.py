@@ -60,6 +60,19 @@ class JobEnded(Message):
         if isinstance(error, (CancelledError, KeyboardInterrupt)):
             return cls(job, "cancelled")
         if isinstance(error, KvchatError):
-            return cls(job, "error", error.one_line())
+            return cls(job, "error", error.one_line(named_in_chat))
         LOGGER.exception("unexpected error while %s", job)
         return cls(job, "error", f"unexpected error: {error} (details in the log file)")
+
+
+# The settings the chat's settings screen changes, by their labels there.
+ON_SETTINGS_SCREEN = {"budget": "KV budget", "window": "window", "kernel": "pooling kernel", "pool": "pooling",
+                      "method": "method", "max_tokens": "max tokens"}
+
+
+def named_in_chat(setting: str) -> str:
+    """How the chat calls a setting an error names (kvchat/errors.py): its field on the settings
+    screen (ctrl+s), or else the option `kvchat chat` takes."""
+    if setting in ON_SETTINGS_SCREEN:
+        return f"{ON_SETTINGS_SCREEN[setting]} (ctrl+s)"
+    return "--" + setting.replace("_", "-")

@@ -181,7 +181,7 @@ class KvCache(CellPruning):
         if not self.ctx.can_shift():
             raise SettingsError(
                 "this model's cache cannot shift positions, so it cannot read past its trained context",
-                "use a shorter document or --method snapkv",
+                "use a shorter document or `method` snapkv",
             )
         targets = np.asarray(targets, dtype=np.int64)
         deltas = targets - self.positions

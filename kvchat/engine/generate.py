@@ -115,7 +115,7 @@ def make_room(cache: KvCache, n_ctx: int, n_ctx_train: int, protected: int) -> E
     if cache.cells + 1 > n_ctx:
         ring = cache.cells - protected
         if ring < 1:
-            raise KvCacheFullError("the prompt fills the whole context", "raise --n-ctx or lower --budget")
+            raise KvCacheFullError("the prompt fills the whole context", "raise `n_ctx` or lower `budget`")
         count = max(1, ring // RING_EVICT_FRACTION)
         keep = np.concatenate([np.arange(protected), np.arange(protected + count, cache.cells)])
         dropped = cache.keep_cells(keep)

@@ -92,7 +92,7 @@ class AskSettings:
         if self.read == "fast" and not self.method_reads_fast:
             if not self.method.scores or self.method.streams:
                 raise SettingsError(f"a fast reading chooses tokens as snapkv does, not with {self.method.name}", "use snapkv, or read full")
-            raise SettingsError("a fast reading chooses one set of tokens to read again, not one per head", "use --heads sum, or read full")
+            raise SettingsError("a fast reading chooses one set of tokens to read again, not one per head", "use `heads` sum, or `read` full")
         if self.fast_positions not in ("consecutive", "original"):
             raise SettingsError(f"unknown fast reading positions {self.fast_positions!r}", "use consecutive or original")
         if self.fast_layers < 1:

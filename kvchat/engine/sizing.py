@@ -28,13 +28,13 @@ def context_size(model: LlamaModel, n_prompt: int, settings: AskSettings, reserv
     if n_prompt > model.shape.n_ctx_train:
         raise PromptTooLongError(
             f"the prompt is {n_prompt:,} tokens; the model was trained on {model.shape.n_ctx_train:,}",
-            "leave --method out (or use snapstream): a long document is then read streamed, within the budget",
+            "leave `method` out (or use snapstream): a long document is then read streamed, within the budget",
         )
     n_ctx = settings.n_ctx or min(round_up(wanted), max(model.shape.n_ctx_train, n_prompt + RING_MIN))
     if n_prompt + RING_MIN > n_ctx:
         raise PromptTooLongError(
             f"the prompt is {n_prompt:,} tokens; the context holds {n_ctx:,}",
-            f"use --n-ctx {round_up(n_prompt + RING_MIN)} or more, or --method snapstream",
+            f"use `n_ctx` {round_up(n_prompt + RING_MIN)} or more, or `method` snapstream",
         )
     return n_ctx
 

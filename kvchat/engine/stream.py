@@ -61,13 +61,13 @@ def stream_context_size(settings: AskSettings, stream: StreamSettings, n_questio
     if reading + 64 > n_ctx_train:
         raise SettingsError(
             f"budget {settings.method.budget} + chunk {stream.chunk} do not fit the model's {n_ctx_train} positions",
-            "lower --budget or --chunk",
+            "lower `budget` or `chunk`",
         )
     if settings.n_ctx is not None:
         if settings.n_ctx < reading + 64:
             raise SettingsError(
-                f"--n-ctx {settings.n_ctx} is smaller than what streamed reading needs ({reading + 64})",
-                "raise --n-ctx, or lower --budget or --chunk",
+                f"`n_ctx` {settings.n_ctx} is smaller than what streamed reading needs ({reading + 64})",
+                "raise `n_ctx`, or lower `budget` or `chunk`",
             )
         return settings.n_ctx
     return reading + min(settings.max_tokens, 1024, n_ctx_train - reading)

@@ -56,7 +56,7 @@ class LlamaContext:
         if not self._ctx:
             raise ModelError(
                 f"llama.cpp could not create a context of {settings.n_ctx} tokens",
-                "lower --n-ctx or --max-tokens, free memory, or use f16 cache types (the log file has llama.cpp's reason)",
+                "lower `n_ctx` or `max_tokens`, free memory, or use f16 cache types (the log file has llama.cpp's reason)",
             )
         self._memory = raw.llama_get_memory(self._ctx)
         self._batch = raw.llama_batch_init(settings.n_batch, 0, settings.n_seq_max)
@@ -141,7 +141,7 @@ class LlamaContext:
         if code == 0:
             return
         if code == 1:
-            raise KvCacheFullError("the KV cache is full", "raise --n-ctx or lower --max-tokens", code)
+            raise KvCacheFullError("the KV cache is full", "raise `n_ctx` or lower `max_tokens`", code)
         if code == 2:
             raise DecodeError("decoding was aborted", "", code)
         if code == -1:
@@ -211,7 +211,7 @@ class LlamaContext:
         try:
             data = composite_state(self.state_bytes(seq), sources, positions)
         except ValueError as error:
-            raise SettingsError(f"this model's KV cache cannot keep tokens per head: {error}", "use --heads sum") from error
+            raise SettingsError(f"this model's KV cache cannot keep tokens per head: {error}", "use `heads` sum") from error
         self.remove(seq, -1, -1)
         self.load_state(data, seq)
         return cell_positions(data)

@@ -43,7 +43,7 @@ class QueryProbe(NodeWatcher):
         self._raise_kept()
         missing = [il for il in range(self.layer_count) if il not in self._queries]
         if missing or self.state_source is None:
-            raise KvchatError(f"the query probe saw no queries for layers {missing[:4]}", "use --flash-attn off")
+            raise KvchatError(f"the query probe saw no queries for layers {missing[:4]}", "use `flash_attn` off")
         state = self.state_source()
         keys = cell_keys(state, self.n_layer, self.head_dim)[:, : self._n_cells]
         positions = cell_positions(state)[: self._n_cells]
@@ -72,7 +72,7 @@ class QueryProbe(NodeWatcher):
     def _collect(self, tensor: int, layer: int) -> None:
         head = GgmlTensorHead.from_address(tensor)
         if head.type != GGML_TYPE_F32:
-            raise KvchatError(f"Qcur-{layer} is not f32 (type {head.type})", "use --flash-attn off")
+            raise KvchatError(f"Qcur-{layer} is not f32 (type {head.type})", "use `flash_attn` off")
         head_dim, n_head, n_tokens = (int(n) for n in head.ne[:3])
         if (head_dim, n_head) != (self.head_dim, self.n_head) or not self._lib.ggml_is_contiguous(tensor):
             return  # the projection before it is reshaped into heads
