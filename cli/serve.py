@@ -16,7 +16,7 @@ from kvchat.cli.options import (
 from kvchat.documents.limits import SERVER_DOCUMENTS_BYTES
 from kvchat.engine import AskSettings, Engine
 from kvchat.errors import SettingsError
-from kvchat.policy import HeadReduction
+from kvchat.policy import HeadReduction, SnapKV, window_for
 from kvchat.serving.slots import DEFAULT_ROOM
 
 CURL_EXAMPLE = """\
@@ -77,11 +77,12 @@ def serve_command(
     from kvchat.server.runner import server_for
     from kvchat.server.service import ChatService, ServerLimits
 
-    if min(max_sessions, max_waiting, max_readings, max_tokens, documents_memory) < 1 or budget < 40 or room < 16:
+    if min(max_sessions, max_waiting, max_readings, max_tokens, documents_memory) < 1 or room < 16:
         raise SettingsError(
             "--max-sessions, --max-waiting, --max-readings, --max-tokens, --documents-memory must be >= 1, "
-            "--budget >= 40, --room >= 16", "see kvchat serve --help",
+            "--room >= 16", "see kvchat serve --help",
         )
+    SnapKV(budget=budget, window=window_for(budget))  # refuses a budget as a request's would be refused
     AskSettings(threads=threads, read=read)  # refuses a bad thread count or reading now: requests build their settings later
     draft = draft_for(model, draft, read)  # a named one whatever --read says: a request may read fast (kv_read)
     layout = kv_layout(flash_attn, gpu_layers, cache_type_k, cache_type_v)

@@ -38,10 +38,6 @@ class KvchatError(Exception):
         hint = _with_settings(" ".join(self.hint.split()), named, fallback=False)
         return f"{message} (hint: {hint})" if hint else message
 
-    def hint_as(self, named: Callable[[str], str | None]) -> str:
-        """The hint with its settings as `named` calls them; "" if it names one the front end has not."""
-        return _with_settings(" ".join(self.hint.split()), named, fallback=False) or ""
-
 
 def _with_settings(text: str, named: Callable[[str], str | None], fallback: bool) -> str | None:
     """`text` with each `setting` as `named` calls it; where `named` has none: the setting's own

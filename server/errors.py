@@ -46,12 +46,13 @@ def error_response(status: int, message: str, code: str | None = None, param: st
 
 def api_error(error: KvchatError) -> ApiError:
     """The engine's error for an API client, its settings named by their request fields; a hint
-    naming a setting a request cannot set is left out (a prompt too long gets the API's own)."""
+    naming a setting a request cannot set is left out. A prompt too long gets the API's own hint,
+    which covers a pasted chat as well as a document."""
     if isinstance(error, ShuttingDown):
         return ApiError(503, error.message, "server_shutting_down", error_type="server_error")
     if isinstance(error, InternalError):
         return ApiError(500, error.one_line(REQUEST_FIELDS.get), "internal_error", error_type="server_error")
-    if isinstance(error, PromptTooLongError) and not error.hint_as(REQUEST_FIELDS.get):
+    if isinstance(error, PromptTooLongError):
         error = PromptTooLongError(error.message, PROMPT_TOO_LONG_HINT)
     return ApiError(400, error.one_line(REQUEST_FIELDS.get), "invalid_request")
 

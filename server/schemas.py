@@ -6,7 +6,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-MIN_KV_BUDGET = 16  # the server observes with min(32, kv_budget - 8) tokens besides 4 sinks: at least 8
+from kvchat.policy import MIN_BUDGET
+
 
 
 class TextPart(BaseModel):
@@ -49,7 +50,7 @@ class ChatCompletionRequest(BaseModel):
         default=None, min_length=1, max_length=16, description="answer about several uploaded documents together, named in this order"
     )
     kv_budget: int | None = Field(  # its range is checked with the server's limit (service.py), in one message
-        default=None, description=f"KV entries kept for the prompt: from {MIN_KV_BUDGET} to the server's budget"
+        default=None, description=f"KV entries kept for the prompt: from {MIN_BUDGET} to the server's budget"
     )
     kv_method: Literal["snapkv", "full"] | None = Field(
         default=None, description="snapkv prunes to kv_budget; full keeps the prompt whole. Unset: snapkv, or a document "

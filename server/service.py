@@ -20,10 +20,10 @@ from kvchat.engine.prompt import Turn
 from kvchat.errors import KvchatError
 from kvchat.events import Done, Event
 from kvchat.llama import SamplerSettings
-from kvchat.policy import DEFAULT_BUDGET, DEFAULT_WINDOW, HeadReduction, SnapKV, method_named
+from kvchat.policy import DEFAULT_BUDGET, MIN_BUDGET, HeadReduction, SnapKV, method_named, window_for
 from kvchat.server.documents import DocumentLibrary
 from kvchat.server.errors import ApiError, api_error
-from kvchat.server.schemas import MIN_KV_BUDGET, ChatCompletionRequest, ChatMessage
+from kvchat.server.schemas import ChatCompletionRequest, ChatMessage
 from kvchat.serving.requests import ChatRequest
 from kvchat.serving.scheduler import ChatJob, QueueFull, Scheduler, ShuttingDown
 from kvchat.serving.slots import DEFAULT_ROOM
@@ -82,15 +82,15 @@ class ChatService:
     def settings_for(self, body: ChatCompletionRequest) -> AskSettings:
         limits = self.limits
         budget = limits.budget if body.kv_budget is None else body.kv_budget
-        if not MIN_KV_BUDGET <= budget <= limits.budget:
-            raise ApiError(400, f"kv_budget must be from {MIN_KV_BUDGET} to this server's limit of {limits.budget}, not {budget}",
+        if not MIN_BUDGET <= budget <= limits.budget:
+            raise ApiError(400, f"kv_budget must be from {MIN_BUDGET} to this server's limit of {limits.budget}, not {budget}",
                            "invalid_kv_budget", "kv_budget")
         max_tokens = body.max_completion_tokens or body.max_tokens or limits.max_tokens
         if max_tokens > limits.max_tokens:
             raise ApiError(400, f"max_tokens {max_tokens} is over this server's limit of {limits.max_tokens}", "max_tokens_too_large", "max_tokens")
         sampler = SamplerSettings(temperature=body.temperature or 0.0, top_p=body.top_p or SamplerSettings.top_p, seed=body.seed)
         try:
-            method = method_named(body.kv_method or SnapKV.name, budget=budget, window=min(DEFAULT_WINDOW, budget - 8), heads=limits.heads)
+            method = method_named(body.kv_method or SnapKV.name, budget=budget, window=window_for(budget), heads=limits.heads)
             return AskSettings(method=method, max_tokens=max_tokens, sampler=sampler, threads=self.threads,
                                layout=limits.layout, auto_stream=body.kv_method is None, sources=body.kv_sources,
                                read=body.kv_read or limits.read)

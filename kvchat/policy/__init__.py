@@ -4,7 +4,7 @@ The engine feeds a method the votes the attention probe collected and applies th
 """
 
 from kvchat.policy.full import Full
-from kvchat.policy.method import DEFAULT_BUDGET, DEFAULT_SINKS, DEFAULT_WINDOW, Method
+from kvchat.policy.method import DEFAULT_BUDGET, DEFAULT_SINKS, DEFAULT_WINDOW, MIN_BUDGET, Method, window_for
 from kvchat.policy.plan import PrunePlan, merge_runs
 from kvchat.policy.pooling import pool_scores
 from kvchat.policy.registry import METHODS, method_named, method_options, methods_help
@@ -19,6 +19,7 @@ __all__ = [
     "DEFAULT_SINKS",
     "DEFAULT_WINDOW",
     "METHODS",
+    "MIN_BUDGET",
     "SPAN_MODES",
     "Full",
     "HeadReduction",
@@ -34,4 +35,5 @@ __all__ = [
     "pool_scores",
     "reduce_votes",
     "spans_from_pieces",
+    "window_for",
 ]

@@ -24,6 +24,13 @@ from kvchat.policy.spans import SpanMode
 DEFAULT_BUDGET = 1024
 DEFAULT_WINDOW = 32
 DEFAULT_SINKS = 4
+MIN_BUDGET = 16  # the least any front end keeps: the sinks, a window of 8 (window_for) and 4 chosen
+MIN_WINDOW_ROOM = 8  # what a small budget keeps besides its window: the sinks and some chosen
+
+
+def window_for(budget: int, window: int = DEFAULT_WINDOW) -> int:
+    """The observation window `budget` has room for: `window`, shorter for a small budget."""
+    return max(1, min(window, budget - MIN_WINDOW_ROOM))
 
 
 @dataclass(frozen=True)
@@ -40,6 +47,9 @@ class Method:
     sinks: int = DEFAULT_SINKS
 
     def __post_init__(self) -> None:
+        if self.budget < MIN_BUDGET:
+            raise SettingsError(f"budget must be at least {MIN_BUDGET}, got {self.budget}",
+                                f"use a budget of {MIN_BUDGET} or more ({DEFAULT_BUDGET} is the default)")
         if self.window < 1:
             raise SettingsError(f"window must be at least 1, got {self.window}", f"use a window of at least 1 ({DEFAULT_WINDOW} is the default)")
         if self.budget < self.window + self.sinks:
