@@ -20,7 +20,7 @@ from kvchat.bench.compare import case_document
 from kvchat.bench.tasks import Case, multi_turn_case, score
 from kvchat.engine import AskSettings, Engine, selection_named
 from kvchat.events import Done
-from kvchat.policy import SnapKV, method_named
+from kvchat.policy import SnapKV, method_carrying
 
 STRATEGIES = {"question": "snapkv", "reuse": "snapkv", "document": "snapkv", "full": "full"}
 
@@ -32,7 +32,7 @@ def run_case(engine: Engine, case, settings: AskSettings, heads: list[str]) -> d
     for strategy, method, each in runs:
         selection = selection_named("question" if strategy == "full" else strategy)
         label = strategy if len(heads) == 1 or method == "full" else f"{strategy} {each}"
-        method_settings = method_named(method, budget=settings.method.budget, heads=each)
+        method_settings = method_carrying(method, {"heads": each}, budget=settings.method.budget)
         conversation = engine.conversation(document, replace(settings, method=method_settings), selection)
         try:
             for _ in conversation.open():

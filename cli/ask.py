@@ -34,10 +34,13 @@ def ask_command(
     model: str = MODEL,
     budget: int = BUDGET,
     window: int = WINDOW,
-    kernel: int = typer.Option(SNAPKV.kernel, help="Pooling kernel (odd) that keeps neighbours of chosen tokens."),
-    pool: str = typer.Option(SNAPKV.pool, help="Pooling: max or avg."),
-    heads: HeadReduction = HEADS,
-    spans: str = typer.Option(SNAPKV.spans, help="Keep whole spans once one of their tokens is chosen: words (numbers and words), sentences, chunks (32 tokens), or none."),
+    kernel: int | None = typer.Option(
+        None, show_default=False, help=f"snapkv, snapstream: pooling kernel (odd) that keeps neighbours of chosen tokens (default {SNAPKV.kernel})."),
+    pool: str | None = typer.Option(None, show_default=False, help=f"snapkv, snapstream: pooling, max or avg (default {SNAPKV.pool})."),
+    heads: HeadReduction | None = HEADS,
+    spans: str | None = typer.Option(
+        None, show_default=False, help=f"snapkv, snapstream: keep whole spans once one of their tokens is chosen: words "
+        f"(numbers and words), sentences, chunks (32 tokens), or none (default {SNAPKV.spans})."),
     method: str | None = METHOD,
     chunk: int = typer.Option(StreamSettings.chunk, help="snapstream: tokens read between evictions."),
     recent: int = typer.Option(StreamSettings.recent, help="snapstream: most recent tokens always kept while reading."),

@@ -22,7 +22,7 @@ def chat_command(
     model: str = MODEL,
     budget: int = BUDGET,
     window: int = WINDOW,
-    heads: HeadReduction = HEADS,
+    heads: HeadReduction | None = HEADS,
     method: str | None = METHOD,
     max_tokens: int = MAX_TOKENS,
     temperature: float = TEMPERATURE,

@@ -11,7 +11,7 @@ from kvchat.engine import AskSettings, KvLayout
 from kvchat.errors import SettingsError
 from kvchat.llama import SamplerSettings, gpu_offload_supported
 from kvchat.models import installed_draft
-from kvchat.policy import SnapKV, method_named, methods_help
+from kvchat.policy import method_named, methods_help
 
 DEFAULTS = AskSettings()
 
@@ -38,9 +38,9 @@ READ = typer.Option(
     "reading (README: Reading fast).",
 )
 HEADS = typer.Option(
-    SnapKV().heads,
-    help="How the heads choose: sum (one ranking of their votes, the default), normalized, topk-count, max, or "
-    "per-head (each layer and KV head keeps its own tokens, in the same number of cells).",
+    None, show_default=False,
+    help="snapkv, snapstream: how the heads choose: sum (one ranking of their votes, the default), normalized, "
+    "topk-count, max, or per-head (each layer and KV head keeps its own tokens, in the same number of cells).",
 )
 DRAFT = typer.Option(
     None, "--draft", show_default=False,
@@ -82,10 +82,12 @@ def ask_settings(
     **method_options: object,
 ) -> AskSettings:
     """AskSettings from a command's options; `method_options` (budget, window, kernel …) go to
-    the method, which takes those it has. A method left unnamed (None) is the default one, which
-    streams a document too long to read whole."""
+    the method, those left unset (None) aside: one the method has not is an error naming those
+    it has. A method left unnamed (None) is the default one, which streams a document too long
+    to read whole."""
+    given = {name: value for name, value in method_options.items() if value is not None}
     return AskSettings(
-        method=method_named(method or DEFAULTS.method.name, **method_options),
+        method=method_named(method or DEFAULTS.method.name, **given),
         auto_stream=method is None,
         max_tokens=max_tokens,
         sampler=SamplerSettings(temperature=temperature, seed=seed),

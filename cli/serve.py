@@ -62,7 +62,7 @@ def serve_command(
     documents_memory: int = typer.Option(
         SERVER_DOCUMENTS_BYTES // 2**20, help="MiB of memory the uploaded documents may hold; the least recently used go first.",
     ),
-    heads: HeadReduction = HEADS,
+    heads: HeadReduction | None = HEADS,
     room: int = typer.Option(DEFAULT_ROOM, help="Cells per conversation for its question and earlier turns, besides the budget."),
     threads: int | None = THREADS,
     gpu_layers: int = GPU_LAYERS,
@@ -91,7 +91,7 @@ def serve_command(
     warn_about_gpu_layers(gpu_layers, console)
     limits = ServerLimits(model_id=model, budget=budget, max_tokens=max_tokens, sequences=max_sessions,
                           max_waiting=max_waiting, max_readings=max_readings, max_document_bytes=documents_memory * 2**20,
-                          room=room, layout=layout, heads=heads, read=read)
+                          room=room, layout=layout, heads=heads or SnapKV().heads, read=read)
     service = ChatService(Engine(model, gpu_layers=gpu_layers, use_cache=cache, draft=draft), limits, threads)
     try:
         url = f"http://{'127.0.0.1' if host == '0.0.0.0' else host}:{port}"

@@ -20,7 +20,7 @@ from kvchat.engine.prompt import Turn
 from kvchat.errors import KvchatError
 from kvchat.events import Done, Event
 from kvchat.llama import SamplerSettings
-from kvchat.policy import DEFAULT_BUDGET, MIN_BUDGET, HeadReduction, SnapKV, method_named, window_for
+from kvchat.policy import DEFAULT_BUDGET, MIN_BUDGET, HeadReduction, SnapKV, method_carrying, window_for
 from kvchat.server.documents import DocumentLibrary
 from kvchat.server.errors import ApiError, api_error
 from kvchat.server.schemas import ChatCompletionRequest, ChatMessage
@@ -90,7 +90,7 @@ class ChatService:
             raise ApiError(400, f"max_tokens {max_tokens} is over this server's limit of {limits.max_tokens}", "max_tokens_too_large", "max_tokens")
         sampler = SamplerSettings(temperature=body.temperature or 0.0, top_p=body.top_p or SamplerSettings.top_p, seed=body.seed)
         try:
-            method = method_named(body.kv_method or SnapKV.name, budget=budget, window=window_for(budget), heads=limits.heads)
+            method = method_carrying(body.kv_method or SnapKV.name, {"heads": limits.heads}, budget=budget, window=window_for(budget))
             return AskSettings(method=method, max_tokens=max_tokens, sampler=sampler, threads=self.threads,
                                layout=limits.layout, auto_stream=body.kv_method is None, sources=body.kv_sources,
                                read=body.kv_read or limits.read)

@@ -12,7 +12,7 @@ from kvchat.documents import Document
 from kvchat.engine import AskSettings, Conversation, StreamSettings
 from kvchat.errors import SettingsError
 from kvchat.events import Done, Pruned
-from kvchat.policy import METHODS, Method, method_named, method_options, methods_help
+from kvchat.policy import METHODS, Method, method_carrying, method_named, method_options, methods_help
 
 BUDGET, WINDOW, N_TOKENS = 96, 16, 700
 ALL = pytest.mark.parametrize("name", list(METHODS))
@@ -23,12 +23,24 @@ def votes_for(n_tokens: int, seed: int = 0) -> np.ndarray:
 
 
 @ALL
-def test_the_registry_builds_it_by_name_with_the_options_it_has(name: str) -> None:
-    method = method_named(name, budget=BUDGET, window=WINDOW, kernel=5, pool="avg", no_such_option=1)
+def test_the_registry_builds_it_by_name_and_refuses_an_option_it_has_not(name: str) -> None:
+    method = method_named(name, budget=BUDGET, window=WINDOW)
     assert isinstance(method, Method) and type(method) is METHODS[name] and method.name == name
     assert (method.budget, method.window) == (BUDGET, WINDOW)
     assert method_named(name, **method_options(method)) == method
     assert f"{name} (" in methods_help()
+    with pytest.raises(SettingsError) as refused:
+        method_named(name, budget=BUDGET, no_such_option=1)
+    assert refused.value.one_line() == (
+        f"{name} has no option no_such_option (hint: {name} takes {', '.join(method_options(method))})")
+
+
+@ALL
+def test_settings_carried_from_elsewhere_are_taken_where_the_method_has_them(name: str) -> None:
+    """A long document read streamed keeps the method's options, the chat's settings screen shows a
+    kernel for every method, the server's --heads is for the methods that have heads."""
+    method = method_carrying(name, {"kernel": 5, "pool": "avg", "window": 8}, budget=BUDGET)
+    assert (method.budget, method.window, getattr(method, "kernel", 5), getattr(method, "pool", "avg")) == (BUDGET, 8, 5, "avg")
 
 
 @ALL

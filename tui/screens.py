@@ -16,7 +16,7 @@ from textual.widgets import Button, DirectoryTree, Input, Label, Select, Static
 from kvchat.documents import DOCUMENT_SUFFIXES
 from kvchat.engine import AskSettings
 from kvchat.errors import SettingsError
-from kvchat.policy import METHODS, SnapKV, method_named, method_options
+from kvchat.policy import METHODS, SnapKV, method_carrying, method_options
 
 KEYS = [
     ("enter", "ask the question typed in the box"),
@@ -90,11 +90,11 @@ class SettingsScreen(ModalScreen[AskSettings | None]):
         temperature = float(self._number("temperature", float))
         if not 0 <= temperature <= 5:
             raise SettingsError(f"temperature must be between 0 and 5, got {temperature}", "")
-        method = method_named(  # runs the method's checks (budget >= window + sinks, odd kernel …)
-            str(self.query_one("#method", Select).value),
-            **{**method_options(self.settings.method), "budget": int(self._number("budget", int)),
-               "window": int(self._number("window", int)), "kernel": int(self._number("kernel", int)),
-               "pool": self.query_one("#pool", Select).value},
+        fields = {**method_options(self.settings.method), "kernel": int(self._number("kernel", int)),
+                  "pool": self.query_one("#pool", Select).value}  # shown for every method: those it has
+        method = method_carrying(  # runs the method's checks (budget >= window + sinks, odd kernel …)
+            str(self.query_one("#method", Select).value), fields,
+            budget=int(self._number("budget", int)), window=int(self._number("window", int)),
         )
         return replace(
             self.settings,

@@ -15,7 +15,7 @@ from kvchat.bench.tasks import (
 )
 from kvchat.engine import AskSettings, Engine
 from kvchat.events import Pruned
-from kvchat.policy import DEFAULT_BUDGET, METHODS, SnapKV, method_named, method_options
+from kvchat.policy import DEFAULT_BUDGET, METHODS, SnapKV, method_carrying, method_options
 
 TASKS = ("needle", "multikey", "multikey16", "vt", "cuad")
 DEFAULT_TASKS = ("needle", "multikey", "vt")  # cuad reads whole contracts (up to 32K tokens): asked for by name
@@ -42,15 +42,16 @@ class Variant:
     def settings(self, base: AskSettings) -> AskSettings:
         """`base` with this variant's method, budget and read; an override names a method option
         (kernel, heads …) or one of the reading's (READING_OPTIONS)."""
-        options = {**method_options(base.method), "budget": self.budget}
+        carried = method_options(base.method)
+        options: dict[str, object] = {"budget": self.budget}
         reading: dict[str, object] = {"read": self.read}
         for key, value in self.overrides:
             if key in READING_OPTIONS:
                 reading[key] = READING_OPTIONS[key](value)
             else:
-                current = options[key]
+                current = carried.get(key, getattr(METHODS[self.method](), key, value))  # typed as the option's default
                 options[key] = type(current)(value) if not isinstance(current, bool) else value == "true"
-        return replace(base, method=method_named(self.method, **options), **reading)  # type: ignore[arg-type]
+        return replace(base, method=method_carrying(self.method, carried, **options), **reading)  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)

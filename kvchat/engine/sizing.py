@@ -7,7 +7,7 @@ from dataclasses import replace
 from kvchat.engine.settings import AskSettings
 from kvchat.errors import PromptTooLongError
 from kvchat.llama import LlamaModel
-from kvchat.policy import SnapStream, method_named, method_options
+from kvchat.policy import SnapStream, method_carrying, method_options
 
 CTX_ROUNDING = 256
 RING_MIN = 64  # the least room an answer needs besides the prompt
@@ -46,7 +46,7 @@ def reading_settings(model: LlamaModel, n_document: int, settings: AskSettings) 
     off). A context size asked for (`n_ctx`) that is too small stays an error."""
     if settings.method.streams or not settings.auto_stream or n_document <= model.shape.n_ctx_train:
         return settings, None
-    streamed = replace(settings, method=method_named(SnapStream.name, **method_options(settings.method)), read="full")
+    streamed = replace(settings, method=method_carrying(SnapStream.name, method_options(settings.method)), read="full")
     notice = (
         f"the document is {n_document:,} tokens, more than the {model.shape.n_ctx_train:,} the model was trained on: "
         f"reading it streamed (snapstream), keeping {streamed.method.budget:,} entries"

@@ -7,7 +7,7 @@ from kvchat.policy.full import Full
 from kvchat.policy.method import DEFAULT_BUDGET, DEFAULT_SINKS, DEFAULT_WINDOW, MIN_BUDGET, Method, window_for
 from kvchat.policy.plan import PrunePlan, merge_runs
 from kvchat.policy.pooling import pool_scores
-from kvchat.policy.registry import METHODS, method_named, method_options, methods_help
+from kvchat.policy.registry import METHODS, method_carrying, method_named, method_options, methods_help
 from kvchat.policy.scoring import HeadReduction, reduce_votes
 from kvchat.policy.snapkv import SnapKV
 from kvchat.policy.snapstream import SnapStream
@@ -29,6 +29,7 @@ __all__ = [
     "SnapStream",
     "StreamingLLM",
     "merge_runs",
+    "method_carrying",
     "method_named",
     "method_options",
     "methods_help",

@@ -15,13 +15,23 @@ METHODS: dict[str, type[Method]] = {method.name: method for method in (Full, Sna
 
 
 def method_named(name: str, **options: object) -> Method:
-    """The method called `name`, with those of `options` it has (a front end passes all of its
-    options: --kernel means nothing to StreamingLLM)."""
+    """The method called `name` with `options`; an option it does not have is an error that
+    names those it has (a kernel means nothing to streaming_llm)."""
+    return method_carrying(name, {}, **options)
+
+
+def method_carrying(name: str, carried: dict[str, object], **options: object) -> Method:
+    """The method called `name` with `options` (each one it must have) and, of `carried`, those
+    it has: settings brought from elsewhere, not named for this method by the user (another
+    method's when a long document is read streamed, a settings screen's fields, a server's
+    default for every method)."""
     method = METHODS.get(name)
     if method is None:
         raise SettingsError(f"unknown method {name!r}", f"use one of: {', '.join(METHODS)}")
-    accepted = {field.name for field in fields(method)}
-    return method(**{key: value for key, value in options.items() if key in accepted})  # type: ignore[arg-type]
+    accepted = [field.name for field in fields(method)]
+    if unknown := [key for key in options if key not in accepted]:
+        raise SettingsError(f"{name} has no option {', '.join(f'`{key}`' for key in unknown)}", f"{name} takes {', '.join(accepted)}")
+    return method(**{**{key: value for key, value in carried.items() if key in accepted}, **options})  # type: ignore[arg-type]
 
 
 def methods_help() -> str:
