@@ -26,7 +26,7 @@ from kvchat.engine.states import DocumentStates
 from kvchat.engine.stream import StreamSettings, stream_read
 from kvchat.errors import DecodeError
 from kvchat.events import Done, Event, Notice, Progress
-from kvchat.llama import ContextSettings, LlamaContext, LlamaModel, Sampler
+from kvchat.llama import LlamaContext, LlamaModel, Sampler
 from kvchat.models import cheap_depth
 
 
@@ -44,10 +44,8 @@ class PromptRun:
         self.model = model
         self.draft = draft
         self.model_name = model_name
-        self._context_settings = ContextSettings(
-            n_ctx=n_ctx, n_batch=settings.n_batch, threads=settings.threads, flash_attn=settings.layout.flash_attn,
-            type_k=settings.layout.type_k, type_v=settings.layout.type_v,
-            n_seq_max=2 if composes else 1, kv_unified=composes,
+        self._context_settings = settings.layout.context(
+            n_ctx, settings.n_batch, settings.threads, n_seq_max=2 if composes else 1, kv_unified=composes
         )
         self.cache = KvCache(LlamaContext(model, self._context_settings))
         self.read_upto = 0

@@ -19,7 +19,7 @@ from kvchat.engine.sizing import context_size, round_up
 from kvchat.engine.sources import SourceFinder, answer_scores
 from kvchat.errors import SettingsError
 from kvchat.events import Event, Source
-from kvchat.llama import ContextSettings, LlamaContext, LlamaModel, Sampler
+from kvchat.llama import LlamaContext, LlamaModel, Sampler
 
 
 MIN_SAVED_READING = 256  # shorter new readings are not worth a state file
@@ -102,10 +102,8 @@ def answer_sources(model: LlamaModel, prompt: PreparedPrompt, answer_tokens: lis
     answer_tokens = answer_tokens[:-1][: settings.n_batch]
     if prompt.finder is None or not answer_tokens:
         return ()
-    layout = settings.layout
     kept = prompt.kept
-    context = ContextSettings(n_ctx=round_up(len(kept.positions) + len(answer_tokens) + 1), n_batch=settings.n_batch,
-                              threads=settings.threads, flash_attn=layout.flash_attn, type_k=layout.type_k, type_v=layout.type_v)
+    context = settings.layout.context(round_up(len(kept.positions) + len(answer_tokens) + 1), settings.n_batch, settings.threads)
     cache = KvCache(LlamaContext(model, context))
     with cache.ctx:
         cache.restore(kept)

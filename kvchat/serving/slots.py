@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from kvchat.engine.settings import KvLayout
-from kvchat.llama import ContextSettings, LlamaContext, LlamaModel, StateBytes, state_for_streams
+from kvchat.llama import LlamaContext, LlamaModel, StateBytes, state_for_streams
 
 DEFAULT_ROOM = 1024  # cells a sequence holds for the question and earlier turns, besides the budget
 
@@ -39,11 +39,7 @@ class SlotDecoder:
         self.model = model
         self.slot_cells = slot_cells
         self.layout = layout  # the states loaded into the slots must have been read with it
-        settings = ContextSettings(
-            n_ctx=n_slots * slot_cells, n_batch=max(512, n_slots), threads=threads, n_seq_max=n_slots,
-            flash_attn=layout.flash_attn, type_k=layout.type_k, type_v=layout.type_v,
-        )
-        self.ctx = LlamaContext(model, settings)
+        self.ctx = LlamaContext(model, layout.context(n_slots * slot_cells, max(512, n_slots), threads, n_seq_max=n_slots))
         self.slots = [Slot(seq) for seq in range(n_slots)]
 
     def free_slot(self) -> Slot | None:
