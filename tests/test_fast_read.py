@@ -14,7 +14,7 @@ import pytest
 from kvchat.documents import load_document
 from kvchat.engine import AskSettings, Engine
 from kvchat.engine.cache import KvCache
-from kvchat.engine.fast import Draft, fast_select, last_read_layer
+from kvchat.engine.fast import CheapPass, fast_select, last_read_layer
 from kvchat.errors import CancelledError, SettingsError
 from kvchat.events import Done, Notice, Progress, Pruned
 from kvchat.llama import ContextSettings, LlamaContext, LlamaModel
@@ -44,11 +44,11 @@ def _cache(model, flash_attn: bool = False) -> KvCache:
 
 
 def _run(cache: KvCache, tokens: list[int], settings: AskSettings):
-    return _run_with(cache, tokens, settings, None)
+    return _run_with(cache, tokens, settings)
 
 
-def _run_with(cache: KvCache, tokens: list[int], settings: AskSettings, draft: Draft | None):
-    events = fast_select(cache, tokens, settings, draft=draft)
+def _run_with(cache: KvCache, tokens: list[int], settings: AskSettings, cheap_pass: CheapPass = CheapPass()):
+    events = fast_select(cache, tokens, settings, cheap_pass=cheap_pass)
     seen = []
     while True:
         try:
@@ -343,7 +343,7 @@ def test_a_draft_model_chooses_and_the_model_reads_only_what_it_chose(tiny_model
         cache = _cache(tiny_model)
         with cache.ctx:
             settings = AskSettings(method=method, read="fast", fast_depth=depth, fast_reread=96)
-            events, selected = _run_with(cache, tokens, settings, Draft(draft_model, "draft", DEFAULT_CHEAP_DEPTH))
+            events, selected = _run_with(cache, tokens, settings, CheapPass(DEFAULT_CHEAP_DEPTH, draft_model, "draft"))
             assert selected.read == read and [e for e in events if isinstance(e, Pruned)][0].kept_tokens == 96
             assert np.array_equal(cache.origins, chosen) and np.array_equal(cache.tokens, np.asarray(tokens)[chosen])
             cache.verify()  # only the model's 96 cells: the draft read on a context of its own
@@ -366,7 +366,7 @@ def test_a_draft_reads_with_its_share_of_layers_and_the_model_keeps_the_budget_o
             chosen = alone.plan(as_fast_chooses, WINDOW, alone.observe(tokens[-WINDOW:])).kept
         cache = _cache(tiny_model)
         with cache.ctx:
-            _, selected = _run_with(cache, tokens, AskSettings(method=method, read="fast"), Draft(draft_model, "draft", DEFAULT_CHEAP_DEPTH))
+            _, selected = _run_with(cache, tokens, AskSettings(method=method, read="fast"), CheapPass(DEFAULT_CHEAP_DEPTH, draft_model, "draft"))
             assert len(chosen) == 384 and selected.read == "draft draft, 1/2 layers, 384 re-read"
             assert cache.cells == 96 and set(cache.origins.tolist()) <= set(chosen.tolist())
             assert cache.origins[-WINDOW:].tolist() == list(range(600 - WINDOW, 600))

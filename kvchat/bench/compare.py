@@ -39,7 +39,7 @@ def compare(engine: Engine, cases: list[Case], variants: list[AskSettings]) -> I
     only in what they keep. A method that streams reads its own way: once for all cases when the
     question plays no part in what it keeps (StreamingLLM), once per case when the question observes
     the reading (SnapStream); so does a fast reading, once per case."""
-    reads_fast = [settings.reads_fast(engine.draft is not None) for settings in variants]
+    reads_fast = [settings.reads_fast(engine.cheap_pass.drafted) for settings in variants]
     after_reading = {index: settings for index, settings in enumerate(variants)
                      if not settings.method.streams and not reads_fast[index]}
     if after_reading:

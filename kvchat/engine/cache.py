@@ -52,16 +52,20 @@ class KvCache(CellPruning):
         tokens: np.ndarray | None = None,
         origins: np.ndarray | None = None,
         head_origins: np.ndarray | None = None,
+        next_origin: int | None = None,
     ) -> None:
         """Forget the bookkeeping (after clearing or loading the context's memory); `origins`
         default to the positions (a cache never repacked), `head_origins` to every head holding
-        the cell's own token."""
+        the cell's own token, `next_origin` (the prompt index of the next token decoded) to the
+        one after the last origin."""
         self.positions = np.zeros(0, dtype=np.int64) if positions is None else positions.astype(np.int64)
         self.tokens = np.zeros(0, dtype=np.int64) if tokens is None else tokens.astype(np.int64)
         self.origins = self.positions.copy() if origins is None else origins.astype(np.int64)
         self.head_origins = head_origins
         self.next_pos = int(self.positions[-1]) + 1 if len(self.positions) else 0
-        self.next_origin = int(self.origins[-1]) + 1 if len(self.origins) else 0
+        if next_origin is None:
+            next_origin = int(self.origins[-1]) + 1 if len(self.origins) else 0
+        self.next_origin = next_origin
         self.peak_cells = max(self.peak_cells, self.cells)
 
     def clear(self) -> None:

@@ -20,7 +20,7 @@ from dataclasses import replace
 from kvchat.documents import Document
 from kvchat.documents.bundle import BUNDLE_KIND, document_names, document_starts, kept_by_source
 from kvchat.engine.kept import kept_text_spans, token_char_ranges
-from kvchat.engine.fast import Draft, pays, reread_tokens
+from kvchat.engine.fast import CheapPass, pays, reread_tokens
 from kvchat.engine.prompt import PromptPart, Turn, chat_messages, document_part, split_rendered
 from kvchat.engine.prompt_run import PromptRun
 from kvchat.engine.selected import Selected
@@ -52,7 +52,7 @@ class Conversation:
         states: DocumentStates | None = None,
         stream: StreamSettings | None = None,
         speeds: ReadingSpeeds | None = None,
-        draft: Draft | None = None,
+        cheap_pass: CheapPass = CheapPass(),
     ) -> None:
         self.model = model
         self.model_name = model_name
@@ -70,7 +70,7 @@ class Conversation:
         self._composes = self._runs is not None and settings.blockwise and not self.settings.method.streams
         if settings.method.needs_spans:  # token texts for span-aware selection, prepared with the tokens
             model.pieces_text(self.document_tokens)
-        self.run = PromptRun(model, self._context_size(), self.settings, model_name, self._composes, draft)
+        self.run = PromptRun(model, self._context_size(), self.settings, model_name, self._composes, cheap_pass)
         self.prompt_tokens: list[int] = []  # the last question's whole prompt
         self._reading_s = 0.0
         self._unread = False  # open() left the reading to the first question (a fast reading)
@@ -115,7 +115,7 @@ class Conversation:
         if self._notice:
             yield Notice(self._notice)
         saved = self.states is not None and self.states.has(self.document_tokens)
-        if self.settings.reads_fast(self.run.draft is not None) and not self._composes and not saved:
+        if self.settings.reads_fast(self.run.cheap_pass.drafted) and not self._composes and not saved:
             self._unread = True  # the first question reads fast; a follow-up reads the document first
             return
         yield from self._read(cancel, question)
@@ -185,7 +185,7 @@ class Conversation:
         # the document's reading counts towards the TTFT of the answer it was read for
         reading_s = 0.0 if self.turns else self._reading_s
         if self._unread:
-            with_draft = self.run.draft is not None
+            with_draft = self.run.cheap_pass.drafted
             if settings.reads_fast(with_draft) and not self.turns and not self._reading_on:
                 if pays(len(tokens), settings, with_draft):
                     self.prompt_tokens = tokens

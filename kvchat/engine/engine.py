@@ -8,7 +8,7 @@ from pathlib import Path
 
 from kvchat.documents import Document
 from kvchat.engine.conversation import Conversation
-from kvchat.engine.fast import Draft
+from kvchat.engine.fast import CheapPass
 from kvchat.engine.plan import ReadingPlan, reading_plan
 from kvchat.engine.selections import PerQuestion, Selection
 from kvchat.engine.settings import AskSettings
@@ -42,7 +42,8 @@ class Engine:
         self.model_path: Path = resolve_model(model)
         draft_path = resolve_model(draft) if draft is not None else None  # a missing one is refused first
         self.model = LlamaModel(self.model_path, gpu_layers=gpu_layers)
-        self.draft = _draft(self.model, draft, draft_path, gpu_layers) if draft_path is not None else None
+        # who does a fast reading's cheap pass, and how deep: looked up once
+        self.cheap_pass = _draft(self.model, draft, draft_path, gpu_layers) if draft_path is not None else CheapPass(cheap_depth(model))
         model_sha = model_sha256(self.model_path)
         self.states = DocumentStates(state_store(), model_sha, model) if use_cache else None
         speeds_path, speeds_key = cache_dir() / "reading-speeds.json", f"{model_sha}|gpu_layers={gpu_layers}"
@@ -58,7 +59,7 @@ class Engine:
         """A conversation about `document`; call open() on it before asking."""
         settings = settings or AskSettings()
         return Conversation(self.model, self.model_name, document, settings, selection, self.states, stream, self.speeds,
-                            self.draft)
+                            self.cheap_pass)
 
     def plan(self, document: Document, settings: AskSettings | None = None) -> ReadingPlan:
         """How `document` would be read with `settings`, and how long that would take here."""
@@ -82,8 +83,8 @@ class Engine:
             conversation.close()
 
     def close(self) -> None:
-        if self.draft is not None:
-            self.draft.model.close()
+        if self.cheap_pass.draft is not None:
+            self.cheap_pass.draft.close()
         self.model.close()
 
     def __enter__(self) -> "Engine":
@@ -93,11 +94,11 @@ class Engine:
         self.close()
 
 
-def _draft(model: LlamaModel, name: str, path: Path, gpu_layers: int) -> Draft:
+def _draft(model: LlamaModel, name: str, path: Path, gpu_layers: int) -> CheapPass:
     """The draft model loaded, once it is known to share the model's vocabulary."""
     draft = LlamaModel(path, gpu_layers=gpu_layers)
     if not model.same_vocabulary(draft):
         draft.close()
         raise SettingsError(f"the draft model {name} has another vocabulary than the model",
                             "use a smaller model of the same family (the default model's draft is small)")
-    return Draft(draft, name, cheap_depth(name))
+    return CheapPass(cheap_depth(name), draft, name)

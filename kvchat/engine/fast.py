@@ -65,28 +65,34 @@ def last_read_layer(n_layer: int, depth: float) -> int:
 
 
 @dataclass(frozen=True)
-class Draft:
-    """A smaller model with the same vocabulary that does a fast reading's cheap pass instead of
-    the model's own first layers (Speculative Prefill)."""
+class CheapPass:
+    """Who does a fast reading's cheap pass: a draft, a smaller model with the same vocabulary
+    (Speculative Prefill), or (`draft` None) the model's own first layers. `depth`: the share of
+    its layers that reads, looked up once in the registry for the model that reads
+    (models.cheap_depth)."""
 
-    model: LlamaModel
-    name: str
-    depth: float  # the share of its layers that reads (models.cheap_depth)
+    depth: float = DEFAULT_CHEAP_DEPTH
+    draft: LlamaModel | None = None
+    name: str = ""  # the draft's
+
+    @property
+    def drafted(self) -> bool:
+        return self.draft is not None
 
 
 def fast_select(
     cache: KvCache, tokens: list[int], settings: AskSettings, cancel: threading.Event | None = None,
-    draft: Draft | None = None, own_depth: float = DEFAULT_CHEAP_DEPTH,
+    cheap_pass: CheapPass = CheapPass(),
 ) -> Generator[Event, None, Selected]:
     """Into an empty `cache`: the kept prompt of `tokens` as a fast reading chooses it, and the
     last token's logits. Progress over the cheap pass, then over the model's reading of the chosen
-    tokens, then Pruned; returns the Selected. `cancel` is seen after each batch of either.
-    Without a draft the model's own first `own_depth` of layers choose."""
+    tokens, then Pruned; returns the Selected. `cancel` is seen after each batch of either."""
     started = time.perf_counter()
     ctx, n_prompt = cache.ctx, len(tokens)
-    chooser = replace(settings.method, budget=reread_tokens(settings, draft is not None), spans=settings.fast_spans,
+    draft = cheap_pass.draft
+    chooser = replace(settings.method, budget=reread_tokens(settings, cheap_pass.drafted), spans=settings.fast_spans,
                       heads=HeadReduction(settings.fast_heads))
-    depth = settings.fast_depth or (own_depth if draft is None else draft.depth)
+    depth = settings.fast_depth or cheap_pass.depth
     window_start = max(n_prompt - settings.method.window, 0)  # the question's window observes from here
     yield Progress(done=0, total=n_prompt, elapsed_s=0.0)
     if draft is None:
@@ -94,14 +100,13 @@ def fast_select(
         cache.clear()  # the layers above the cut hold nothing usable
         read = f"fast {layers} layers"
     else:
-        with LlamaContext(draft.model, ctx.settings) as draft_ctx:  # the draft's votes of every layer it ran choose
+        with LlamaContext(draft, ctx.settings) as draft_ctx:  # the draft's votes of every layer it ran choose
             kept, layers = yield from _cheap_pass(
-                KvCache(draft_ctx), tokens, window_start, chooser, depth, draft.model.shape.n_layer, cancel)
-        read = f"draft {draft.name}, {layers} layers"
+                KvCache(draft_ctx), tokens, window_start, chooser, depth, draft.shape.n_layer, cancel)
+        read = f"draft {cheap_pass.name}, {layers} layers"
     body = kept[kept < window_start]  # the chosen tokens before the question's window
     yield from cache.prefill([tokens[p] for p in body], 0, len(body), cancel)  # a second pass, with its own progress
-    cache.reset(cache.positions, cache.tokens, body)  # the cells hold tokens[body]
-    cache.next_origin = window_start  # the window follows, at the next position
+    cache.reset(cache.positions, cache.tokens, body, next_origin=window_start)  # the cells hold tokens[body]; the window follows
     window = tokens[window_start:]
     compact_s = 0.0
     if len(kept) > settings.method.budget:  # the question's attention over the re-reading keeps the budget's

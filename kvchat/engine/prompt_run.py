@@ -18,7 +18,7 @@ import numpy as np
 
 from kvchat.engine.cache import KvCache, SavedCells
 from kvchat.engine.compose import read_blockwise
-from kvchat.engine.fast import Draft, fast_select
+from kvchat.engine.fast import CheapPass, fast_select
 from kvchat.engine.generate import Generation, answer_stats, generate
 from kvchat.engine.selected import Selected
 from kvchat.engine.settings import AskSettings
@@ -27,7 +27,6 @@ from kvchat.engine.stream import StreamSettings, stream_read
 from kvchat.errors import DecodeError
 from kvchat.events import Done, Event, Notice, Progress
 from kvchat.llama import LlamaContext, LlamaModel, Sampler
-from kvchat.models import cheap_depth
 
 
 class PromptRun:
@@ -37,12 +36,12 @@ class PromptRun:
 
     def __init__(
         self, model: LlamaModel, n_ctx: int, settings: AskSettings, model_name: str, composes: bool = False,
-        draft: Draft | None = None,
+        cheap_pass: CheapPass = CheapPass(),
     ) -> None:
         """`composes`: the prompt is put together from readings of its parts (compose());
-        `draft`: what does a fast reading's cheap pass (the model's own first layers if None)."""
+        `cheap_pass`: who does a fast reading's cheap pass."""
         self.model = model
-        self.draft = draft
+        self.cheap_pass = cheap_pass
         self.model_name = model_name
         self._context_settings = settings.layout.context(
             n_ctx, settings.n_batch, settings.threads, n_seq_max=2 if composes else 1, kv_unified=composes
@@ -205,7 +204,7 @@ class PromptRun:
         """Instead of reading and select(): a fast reading of the whole prompt (fast.py) into the
         emptied cache. Returns the Selected that answer() takes."""
         self.clear()
-        selected = yield from fast_select(self.cache, tokens, settings, cancel, self.draft, cheap_depth(self.model_name))
+        selected = yield from fast_select(self.cache, tokens, settings, cancel, self.cheap_pass)
         self.read_upto = len(tokens)
         return selected
 
