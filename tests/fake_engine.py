@@ -104,6 +104,7 @@ class Script:
     until_cancelled: bool = False  # the reading waits before its first chunk until its job is cancelled
     error: Exception | None = None  # raised once the chunks are read, instead of returning a prompt
     unread: bool = False  # a fast reading answered: the document is then read whole (FakeEngine.read_whole)
+    chunk_s: float = 0.0  # how long each chunk "takes" on the scheduler's clock (FakeEngine.clock)
 
 
 @dataclass
@@ -172,7 +173,8 @@ class FakeDecoder:
     answer its state holds. Steps can be held until the test allows them, and can fail."""
 
     def __init__(
-        self, n_slots: int, slot_cells: int, layout: KvLayout, held: bool, failures: dict[int, Exception]
+        self, n_slots: int, slot_cells: int, layout: KvLayout, held: bool, failures: dict[int, Exception],
+        engine: FakeEngine | None = None,
     ) -> None:
         self.slot_cells = slot_cells
         self.layout = layout
@@ -187,6 +189,7 @@ class FakeDecoder:
         self._allowed = threading.Semaphore(0)
         self._failures = failures  # step number (from 1, failed steps counted) -> what it raises
         self._tried = 0
+        self._engine = engine  # whose clock a step moves by its step_s
 
     def allow(self, steps: int = 1) -> None:
         """Let `steps` more held steps happen."""
@@ -215,6 +218,8 @@ class FakeDecoder:
         self._tried += 1
         if failure := self._failures.get(self._tried):
             raise failure
+        if self._engine is not None:
+            self._engine.now += self._engine.step_s
         self.ctx.handle = [self._rest[slot.seq].pop(0) for slot in slots]
         self.steps.append(Step(tuple(s.seq for s in slots), tuple(tokens), tuple(s.next_pos for s in slots)))
         for slot in slots:
@@ -250,6 +255,7 @@ class FakeEngine:
     def __init__(
         self, scripts: dict[str, Script] | None = None, default: Script = Script(), held_steps: bool = False,
         step_failures: dict[int, Exception] | None = None, saves_readings: bool = False, whole_chunks: int = 3,
+        step_s: float = 0.0,
     ) -> None:
         self.states = object() if saves_readings else None  # whole readings are only done where they are saved
         self.whole_chunks = whole_chunks
@@ -264,6 +270,8 @@ class FakeEngine:
         self.closed = False
         self._held_steps = held_steps
         self._step_failures = step_failures or {}
+        self.now = 0.0  # the scheduler's clock: it moves only as a script's chunks and the steps say
+        self.step_s = step_s
 
     def scheduler(self, n_slots: int = 2, slot_cells: int = 512, max_waiting: int = 4, max_readings: int = 2) -> Scheduler:
         return self.new_scheduler(self, n_slots, slot_cells, max_waiting, None, KvLayout(), max_readings)
@@ -274,13 +282,14 @@ class FakeEngine:
     ) -> Scheduler:
         """ChatService's `new_scheduler`."""
         return Scheduler(engine, n_slots, slot_cells, max_waiting, threads, layout, max_readings, prepare=self.prepare,
-                         new_decoder=self.new_decoder, new_sampler=self.new_sampler, read_whole=self.read_whole)
+                         new_decoder=self.new_decoder, new_sampler=self.new_sampler, read_whole=self.read_whole,
+                         clock=lambda: self.now)
 
     def service(self, **limits: object) -> ChatService:
         return ChatService(self, ServerLimits(model_id="kvchat-test", **limits), new_scheduler=self.new_scheduler)
 
     def new_decoder(self, _model: FakeModel, n_slots: int, slot_cells: int, _threads: int | None, layout: KvLayout) -> FakeDecoder:
-        self.decoder = FakeDecoder(n_slots, slot_cells, layout, self._held_steps, self._step_failures)
+        self.decoder = FakeDecoder(n_slots, slot_cells, layout, self._held_steps, self._step_failures, self)
         return self.decoder
 
     def new_sampler(self, settings: SamplerSettings) -> FakeSampler:
@@ -301,6 +310,7 @@ class FakeEngine:
             to_read = script.prompt_tokens - script.loaded_tokens
             for chunk in range(script.chunks):
                 reading.wait_for_chunk(chunk)
+                self.now += script.chunk_s
                 reading.chunks_read.append(chunk + 1)
                 yield Progress(script.loaded_tokens + to_read * (chunk + 1) // script.chunks, script.prompt_tokens, 0.0)
             if script.error is not None:

@@ -216,6 +216,26 @@ def test_a_short_question_is_read_and_answered_between_the_chunks_of_a_long_read
     assert [(seqs, tokens) for seqs, tokens, _ in _steps(fake)] == [((0,), "o"), ((0,), "k")]
 
 
+def test_time_is_shared_a_short_question_reads_first_and_answers_before_the_book_reads_on() -> None:
+    """On the scheduler's clock a chunk of the book takes 10 s and a step 1 s: "hi" (no time used)
+    is read before the book's next chunk, and its answer decodes until it took as long as the
+    book's reading (10 steps); after the book's next chunk, as long as that chunk took."""
+    fake = FakeEngine({"book?": Script("long", prompt_tokens=10_000, chunks=20, paced=True, chunk_s=10.0),
+                       "hi": Script("abcdefghijkl", chunks=2)}, step_s=1.0)
+    with running(fake, n_slots=2) as scheduler:
+        book_job, book = _submit(scheduler, "book?")
+        (reading,) = fake.readings.wait_len(1)
+        _, hi = _submit(scheduler, "hi")
+        reading.allow(2)
+        assert _done(hi).answer == "abcdefghijkl"
+        assert reading.chunks_read.items == [1, 2] and reading.outcome == ""
+        book_job.cancel.set()
+        reading.allow()
+        assert isinstance(book.ended()[-1], CancelledError)
+    # "hi" read both its chunks and moved in before the book's 2nd chunk: 10 steps then, 2 after it
+    assert [tokens for _, tokens, _ in _steps(fake)] == list("abcdefghijkl")
+
+
 def test_at_most_max_readings_are_read_at_once_and_each_reserves_a_sequence() -> None:
     fake = FakeEngine({"A": Script("a", chunks=2, paced=True), "B": Script("b", chunks=2, paced=True),
                        "C": Script("c", chunks=2, paced=True)})

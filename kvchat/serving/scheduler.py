@@ -6,11 +6,13 @@ on a context of its own (requests.py), moves into that sequence, and from then o
 per decode step, batched with every other answer in progress.
 
 Nobody waits for somebody else's long reading: up to `max_readings` requests are read at once,
-taking turns a chunk each, and the answers in progress get a decode step after every chunk. A
-short question asked during the reading of a book is read between two of its chunks and answered
-while the book is still being read. Each reading reserves the sequence it will move into, so at
-most as many are read as sequences are free. When nothing else is to do, documents that a fast
-reading answered are read whole (reading_on.py).
+and time is shared fairly. The reading that has taken the least time so far reads next (a short
+question asked during the reading of a book is read at once, the book's next chunk after); after
+each chunk of reading the answers in progress decode for as long as that chunk took (at least one
+step each), and longer while one of them has taken less time than every reading: a short
+question's answer ends before the book reads on. Each reading
+reserves the sequence it will move into, so at most as many are read as sequences are free. When
+nothing else is to do, documents that a fast reading answered are read whole (reading_on.py).
 """
 
 from __future__ import annotations
@@ -70,6 +72,7 @@ class _Reading:
     job: ChatJob
     sampler: Sampler
     events: Iterator[Event]
+    used_s: float = 0.0  # the time its reading took so far
 
 
 @dataclass
@@ -80,6 +83,7 @@ class _Answer:
     sampler: Sampler
     generation: Generation
     next_token: int
+    used_s: float = 0.0  # the time its reading and its steps took so far
 
 
 class Scheduler:
@@ -87,6 +91,7 @@ class Scheduler:
         self, engine: Engine, n_slots: int, slot_cells: int, max_waiting: int = 16, threads: int | None = None,
         layout: KvLayout = KvLayout(), max_readings: int = 2, *, prepare: Prepare = prepare,
         new_decoder: NewDecoder = SlotDecoder, new_sampler: NewSampler = Sampler, read_whole: ReadWhole = read_whole,
+        clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         self.engine = engine
         self._prepare_request = prepare
@@ -95,7 +100,8 @@ class Scheduler:
         self._waiting: queue.Queue[ChatJob] = queue.Queue(max_waiting)
         self._answers: list[_Answer] = []
         self.max_readings = max_readings  # each holds a context of its own while it reads
-        self._readings: list[_Reading] = []  # the next to read a chunk first
+        self._readings: list[_Reading] = []  # in turn order: of those that took least time, the first reads next
+        self._clock = clock  # what the fair share of time is measured by
         self._readings_on = BackgroundReadings(engine, read_whole)
         self._wake = threading.Event()
         self._stopping = False
@@ -151,8 +157,8 @@ class Scheduler:
             self._admit()
             busy = bool(self._readings or self._answers)
             if self._readings:
-                self._read_next()
-            if self._answers and not self._stopping:
+                self._answer_for(self._read_next())
+            elif self._answers:
                 self._step()
             if busy:
                 continue
@@ -188,20 +194,41 @@ class Scheduler:
         yield from self._readings_on.rest_of(job.request, job.cancel)
         return (yield from self._prepare_request(self.engine, job.request, job.cancel, sampler))
 
-    def _read_next(self) -> None:
-        """The next reading reads a chunk (or passes on another event), then waits for its turn
-        again; one that is done moves into a sequence and answers."""
-        reading = self._readings[0]  # counted in `load` while it reads
+    def _read_next(self) -> float:
+        """The reading that took least time so far reads a chunk (or passes on another event),
+        then waits for its turn again; one that is done moves into a sequence and answers.
+        Returns the time it took."""
+        reading = min(self._readings, key=lambda each: each.used_s)  # counted in `load` while it reads
+        started = self._clock()
         try:
             event = next(reading.events)
         except StopIteration as finished:
             self._readings.remove(reading)
-            return self._start(reading, finished.value)
+            self._start(reading, finished.value)
+            return self._clock() - started
         except Exception as error:
             self._readings.remove(reading)
-            return self._end_reading(reading, self._failure(error))
-        self._readings.append(self._readings.pop(0))
+            self._end_reading(reading, self._failure(error))
+            return self._clock() - started
+        reading.used_s += self._clock() - started
+        self._readings.remove(reading)
+        self._readings.append(reading)
         reading.job.emit(event)
+        return self._clock() - started
+
+    def _answer_for(self, read_s: float) -> None:
+        """After a chunk of reading that took `read_s`: the answers in progress decode for as
+        long (at least one step), and on while one of them took less time so far than every
+        reading; a new job waiting to be admitted ends the turn."""
+        started = self._clock()
+        while self._answers and not self._stopping:
+            self._step()
+            if not self._waiting.empty():
+                return
+            behind = (bool(self._readings and self._answers)
+                      and min(a.used_s for a in self._answers) < min(r.used_s for r in self._readings))
+            if self._clock() - started >= read_s and not behind:
+                return
 
     def _end_reading(self, reading: _Reading, error: KvchatError) -> None:
         """The job fails with `error`, sent without its traceback: the traceback's frames hold
@@ -246,22 +273,23 @@ class Scheduler:
         if prepared.unread:
             self._readings_on.add(job.request)
         generation = Generation(self.engine.model, job.request.settings.max_tokens)
-        answer = _Answer(job, slot, prepared, reading.sampler, generation, prepared.first_token)
+        answer = _Answer(job, slot, prepared, reading.sampler, generation, prepared.first_token, reading.used_s)
         self._answers.append(answer)
         self._advance(answer, prepared.first_token)
 
     def _step(self) -> None:
         """One decode step for every answer in progress, then sample each one's next token."""
         answers = list(self._answers)
-        started = time.perf_counter()
+        started, clock_started = time.perf_counter(), self._clock()
         try:
             self.decoder.step([a.slot for a in answers], [a.next_token for a in answers])
         except Exception as error:  # the answers in progress fail; the server goes on
             LOGGER.exception("a decode step failed")
             return self._fail_answers(InternalError(f"decoding failed: {error}", "see the server's log file"))
-        elapsed = time.perf_counter() - started
+        elapsed, used = time.perf_counter() - started, self._clock() - clock_started
         for row, answer in enumerate(answers):
             answer.generation.count_step(elapsed)
+            answer.used_s += used
             self._advance(answer, answer.sampler.sample(self.decoder.ctx.handle, row))
 
     def _advance(self, answer: _Answer, token: int) -> None:
