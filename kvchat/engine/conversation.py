@@ -134,7 +134,7 @@ class Conversation:
             self.run.save()
         else:
             yield from self.run.open(tokens, len(tokens), self.states, str(self.document.path), cancel)
-        self.selection.after_reading(self)
+        self.selection.after_reading(self.run, self.settings.method, self.question_window)
         self._reading_s = self.run.read_s
         if self.speeds is not None and self.run.loaded_upto == 0:
             self.speeds.record("stream" if self.settings.method.streams else "read", len(tokens), self.run.read_s)
@@ -196,7 +196,7 @@ class Conversation:
             started = time.perf_counter()
             yield from self.read_on(cancel)
             reading_s = time.perf_counter() - started
-        start = self.selection.before_question(self, tokens, len(earlier_tokens))
+        start = self.selection.before_question(self.run, tokens, len(earlier_tokens), self.prompt_tokens if self.turns else None)
         self._make_room(len(tokens) - self.run.read_upto, settings.max_tokens)
         selection = self.run.select(tokens, settings, start.pinned, cancel, start.prunes, reading_s)
         selected = yield from self._with_kept_by_document(selection)

@@ -27,6 +27,7 @@ from kvchat.engine.stream import StreamSettings, stream_read
 from kvchat.errors import DecodeError
 from kvchat.events import Done, Event, Notice, Progress
 from kvchat.llama import LlamaContext, LlamaModel, Sampler
+from kvchat.policy import Method
 
 
 class PromptRun:
@@ -93,6 +94,14 @@ class PromptRun:
                 yield event
         finally:
             self.read_s += time.perf_counter() - started
+
+    def keep_once(self, window: list[int], method: Method) -> None:
+        """A choice made once, before any question: `window` observes without staying, `method`
+        keeps what its votes choose (the document's last token stands in the window), and the
+        kept cells become the restore point."""
+        votes = self.cache.observe(window, keep=False)
+        self.cache.apply(self.cache.plan(method, 1, votes))
+        self.save()
 
     def save(self) -> bytes:
         """Make the cache as it is now the restore point (and return its state)."""

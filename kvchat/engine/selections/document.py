@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from kvchat.engine.prompt import GENERIC_QUESTION
+from kvchat.engine.prompt_run import PromptRun
 from kvchat.engine.selections.question import PerQuestion
-from kvchat.engine.selections.selection import QuestionStart
-
-if TYPE_CHECKING:
-    from kvchat.engine.conversation import Conversation
+from kvchat.engine.selections.selection import QuestionStart, QuestionWindow
+from kvchat.policy import Method
 
 
 @dataclass(frozen=True)
@@ -22,13 +20,9 @@ class PerDocument(PerQuestion):
     name = "document"
     summary = "one query-agnostic selection per document"
 
-    def after_reading(self, conversation: Conversation) -> None:
-        cache = conversation.run.cache
-        votes = cache.observe(conversation.question_window(GENERIC_QUESTION), keep=False)
-        # the document's last token stands in the window
-        cache.apply(cache.plan(conversation.settings.method, 1, votes))
-        conversation.run.save()
+    def after_reading(self, run: PromptRun, method: Method, question_window: QuestionWindow) -> None:
+        run.keep_once(question_window(GENERIC_QUESTION), method)
 
-    def before_question(self, conversation: Conversation, tokens: list[int], n_earlier: int) -> QuestionStart:
-        conversation.run.restore()
+    def before_question(self, run: PromptRun, tokens: list[int], n_earlier: int, last_prompt: list[int] | None) -> QuestionStart:
+        run.restore()
         return QuestionStart(pinned=0, prunes=False)

@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
+from kvchat.engine.prompt_run import PromptRun
 from kvchat.engine.selections.selection import QuestionStart, Selection
-
-if TYPE_CHECKING:
-    from kvchat.engine.conversation import Conversation
 
 
 @dataclass(frozen=True)
@@ -19,6 +16,6 @@ class PerQuestion(Selection):
     name = "question"
     summary = "select for each question from the whole document"
 
-    def before_question(self, conversation: Conversation, tokens: list[int], n_earlier: int) -> QuestionStart:
-        conversation.run.restore()
+    def before_question(self, run: PromptRun, tokens: list[int], n_earlier: int, last_prompt: list[int] | None) -> QuestionStart:
+        run.restore()
         return QuestionStart(pinned=n_earlier, prunes=True)

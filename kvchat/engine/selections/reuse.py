@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
+from kvchat.engine.prompt_run import PromptRun
 from kvchat.engine.selections.question import PerQuestion
 from kvchat.engine.selections.selection import QuestionStart
-
-if TYPE_CHECKING:
-    from kvchat.engine.conversation import Conversation
 
 
 @dataclass(frozen=True)
@@ -21,8 +18,8 @@ class Reuse(PerQuestion):
     name = "reuse"
     summary = "keep the first question's selection for the follow-ups"
 
-    def before_question(self, conversation: Conversation, tokens: list[int], n_earlier: int) -> QuestionStart:
-        if not conversation.turns:
-            return super().before_question(conversation, tokens, n_earlier)
-        conversation.run.keep_prefix(tokens, conversation.prompt_tokens)
+    def before_question(self, run: PromptRun, tokens: list[int], n_earlier: int, last_prompt: list[int] | None) -> QuestionStart:
+        if last_prompt is None:
+            return super().before_question(run, tokens, n_earlier, last_prompt)
+        run.keep_prefix(tokens, last_prompt)
         return QuestionStart(pinned=0, prunes=False)

@@ -8,11 +8,14 @@ kept for the follow-ups (`reuse`). One class per file, one registry (registry.py
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
-if TYPE_CHECKING:
-    from kvchat.engine.conversation import Conversation
+from kvchat.engine.prompt_run import PromptRun
+from kvchat.policy import Method
+
+QuestionWindow = Callable[[str], list[int]]  # a question's tokens that observe (Conversation.question_window)
 
 
 @dataclass(frozen=True)
@@ -28,11 +31,12 @@ class Selection:
     name: ClassVar[str] = ""
     summary: ClassVar[str] = ""  # what it does, in a few words (shown in --help)
 
-    def after_reading(self, conversation: Conversation) -> None:
-        """The document was read, loaded or streamed, and is the conversation's restore point;
-        a choice made once per document is made here."""
+    def after_reading(self, run: PromptRun, method: Method, question_window: QuestionWindow) -> None:
+        """The document was read, loaded or streamed into `run`, and is its restore point; a
+        choice made once per document (by `method`, observed by a question's window) is made here."""
 
-    def before_question(self, conversation: Conversation, tokens: list[int], n_earlier: int) -> QuestionStart:
-        """Set the cache the question's prompt `tokens` are answered from: the restore point, or
-        what an earlier choice left. `n_earlier` = tokens of the earlier turns the prompt adds."""
+    def before_question(self, run: PromptRun, tokens: list[int], n_earlier: int, last_prompt: list[int] | None) -> QuestionStart:
+        """Set `run`'s cache the question's prompt `tokens` are answered from: the restore point,
+        or what an earlier choice left. `n_earlier` = tokens of the earlier turns the prompt
+        adds; `last_prompt`: the previous question's whole prompt (None for the first question)."""
         raise NotImplementedError
