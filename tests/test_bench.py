@@ -251,7 +251,7 @@ def test_a_variant_sets_a_reading_option_or_a_method_option() -> None:
 
     variant = Variant("snapkv", 512, (("read", "fast"), ("fast_depth", "0.25"), ("fast_layers", "3"), ("kernel", "5")))
     settings = variant.settings(AskSettings())
-    assert (settings.read, settings.fast_depth, settings.fast_layers) == ("fast", 0.25, 3)
+    assert (settings.read, settings.fast.depth, settings.fast.layers) == ("fast", 0.25, 3)
     assert settings.method.kernel == 5 and settings.method.budget == 512
     assert variant.label == "snapkv@512(read=fast,fast_depth=0.25,fast_layers=3,kernel=5)"
     assert Variant("snapkv", 512, (("heads", "per-head"),)).settings(AskSettings()).method.per_head

@@ -15,6 +15,7 @@ from kvchat.documents import load_document
 from kvchat.engine import AskSettings, Engine
 from kvchat.engine.cache import KvCache
 from kvchat.engine.fast import CheapPass, fast_select, last_read_layer
+from kvchat.engine.settings import FastSettings
 from kvchat.errors import CancelledError, SettingsError
 from kvchat.events import Done, Notice, Progress, Pruned
 from kvchat.llama import ContextSettings, LlamaContext, LlamaModel
@@ -91,7 +92,7 @@ def test_only_the_chosen_tokens_stay_read_by_the_whole_model(tiny_model) -> None
 
 
 def test_scored_by_every_layer_of_a_whole_pass_a_fast_reading_keeps_what_snapkv_keeps(tiny_model) -> None:
-    """fast_layers sums the cheap pass's last layers; through all of them, at full depth, choosing
+    """FastSettings.layers sums the cheap pass's last layers; through all of them, at full depth, choosing
     as SnapKV keeps (words, summed heads), it is SnapKV's own choice from the same window. With one
     layer (the default) it is not here."""
     tokens, method = _tokens(), SnapKV(budget=96, window=WINDOW)
@@ -102,7 +103,7 @@ def test_scored_by_every_layer_of_a_whole_pass_a_fast_reading_keeps_what_snapkv_
         cache.clear()
         chosen = {}
         for layers in (1, 2, 9):
-            settings = AskSettings(method=method, read="fast", fast_depth=1.0, fast_layers=layers, fast_spans="words", fast_heads="sum")
+            settings = AskSettings(method=method, read="fast", fast=FastSettings(depth=1.0, layers=layers, spans="words", heads="sum"))
             _, selected = _run(cache, tokens, settings)
             chosen[layers] = cache.origins.copy()
             assert selected.read == "fast 2/2 layers"
@@ -120,7 +121,7 @@ def test_kept_at_their_own_positions_every_token_gives_a_plain_readings_logits(t
     for positions in ("consecutive", "original"):
         cache = _cache(tiny_model)
         with cache.ctx:
-            settings = AskSettings(method=SnapKV(budget=1000, window=WINDOW), read="fast", fast_positions=positions)
+            settings = AskSettings(method=SnapKV(budget=1000, window=WINDOW), read="fast", fast=FastSettings(positions=positions))
             _run(cache, tokens, settings)
             assert np.array_equal(cache.positions, np.arange(len(tokens)))
             np.testing.assert_allclose(last_logits(cache.ctx), expected, rtol=1e-4, atol=1e-4)
@@ -130,7 +131,7 @@ def test_original_positions_move_the_chosen_tokens_back(tiny_model) -> None:
     tokens = _tokens()
     cache = _cache(tiny_model)
     with cache.ctx:
-        _, selected = _run(cache, tokens, AskSettings(method=SnapKV(budget=96, window=WINDOW), read="fast", fast_positions="original"))
+        _, selected = _run(cache, tokens, AskSettings(method=SnapKV(budget=96, window=WINDOW), read="fast", fast=FastSettings(positions="original")))
         assert np.array_equal(cache.positions, cache.origins) and cache.next_pos == len(tokens)
         cache.verify()
         cache.decode([5], want_logits=True)  # the answer goes on after the prompt's last position
@@ -138,7 +139,7 @@ def test_original_positions_move_the_chosen_tokens_back(tiny_model) -> None:
 
 
 def test_re_reading_every_token_then_keeping_the_budget_is_snapkv_on_a_full_reading(tiny_model) -> None:
-    """fast_reread above the budget: the whole model reads what the cheap pass chose, and the
+    """FastSettings.reread above the budget: the whole model reads what the cheap pass chose, and the
     question's attention over that reading keeps the budget's. Re-reading every token is a full
     reading, so it keeps what SnapKV keeps, with the same logits."""
     tokens, method = _tokens(), SnapKV(budget=96, window=WINDOW)
@@ -149,7 +150,7 @@ def test_re_reading_every_token_then_keeping_the_budget_is_snapkv_on_a_full_read
         expected_kept, expected_positions, expected_logits = plain.origins.copy(), plain.positions.copy(), last_logits(plain.ctx)
     cache = _cache(tiny_model)
     with cache.ctx:
-        events, selected = _run(cache, tokens, AskSettings(method=method, read="fast", fast_reread=len(tokens)))
+        events, selected = _run(cache, tokens, AskSettings(method=method, read="fast", fast=FastSettings(reread=len(tokens))))
         pruned = [e for e in events if isinstance(e, Pruned)]
         assert len(pruned) == 1 and pruned[0].kept_positions == tuple(int(p) for p in expected_kept)
         assert np.array_equal(cache.origins, expected_kept) and np.array_equal(cache.positions, expected_positions)
@@ -162,14 +163,14 @@ def test_a_larger_re_reading_keeps_the_budget_at_the_chosen_tokens_own_positions
     tokens = _tokens()
     cache = _cache(tiny_model)
     with cache.ctx:
-        settings = AskSettings(method=SnapKV(budget=96, window=WINDOW), read="fast", fast_reread=300, fast_positions="original")
+        settings = AskSettings(method=SnapKV(budget=96, window=WINDOW), read="fast", fast=FastSettings(reread=300, positions="original"))
         _, selected = _run(cache, tokens, settings)
         assert cache.cells == 96 and selected.read == "fast 1/2 layers, 300 re-read"
         assert np.array_equal(cache.positions, cache.origins) and cache.origins[-WINDOW:].tolist() == list(range(600 - WINDOW, 600))
         assert cache.next_pos == len(tokens)
         cache.verify()
     with pytest.raises(SettingsError, match="re-reads at least the budget"):
-        AskSettings(method=SnapKV(budget=96, window=WINDOW), read="fast", fast_reread=95)
+        AskSettings(method=SnapKV(budget=96, window=WINDOW), read="fast", fast=FastSettings(reread=95))
 
 
 def test_chunk_spans_re_read_whole_passages(tiny_model) -> None:
@@ -179,37 +180,37 @@ def test_chunk_spans_re_read_whole_passages(tiny_model) -> None:
     cache = _cache(tiny_model)
     with cache.ctx:
         settings = AskSettings(method=SnapKV(budget=budget, window=WINDOW), read="fast")
-        assert (settings.fast_spans, settings.fast_heads) == ("chunks", "max")
+        assert (settings.fast.spans, settings.fast.heads) == ("chunks", "max")
         _, selected = _run(cache, tokens, settings)
         chosen = set(cache.origins.tolist())
         assert cache.cells == budget == selected.kept
     whole = [c for c in range(len(tokens) // CHUNK_TOKENS) if set(range(c * CHUNK_TOKENS, (c + 1) * CHUNK_TOKENS)) <= chosen]
     assert whole  # at least the winner's chunk, all 32 tokens
     with pytest.raises(SettingsError, match="unknown fast reading spans"):
-        AskSettings(read="fast", fast_spans="paragraphs")
+        AskSettings(read="fast", fast=FastSettings(spans="paragraphs"))
 
 
 def test_the_cheap_pass_may_reduce_its_heads_otherwise_than_the_method_keeps(tiny_model) -> None:
-    """fast_heads="max" (the default): the re-read tokens are those the cheap pass's strongest head
+    """FastSettings.heads="max" (the default): the re-read tokens are those the cheap pass's strongest head
     votes for; "sum" chooses as the method keeps."""
     tokens, method = _tokens(), SnapKV(budget=64, window=WINDOW, spans="none")
     chosen = {}
     for heads in ("sum", "max"):
         cache = _cache(tiny_model)
         with cache.ctx:
-            _, selected = _run(cache, tokens, AskSettings(method=method, read="fast", fast_spans="none", fast_heads=heads))
+            _, selected = _run(cache, tokens, AskSettings(method=method, read="fast", fast=FastSettings(spans="none", heads=heads)))
             chosen[heads] = cache.origins.tolist()
             assert cache.cells == 64 == selected.kept
     assert chosen["sum"] != chosen["max"]
     with pytest.raises(SettingsError, match="unknown fast reading heads"):
-        AskSettings(read="fast", fast_heads="per-head")
+        AskSettings(read="fast", fast=FastSettings(heads="per-head"))
 
 
 def test_a_fast_reading_stops_between_batches_of_the_model_reading_the_chosen_tokens(tiny_model) -> None:
     tokens, stop = _tokens(), threading.Event()
     cache = _cache(tiny_model)
     with cache.ctx:
-        settings = AskSettings(method=SnapKV(budget=96, window=WINDOW), read="fast", fast_reread=400)
+        settings = AskSettings(method=SnapKV(budget=96, window=WINDOW), read="fast", fast=FastSettings(reread=400))
         with pytest.raises(CancelledError):
             for event in fast_select(cache, tokens, settings, stop):
                 if isinstance(event, Progress) and event.total == 400 - WINDOW:
@@ -238,7 +239,7 @@ def test_a_conversation_reads_fast_first_and_the_whole_document_for_a_follow_up(
 def test_a_prompt_the_re_reading_would_mostly_cover_is_read_in_full(tiny_model_path: Path, tmp_path: Path) -> None:
     path = tmp_path / "notes.txt"
     path.write_text("The boat was named the Grey Heron. The radio failed on day four. " * 40)
-    settings = AskSettings(method=SnapKV(budget=64, window=16), max_tokens=4, read="fast", threads=2, fast_reread=2000)
+    settings = AskSettings(method=SnapKV(budget=64, window=16), max_tokens=4, read="fast", threads=2, fast=FastSettings(reread=2000))
     with Engine(str(tiny_model_path), use_cache=False) as engine:
         conversation = engine.conversation(load_document(path), settings)
         try:
@@ -342,7 +343,7 @@ def test_a_draft_model_chooses_and_the_model_reads_only_what_it_chose(tiny_model
             chosen = alone.plan(as_fast_chooses, WINDOW, alone.observe(tokens[-WINDOW:])).kept
         cache = _cache(tiny_model)
         with cache.ctx:
-            settings = AskSettings(method=method, read="fast", fast_depth=depth, fast_reread=96)
+            settings = AskSettings(method=method, read="fast", fast=FastSettings(depth=depth, reread=96))
             events, selected = _run_with(cache, tokens, settings, CheapPass(DEFAULT_CHEAP_DEPTH, draft_model, "draft"))
             assert selected.read == read and [e for e in events if isinstance(e, Pruned)][0].kept_tokens == 96
             assert np.array_equal(cache.origins, chosen) and np.array_equal(cache.tokens, np.asarray(tokens)[chosen])

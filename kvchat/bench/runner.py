@@ -19,7 +19,9 @@ from kvchat.policy import DEFAULT_BUDGET, METHODS, SnapKV, method_carrying, meth
 
 TASKS = ("needle", "multikey", "multikey16", "vt", "cuad")
 DEFAULT_TASKS = ("needle", "multikey", "vt")  # cuad reads whole contracts (up to 32K tokens): asked for by name
-READING_OPTIONS = {"read": str, "fast_depth": float, "fast_positions": str, "fast_layers": int, "fast_reread": int, "fast_spans": str, "fast_heads": str}  # AskSettings a variant may set
+# What a variant may set of the reading: how it reads, and a fast reading's settings (FastSettings), by their names in a variant
+READING_OPTIONS = {"read": str, "fast_depth": float, "fast_positions": str, "fast_layers": int, "fast_reread": int, "fast_spans": str,
+                   "fast_heads": str}
 PROMPT_ROOM = 512  # tokens of the model's trained context left to the template and the question
 
 
@@ -44,14 +46,16 @@ class Variant:
         (kernel, heads …) or one of the reading's (READING_OPTIONS)."""
         carried = method_options(base.method)
         options: dict[str, object] = {"budget": self.budget}
-        reading: dict[str, object] = {"read": self.read}
+        read, fast = self.read, base.fast
         for key, value in self.overrides:
-            if key in READING_OPTIONS:
-                reading[key] = READING_OPTIONS[key](value)
+            if key == "read":
+                read = value
+            elif key in READING_OPTIONS:
+                fast = replace(fast, **{key.removeprefix("fast_"): READING_OPTIONS[key](value)})
             else:
                 current = carried.get(key, getattr(METHODS[self.method](), key, value))  # typed as the option's default
                 options[key] = type(current)(value) if not isinstance(current, bool) else value == "true"
-        return replace(base, method=method_carrying(self.method, carried, **options), **reading)  # type: ignore[arg-type]
+        return replace(base, method=method_carrying(self.method, carried, **options), read=read, fast=fast)
 
 
 @dataclass(frozen=True)

@@ -4,21 +4,21 @@ the whole model reads only those.
 Every decode of the cheap pass stops after layer r (LlamaContext.cut_after_layer), so reading
 the whole prompt costs about r / n_layer of a full reading. The question's window observes at
 those layers, the method chooses its budget from layer r's attention (the paper's choice; or the
-sum over its last `fast_layers`), the
+sum over its last `layers`, FastSettings), the
 cache is emptied, and the whole model reads the chosen tokens alone: at consecutive positions
-(the paper's), or moved back to their own positions afterwards (`fast_positions`). Either way
+(the paper's), or moved back to their own positions afterwards (`positions`). Either way
 the cells remember which prompt token each holds (KvCache.origins), for the kept view and sources.
 
 With a draft (`--draft`: a smaller model of the same vocabulary, as in Speculative Prefill, Liu et
 al. 2025) the draft's first layers read the whole prompt on a context of its own instead, and
 their attention chooses as SnapKV's would. How many layers a cheap pass runs is the registry's
-measured share for the model running it (models/registry.py), unless `fast_depth` says.
+measured share for the model running it (models/registry.py), unless FastSettings' `depth` says.
 
-The cheap pass may choose more than the budget (`fast_reread`; with a draft, four times the budget
+The cheap pass may choose more than the budget (`reread`; with a draft, four times the budget
 unless told): the whole model then reads those, the question's window observes that reading with
 every layer, and SnapKV keeps the budget's of them, so the tokens kept were written having read
 more than themselves. The cheap pass chooses what to re-read otherwise than the method keeps: in
-whole chunks of the text (`fast_spans`), each scored by its strongest head (`fast_heads`), as
+whole chunks of the text (`spans`), each scored by its strongest head (`heads`), as
 Speculative Prefill does, so that the model re-reads passages, not scattered words.
 """
 
@@ -51,7 +51,7 @@ PAYS_BELOW = 2 / 3
 
 def reread_tokens(settings: AskSettings, with_draft: bool) -> int:
     """How many of the prompt's tokens the cheap pass chooses for the model to read."""
-    return settings.fast_reread or settings.method.budget * (DRAFT_REREAD if with_draft else 1)
+    return settings.fast.reread or settings.method.budget * (DRAFT_REREAD if with_draft else 1)
 
 
 def pays(n_prompt: int, settings: AskSettings, with_draft: bool) -> bool:
@@ -90,13 +90,13 @@ def fast_select(
     started = time.perf_counter()
     ctx, n_prompt = cache.ctx, len(tokens)
     draft = cheap_pass.draft
-    chooser = replace(settings.method, budget=reread_tokens(settings, cheap_pass.drafted), spans=settings.fast_spans,
-                      heads=HeadReduction(settings.fast_heads))
-    depth = settings.fast_depth or cheap_pass.depth
+    chooser = replace(settings.method, budget=reread_tokens(settings, cheap_pass.drafted), spans=settings.fast.spans,
+                      heads=HeadReduction(settings.fast.heads))
+    depth = settings.fast.depth or cheap_pass.depth
     window_start = max(n_prompt - settings.method.window, 0)  # the question's window observes from here
     yield Progress(done=0, total=n_prompt, elapsed_s=0.0)
     if draft is None:
-        kept, layers = yield from _cheap_pass(cache, tokens, window_start, chooser, depth, settings.fast_layers, cancel)
+        kept, layers = yield from _cheap_pass(cache, tokens, window_start, chooser, depth, settings.fast.layers, cancel)
         cache.clear()  # the layers above the cut hold nothing usable
         read = f"fast {layers} layers"
     else:
@@ -114,7 +114,7 @@ def fast_select(
         read += f", {len(kept):,} re-read"
     else:
         cache.decode(window, want_logits=True)
-    if settings.fast_positions == "original" and ctx.can_shift():
+    if settings.fast.positions == "original" and ctx.can_shift():
         cache.move_to(cache.origins)  # llama.cpp reads a batch only right after the last position
     window_s = time.perf_counter() - started - compact_s
     yield cache.pruned(n_prompt, window_s, compact_s)

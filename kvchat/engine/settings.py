@@ -42,6 +42,38 @@ class KvLayout:
 
 
 @dataclass(frozen=True)
+class FastSettings:
+    """How a fast reading's cheap pass chooses and what the model re-reads (fast.py): what the
+    bench varies; a user leaves them at their defaults."""
+
+    depth: float | None = None  # None: the registry's share for the model that reads (models.cheap_depth)
+    positions: str = "consecutive"  # or "original": the chosen tokens moved back to their own positions
+    layers: int = 1  # the cheap pass's last layers whose attention chooses (1: its last, as GemFilter)
+    # The tokens the whole model reads again after the cheap pass; None: the budget, or four times it
+    # with a draft (fast.DRAFT_REREAD). More than the budget: the question's attention over that
+    # re-reading then keeps the budget's, as SnapKV does.
+    reread: int | None = None
+    # How the cheap pass groups the tokens it chooses for the re-reading (policy/spans.py) and
+    # reduces its heads' votes (policy/scoring.py): whole chunks, each scored by the strongest head,
+    # as Speculative Prefill chooses; choosing as the method keeps (words, summed) lost real-contract
+    # answers (README "Reading fast").
+    spans: str = "chunks"
+    heads: str = "max"
+
+    def __post_init__(self) -> None:
+        if self.positions not in ("consecutive", "original"):
+            raise SettingsError(f"unknown fast reading positions {self.positions!r}", "use consecutive or original")
+        if self.layers < 1:
+            raise SettingsError(f"the fast reading scores from at least 1 layer, got {self.layers}", "use 1 (its last layer) or more")
+        if self.depth is not None and not 0 < self.depth <= 1:
+            raise SettingsError(f"the fast reading's depth must be in (0, 1], got {self.depth}", "0.5 reads with the first half of the layers")
+        if self.spans not in SPAN_MODES:
+            raise SettingsError(f"unknown fast reading spans {self.spans!r}", f"use one of {', '.join(SPAN_MODES)}")
+        if self.heads not in REDUCTIONS:
+            raise SettingsError(f"unknown fast reading heads {self.heads!r}", f"use one of {', '.join(REDUCTIONS)}")
+
+
+@dataclass(frozen=True)
 class AskSettings:
     """Built by the CLI, the TUI and the server alike: errors name settings, never one front end's flags."""
 
@@ -65,26 +97,14 @@ class AskSettings:
     # with the attention probe on, after the answer.
     sources: bool = True
     # "fast": the first question about a document is answered from a fast reading: the first
-    # `fast_depth` of the layers of a draft model (or of the model's own) read the whole prompt,
+    # `fast.depth` of the layers of a draft model (or of the model's own) read the whole prompt,
     # their attention chooses the tokens, and the whole model reads only those (GemFilter,
     # Speculative Prefill). A follow-up reads the whole document first. "full": every layer reads
     # it all. "auto" (the default): fast where it was measured answering as a full reading does,
     # with a draft model and a method that chooses as snapkv does, on a prompt long enough for it
     # to pay (README "Reading fast"); full otherwise, without a word.
     read: str = "auto"
-    fast_depth: float | None = None  # None: the registry's share for the model that reads (models.cheap_depth)
-    fast_positions: str = "consecutive"  # or "original": the chosen tokens moved back to their own positions
-    fast_layers: int = 1  # the cheap pass's last layers whose attention chooses (1: its last, as GemFilter)
-    # The tokens the whole model reads again after the cheap pass; None: the budget, or four times it
-    # with a draft (fast.DRAFT_REREAD). More than the budget: the question's attention over that
-    # re-reading then keeps the budget's, as SnapKV does.
-    fast_reread: int | None = None
-    # How the cheap pass groups the tokens it chooses for the re-reading (policy/spans.py) and
-    # reduces its heads' votes (policy/scoring.py): whole chunks, each scored by the strongest head,
-    # as Speculative Prefill chooses; choosing as the method keeps (words, summed) lost real-contract
-    # answers (README "Reading fast").
-    fast_spans: str = "chunks"
-    fast_heads: str = "max"
+    fast: FastSettings = field(default_factory=FastSettings)
 
     def __post_init__(self) -> None:
         if self.max_tokens < 1:
@@ -99,19 +119,9 @@ class AskSettings:
             if not self.method.scores or self.method.streams:
                 raise SettingsError(f"a fast reading chooses tokens as snapkv does, not with {self.method.name}", "use snapkv, or read full")
             raise SettingsError("a fast reading chooses one set of tokens to read again, not one per head", "use `heads` sum, or `read` full")
-        if self.fast_positions not in ("consecutive", "original"):
-            raise SettingsError(f"unknown fast reading positions {self.fast_positions!r}", "use consecutive or original")
-        if self.fast_layers < 1:
-            raise SettingsError(f"the fast reading scores from at least 1 layer, got {self.fast_layers}", "use 1 (its last layer) or more")
-        if self.fast_depth is not None and not 0 < self.fast_depth <= 1:
-            raise SettingsError(f"the fast reading's depth must be in (0, 1], got {self.fast_depth}", "0.5 reads with the first half of the layers")
-        if self.fast_reread is not None and self.fast_reread < self.method.budget:
-            raise SettingsError(f"a fast reading re-reads at least the budget's {self.method.budget} tokens, got {self.fast_reread}",
+        if self.fast.reread is not None and self.fast.reread < self.method.budget:
+            raise SettingsError(f"a fast reading re-reads at least the budget's {self.method.budget} tokens, got {self.fast.reread}",
                                 "re-read the budget (unset) or more")
-        if self.fast_spans not in SPAN_MODES:
-            raise SettingsError(f"unknown fast reading spans {self.fast_spans!r}", f"use one of {', '.join(SPAN_MODES)}")
-        if self.fast_heads not in REDUCTIONS:
-            raise SettingsError(f"unknown fast reading heads {self.fast_heads!r}", f"use one of {', '.join(REDUCTIONS)}")
         if self.method.window > self.n_batch:
             raise SettingsError(
                 f"window {self.method.window} is larger than the batch size {self.n_batch}",
