@@ -15,8 +15,7 @@ from dataclasses import dataclass
 
 from kvchat.documents import Document, bundle
 from kvchat.documents.limits import MAX_FILE_BYTES, SERVER_DOCUMENTS_BYTES
-from kvchat.engine import DEFAULT_MAX_TOKENS, AskSettings, Engine, KvLayout
-from kvchat.engine.prompt import Turn
+from kvchat.engine import DEFAULT_MAX_TOKENS, AskSettings, Engine, KvLayout, Turn
 from kvchat.errors import KvchatError
 from kvchat.events import Done, Event
 from kvchat.llama import SamplerSettings

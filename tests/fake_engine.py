@@ -24,14 +24,14 @@ from typing import Generic, TypeVar
 
 import numpy as np
 
-from kvchat.engine import KvLayout
+from kvchat.engine import KvLayout, PreparedPrompt
 from kvchat.engine.cache import SavedCells
 from kvchat.engine.selected import Selected
 from kvchat.errors import CancelledError, KvchatError
 from kvchat.events import Done, Event, Progress, Token
 from kvchat.llama import ModelShape, SamplerSettings, StateBytes
 from kvchat.server.service import ChatService, ServerLimits
-from kvchat.serving.requests import ChatRequest, PreparedPrompt
+from kvchat.serving.requests import ChatRequest
 from kvchat.serving.scheduler import Scheduler
 from kvchat.serving.slots import Slot
 

@@ -144,3 +144,10 @@ def test_each_front_end_names_a_setting_its_own_way() -> None:
     assert api_error(error).message == "the KV cache is full"  # a request cannot set n_ctx: no hint
     budget = KvCacheFullError("the prompt fills the whole context", "lower `budget`")
     assert api_error(budget).message == "the prompt fills the whole context (hint: lower kv_budget)"
+
+
+def test_serving_and_the_server_use_the_engine_through_its_front_door() -> None:
+    """They import `kvchat.engine` itself, never one of its modules: what they need is its public API."""
+    for package in ("serving", "server"):
+        inner = {name for name in imports_of(package) if name.startswith("kvchat.engine.")}
+        assert not inner, f"{package} imports {inner}"

@@ -30,7 +30,8 @@ from kvchat.engine import KvLayout
 from kvchat.errors import SettingsError
 from kvchat.events import Event, Notice, Progress
 from kvchat.server.service import NewScheduler
-from kvchat.serving.requests import ChatRequest, PreparedPrompt, prepare
+from kvchat.engine import PreparedPrompt
+from kvchat.serving.requests import ChatRequest, prepare
 from kvchat.serving.scheduler import Scheduler
 from server_harness import running_server, serving, watch_jobs
 

@@ -16,8 +16,7 @@ import threading
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 
-from kvchat.engine.engine import Engine
-from kvchat.engine.settings import KvLayout
+from kvchat.engine import Engine, KvLayout
 from kvchat.events import Event
 from kvchat.serving.requests import ChatRequest
 

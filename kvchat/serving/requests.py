@@ -1,28 +1,17 @@
-"""A chat request's prompt, read (or loaded) and pruned on a context of its own, ready to be moved
-into a sequence of the shared context (slots.py)."""
+"""A chat request, and its prompt prepared (read and selected) on a context of its own, ready to be
+moved into a sequence of the shared context (slots.py): through the engine's prepare_question or
+prepare_chat."""
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
-
+from dataclasses import dataclass, field
 
 from kvchat.documents import Document
-from kvchat.engine.cache import KvCache, SavedCells
-from kvchat.engine.engine import Engine
-from kvchat.engine.prompt import Turn, chat_tokens
-from kvchat.engine.prompt_run import PromptRun
-from kvchat.engine.selected import Selected
-from kvchat.engine.settings import AskSettings
-from kvchat.engine.sizing import context_size, round_up
-from kvchat.engine.sources import SourceFinder, answer_scores
-from kvchat.errors import SettingsError
-from kvchat.events import Event, Source
-from kvchat.llama import LlamaContext, LlamaModel, Sampler
-
-
-MIN_SAVED_READING = 256  # shorter new readings are not worth a state file
+from kvchat.engine import AskSettings, Engine, Turn, prepare_chat, prepare_question
+from kvchat.events import Event
+from kvchat.llama import Sampler
 
 
 @dataclass(frozen=True)
@@ -37,75 +26,9 @@ class ChatRequest:
     messages: tuple[dict[str, str], ...] = field(default=())
 
 
-@dataclass
-class PreparedPrompt:
-    kept: SavedCells  # the kept cells, as a one-sequence state, and what they hold
-    first_token: int  # the answer's first token, sampled from the logits of the whole prompt
-    selected: Selected  # the prompt's length, the cells kept and loaded, the reading's and the selection's time
-    settings: AskSettings  # those it was read with: the request's, or streamed for a long document
-    finder: SourceFinder | None = None  # about a document, with sources on: what names an answer's sources
-    unread: bool = False  # a fast reading answered: the document is still to be read whole (reading_on.py)
-
-
 def prepare(engine: Engine, request: ChatRequest, cancel: threading.Event, sampler: Sampler) -> Iterator[Event]:
-    """Events while reading and pruning; returns a PreparedPrompt whose first answer token
-    `sampler` drew from the logits the observation window left (as in a single ask, the first
-    token sees the whole prompt; the rest see what was kept)."""
+    """Events while reading and pruning `request`; returns its PreparedPrompt."""
     if request.document is not None:
-        return (yield from _prepare_document(engine, request, cancel, sampler))
-    return (yield from _prepare_messages(engine, request, cancel, sampler))
-
-
-def _prepare_document(engine: Engine, request: ChatRequest, cancel: threading.Event, sampler: Sampler) -> Iterator[Event]:
-    assert request.document is not None
-    conversation = engine.conversation(request.document, request.settings)
-    try:
-        conversation.resume(request.turns)
-        yield from conversation.open(cancel)
-        selected = yield from conversation.select(request.question, cancel, request.settings)
-        finder = conversation.source_finder() if request.settings.sources else None
-        return replace(_taken(conversation.run, selected, sampler, conversation.settings, finder), unread=conversation.unread)
-    finally:
-        conversation.close()
-
-
-def _prepare_messages(engine: Engine, request: ChatRequest, cancel: threading.Event, sampler: Sampler) -> Iterator[Event]:
-    """A chat as the client sent it (a document pasted into a message, say). Everything before the
-    observation window is saved once read, so the next request of the conversation (these
-    messages, the answer, a new question) loads it and reads only what is new."""
-    if not request.messages:
-        raise SettingsError("the request has no messages", "send at least one user message")
-    model, settings = engine.model, request.settings
-    tokens = chat_tokens(model, list(request.messages))
-    prefix = max(len(tokens) - settings.method.window, 0)
-    states = engine.states.for_settings(settings) if engine.states is not None else None
-    with PromptRun(model, context_size(model, len(tokens), settings, 64), settings, engine.model_name) as run:
-        yield from run.open(tokens, prefix, states, "(chat messages)", cancel, MIN_SAVED_READING, restore_point=False)
-        selected = yield from run.select(tokens, settings, 0, cancel)
-        return _taken(run, selected, sampler, settings)
-
-
-def _taken(
-    run: PromptRun, selected: Selected, sampler: Sampler, settings: AskSettings, finder: SourceFinder | None = None
-) -> PreparedPrompt:
-    cache = run.cache
-    first_token = sampler.sample(cache.ctx.handle)
-    return PreparedPrompt(cache.saved(), first_token, selected, settings, finder)
-
-
-def answer_sources(model: LlamaModel, prompt: PreparedPrompt, answer_tokens: list[int]) -> tuple[Source, ...]:
-    """The passages of the document an answer drew on (engine/sources.py), as a conversation
-    finds them: the prompt's kept cells loaded on a context of their own, and the answer's tokens
-    its sequence decoded (all but the last one taken; at most a batch) read after them with the
-    attention probe on. Empty for a plain chat, with sources off, or for a one-token answer."""
-    settings = prompt.settings
-    answer_tokens = answer_tokens[:-1][: settings.n_batch]
-    if prompt.finder is None or not answer_tokens:
-        return ()
-    kept = prompt.kept
-    context = settings.layout.context(round_up(len(kept.positions) + len(answer_tokens) + 1), settings.n_batch, settings.threads)
-    cache = KvCache(LlamaContext(model, context))
-    with cache.ctx:
-        cache.restore(kept)
-        votes = cache.observe(answer_tokens)[..., : len(kept.positions)]
-    return prompt.finder.sources(*answer_scores(votes, kept.origins, kept.head_origins))
+        return (yield from prepare_question(engine, request.document, request.turns, request.question, request.settings,
+                                            cancel, sampler))
+    return (yield from prepare_chat(engine, request.messages, request.settings, cancel, sampler))

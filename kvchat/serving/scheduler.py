@@ -24,14 +24,12 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from kvchat.engine.engine import Engine
-from kvchat.engine.generate import Generation, answer_stats
-from kvchat.engine.settings import KvLayout
+from kvchat.engine import Engine, Generation, KvLayout, PreparedPrompt, answer_sources, answer_stats
 from kvchat.errors import CancelledError, InternalError, KvchatError, PromptTooLongError
 from kvchat.events import Done, Event, Source, Token
 from kvchat.llama import LlamaModel, Sampler, SamplerSettings
 from kvchat.serving.reading_on import BackgroundReadings, ReadWhole, read_whole
-from kvchat.serving.requests import ChatRequest, PreparedPrompt, answer_sources, prepare
+from kvchat.serving.requests import ChatRequest, prepare
 from kvchat.serving.slots import Slot, SlotDecoder
 
 LOGGER = logging.getLogger(__name__)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kvchat.engine.settings import KvLayout
+from kvchat.engine import KvLayout
 from kvchat.llama import LlamaContext, LlamaModel, StateBytes, state_for_streams
 
 DEFAULT_ROOM = 1024  # cells a sequence holds for the question and earlier turns, besides the budget
