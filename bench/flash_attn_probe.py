@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from kvchat.bench.tasks import needle_case
-from kvchat.engine.cache import KvCache
+from kvchat.engine.kvcache.cache import KvCache
 from kvchat.engine.prompt import chat_tokens
 from kvchat.llama import ContextSettings, LlamaContext, LlamaModel
 from kvchat.models import resolve_model

@@ -31,7 +31,7 @@ from kvchat.bench.cuad import OMISSION, contract_text, cuad_ids_named, cuad_ques
 from kvchat.bench.runner import PROMPT_ROOM
 from kvchat.documents import Document
 from kvchat.engine import AskSettings, Conversation, Engine
-from kvchat.engine.cache import KvCache
+from kvchat.engine.kvcache.cache import KvCache
 from kvchat.events import Done, Pruned, Source
 from kvchat.policy import Full, SnapKV
 

@@ -25,8 +25,8 @@ from typing import Generic, TypeVar
 import numpy as np
 
 from kvchat.engine import KvLayout, PreparedPrompt
-from kvchat.engine.cache import SavedCells
-from kvchat.engine.selected import Selected
+from kvchat.engine.kvcache.cache import SavedCells
+from kvchat.engine.reading.selected import Selected
 from kvchat.errors import CancelledError, KvchatError
 from kvchat.events import Done, Event, Progress, Token
 from kvchat.llama import ModelShape, SamplerSettings, StateBytes

@@ -10,7 +10,7 @@ import pytest
 
 from kvchat.documents import load_document
 from kvchat.engine import AskSettings, Engine, KvLayout
-from kvchat.engine.cache import KvCache
+from kvchat.engine.kvcache.cache import KvCache
 from kvchat.engine.prompt import chat_tokens
 from kvchat.errors import SettingsError
 from kvchat.events import Done, Notice

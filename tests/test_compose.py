@@ -15,10 +15,10 @@ from inspect_helpers import last_logits
 from kvchat.documents import Document, bundle
 from kvchat.documents.bundle import document_names, document_starts
 from kvchat.engine import AskSettings, Conversation
-from kvchat.engine.cache import KvCache
-from kvchat.engine.compose import append_reading
-from kvchat.engine.states import DocumentStates
-from kvchat.engine.store import StateStore
+from kvchat.engine.kvcache.cache import KvCache
+from kvchat.engine.reading.compose import append_reading
+from kvchat.engine.kvcache.states import DocumentStates
+from kvchat.engine.kvcache.store import StateStore
 from kvchat.events import Notice, Progress
 from kvchat.llama import ContextSettings, LlamaContext
 from kvchat.policy import SnapKV

@@ -13,8 +13,8 @@ import pytest
 
 from kvchat.documents import load_document
 from kvchat.engine import AskSettings, Engine
-from kvchat.engine.cache import KvCache
-from kvchat.engine.fast import CheapPass, fast_select, last_read_layer
+from kvchat.engine.kvcache.cache import KvCache
+from kvchat.engine.reading.fast import CheapPass, fast_select, last_read_layer
 from kvchat.engine.settings import FastSettings
 from kvchat.errors import CancelledError, SettingsError
 from kvchat.events import Done, Notice, Progress, Pruned

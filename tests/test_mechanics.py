@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from kvchat.engine import AskSettings
-from kvchat.engine.sizing import context_size
-from kvchat.engine.prompt_run import PromptRun
-from kvchat.engine.cache import KvCache
+from kvchat.engine.reading.sizing import context_size
+from kvchat.engine.reading.prompt_run import PromptRun
+from kvchat.engine.kvcache.cache import KvCache
 from kvchat.engine.prompt import chat_tokens
 from kvchat.events import Done, Pruned
 from kvchat.llama import ContextSettings, LlamaContext

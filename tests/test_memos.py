@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from kvchat.cli.logs import LOG_FILE_NAME
-from kvchat.engine.speeds import MIN_MEASURED_TOKENS, ReadingSpeeds
-from kvchat.engine.store import FORMAT_VERSION, MAGIC, DamagedState, StateStore, new_header
+from kvchat.engine.reading.speeds import MIN_MEASURED_TOKENS, ReadingSpeeds
+from kvchat.engine.kvcache.store import FORMAT_VERSION, MAGIC, DamagedState, StateStore, new_header
 from kvchat.models.fetch import model_sha256
 from kvchat.paths import log_dir
 
@@ -123,7 +123,7 @@ def test_listing_deletes_and_logs_a_damaged_reading_once(tmp_path: Path, caplog:
     store = StateStore(tmp_path)
     store.save("good", new_header("m" * 64, "p" * 64, 3, b"xyz", "notes.txt", "tiny"), b"xyz")
     write_state(store.path_for("bad"), WRONG_HEADERS["n_tokens-a-string"])
-    with caplog.at_level(logging.WARNING, logger="kvchat.engine.store"):
+    with caplog.at_level(logging.WARNING, logger="kvchat.engine.kvcache.store"):
         assert [entry.header.document for entry in store.entries()] == ["notes.txt"]
         assert [entry.header.document for entry in store.entries()] == ["notes.txt"]
     assert [record.getMessage() for record in caplog.records] == [

@@ -17,7 +17,7 @@ from fake_sessions import FakeSessions, fake_stats
 from kvchat.cli.inspect import _table as inspect_table
 from kvchat.cli.render import render
 from kvchat.engine import AskSettings, ReadingPlan
-from kvchat.engine.store import StateStore, new_header
+from kvchat.engine.kvcache.store import StateStore, new_header
 from kvchat.events import Done, Notice, Pruned
 from kvchat.tui.app import KvchatApp
 from kvchat.tui.screens import DocumentTree, KeptScreen, PickerScreen, SettingsScreen

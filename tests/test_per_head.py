@@ -11,9 +11,9 @@ import pytest
 
 from kvchat.documents import Document
 from kvchat.engine import SELECTIONS, AskSettings, Conversation, selection_named
-from kvchat.engine.cache import KvCache
+from kvchat.engine.kvcache.cache import KvCache
 from kvchat.engine.prompt import chat_tokens
-from kvchat.engine.prompt_run import PromptRun
+from kvchat.engine.reading.prompt_run import PromptRun
 from kvchat.errors import SettingsError
 from kvchat.events import Evicted, Pruned
 from kvchat.llama import ContextSettings, LlamaContext, LlamaModel

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from kvchat.engine import AskSettings, Engine, KvLayout
-from kvchat.engine.cache import KvCache
+from kvchat.engine.kvcache.cache import KvCache
 from kvchat.engine.prompt import chat_tokens
 from kvchat.events import Done
 from kvchat.documents import load_document

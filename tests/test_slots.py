@@ -18,7 +18,7 @@ from inspect_helpers import last_logits, returned
 from kvchat.documents import Document
 from kvchat.engine import AskSettings, Engine, KvLayout
 from kvchat.engine.prompt import chat_tokens
-from kvchat.engine.prompt_run import PromptRun
+from kvchat.engine.reading.prompt_run import PromptRun
 from kvchat.errors import CancelledError, InternalError, KvchatError, PromptTooLongError, SettingsError
 from kvchat.events import Done, Progress, Token
 from kvchat.llama import Sampler

@@ -10,10 +10,10 @@ import pytest
 
 from kvchat.documents import Document, Page, bundle, load_document
 from kvchat.engine import AskSettings, Engine
-from kvchat.engine.cache import KvCache
-from kvchat.engine.kept import token_char_ranges
+from kvchat.engine.kvcache.cache import KvCache
+from kvchat.engine.answering.kept import token_char_ranges
 from kvchat.engine.prompt import document_part
-from kvchat.engine.sources import MAX_PASSAGE, MIN_PASSAGE, SourceFinder, passages
+from kvchat.engine.answering.sources import MAX_PASSAGE, MIN_PASSAGE, SourceFinder, passages
 from kvchat.errors import DecodeError
 from kvchat.events import Done, Notice
 from kvchat.llama import ContextSettings, LlamaContext

@@ -10,8 +10,8 @@ import pytest
 
 from kvchat.documents import Document
 from kvchat.engine import AskSettings, Conversation
-from kvchat.engine.states import DocumentStates, tokens_sha256
-from kvchat.engine.store import STATE_SUFFIX, DamagedState, StateStore, new_header
+from kvchat.engine.kvcache.states import DocumentStates, tokens_sha256
+from kvchat.engine.kvcache.store import STATE_SUFFIX, DamagedState, StateStore, new_header
 from kvchat.events import Done, Notice, Progress
 from kvchat.policy import SnapKV
 

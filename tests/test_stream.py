@@ -11,7 +11,7 @@ import pytest
 from kvchat.documents import Document
 from kvchat.engine import AskSettings, Conversation, StreamSettings
 from kvchat.engine.prompt import chat_tokens
-from kvchat.engine.prompt_run import PromptRun
+from kvchat.engine.reading.prompt_run import PromptRun
 from kvchat.events import Done, Evicted, Token
 from kvchat.llama import LlamaModel
 from kvchat.policy import SnapKV, SnapStream, StreamingLLM

@@ -1,14 +1,23 @@
-"""The engine: conversations over one loaded model that turn documents and questions into events."""
+"""The engine: conversations over one loaded model that turn documents and questions into events.
+
+Here: the Engine (engine.py), a Conversation about a document (conversation.py), the settings of an
+ask (settings.py), the chat prompt (prompt.py), prompts prepared for the server (prepared.py) and
+the installation's health (health.py). In its rooms:
+  reading/     how a prompt comes into the KV cache: read whole, streamed, put together, or fast first
+  kvcache/     the KV cache of one context, its pruning, and its readings saved on disk
+  selections/  what each answer of a conversation is chosen from
+  answering/   generating answers, and the passages of the document they drew on
+"""
 
 from kvchat.engine.conversation import Conversation
 from kvchat.engine.engine import Engine, state_store
-from kvchat.engine.generate import Generation, answer_stats
-from kvchat.engine.plan import ReadingPlan
+from kvchat.engine.answering.generate import Generation, answer_stats
+from kvchat.engine.reading.plan import ReadingPlan
 from kvchat.engine.prepared import PreparedPrompt, answer_sources, prepare_chat, prepare_question
 from kvchat.engine.prompt import Turn
 from kvchat.engine.selections import SELECTIONS, Selection, selection_named, selections_help
 from kvchat.engine.settings import DEFAULT_MAX_TOKENS, AskSettings, FastSettings, KvLayout
-from kvchat.engine.stream import StreamSettings
+from kvchat.engine.reading.stream import StreamSettings
 
 __all__ = [
     "DEFAULT_MAX_TOKENS", "SELECTIONS", "AskSettings", "Conversation", "Engine", "FastSettings", "Generation", "KvLayout",

@@ -2,9 +2,9 @@
 
 What each answer is chosen from is the conversation's Selection (selections/): by default every
 question selects anew from the saved full reading, with the earlier turns pinned. With a method
-that streams (snapstream) the document is read within the budget (see stream.py); the streamed
+that streams (snapstream) the document is read within the budget (see reading/stream.py); the streamed
 cache is what every question starts from. A document too long to read whole is streamed unless
-the method was named (sizing.reading_settings). Several documents come as one bundle
+the method was named (reading/sizing.py). Several documents come as one bundle
 (documents/bundle.py), read as one text; with AskSettings.blockwise, each on its own and the
 readings put together (PromptRun.compose), so each is saved and reused alone.
 """
@@ -19,18 +19,18 @@ from dataclasses import replace
 
 from kvchat.documents import Document
 from kvchat.documents.bundle import BUNDLE_KIND, document_names, document_starts, kept_by_source
-from kvchat.engine.kept import kept_text_spans, token_char_ranges
-from kvchat.engine.fast import CheapPass, pays, reread_tokens
+from kvchat.engine.answering.kept import kept_text_spans, token_char_ranges
+from kvchat.engine.reading.fast import CheapPass, pays, reread_tokens
 from kvchat.engine.prompt import PromptPart, Turn, chat_messages, document_part, split_rendered
-from kvchat.engine.prompt_run import PromptRun
-from kvchat.engine.selected import Selected
+from kvchat.engine.reading.prompt_run import PromptRun
+from kvchat.engine.reading.selected import Selected
 from kvchat.engine.selections import PerQuestion, Selection
 from kvchat.engine.settings import AskSettings
-from kvchat.engine.sizing import RING_MIN, context_size, reading_settings, round_up
-from kvchat.engine.sources import SourceFinder
-from kvchat.engine.speeds import ReadingSpeeds
-from kvchat.engine.states import DocumentStates
-from kvchat.engine.stream import StreamSettings, stream_context_size
+from kvchat.engine.reading.sizing import RING_MIN, context_size, reading_settings, round_up
+from kvchat.engine.answering.sources import SourceFinder
+from kvchat.engine.reading.speeds import ReadingSpeeds
+from kvchat.engine.kvcache.states import DocumentStates
+from kvchat.engine.reading.stream import StreamSettings, stream_context_size
 from kvchat.errors import KvchatError
 from kvchat.events import Done, Event, Notice, Pruned
 from kvchat.llama import LlamaModel
@@ -216,7 +216,7 @@ class Conversation:
             yield event
 
     def _with_answer_sources(self, done: Done, n_prompt_cells: int, settings: AskSettings) -> Generator[Event, None, Done]:
-        """`done` with the passages the answer drew on (sources.py), unless sources are off. If
+        """`done` with the passages the answer drew on (answering/sources.py), unless sources are off. If
         finding them fails, a Notice says so and the answer stands without."""
         if not settings.sources or done.stats.stop_reason == "cancelled":
             return done

@@ -8,14 +8,14 @@ from pathlib import Path
 
 from kvchat.documents import Document
 from kvchat.engine.conversation import Conversation
-from kvchat.engine.fast import CheapPass
-from kvchat.engine.plan import ReadingPlan, reading_plan
+from kvchat.engine.reading.fast import CheapPass
+from kvchat.engine.reading.plan import ReadingPlan, reading_plan
 from kvchat.engine.selections import PerQuestion, Selection
 from kvchat.engine.settings import AskSettings
-from kvchat.engine.speeds import ReadingSpeeds
-from kvchat.engine.states import DocumentStates
-from kvchat.engine.store import DEFAULT_MAX_BYTES, StateStore
-from kvchat.engine.stream import StreamSettings
+from kvchat.engine.reading.speeds import ReadingSpeeds
+from kvchat.engine.kvcache.states import DocumentStates
+from kvchat.engine.kvcache.store import DEFAULT_MAX_BYTES, StateStore
+from kvchat.engine.reading.stream import StreamSettings
 from kvchat.errors import SettingsError
 from kvchat.events import Event
 from kvchat.llama import LlamaModel

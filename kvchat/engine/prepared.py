@@ -14,14 +14,14 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 
 from kvchat.documents import Document
-from kvchat.engine.cache import KvCache, SavedCells
+from kvchat.engine.kvcache.cache import KvCache, SavedCells
 from kvchat.engine.engine import Engine
 from kvchat.engine.prompt import Turn, chat_tokens
-from kvchat.engine.prompt_run import PromptRun
-from kvchat.engine.selected import Selected
+from kvchat.engine.reading.prompt_run import PromptRun
+from kvchat.engine.reading.selected import Selected
 from kvchat.engine.settings import AskSettings
-from kvchat.engine.sizing import context_size, round_up
-from kvchat.engine.sources import SourceFinder, answer_scores
+from kvchat.engine.reading.sizing import context_size, round_up
+from kvchat.engine.answering.sources import SourceFinder, answer_scores
 from kvchat.errors import SettingsError
 from kvchat.events import Event, Source
 from kvchat.llama import LlamaContext, LlamaModel, Sampler
@@ -86,7 +86,7 @@ def _taken(
 
 
 def answer_sources(model: LlamaModel, prompt: PreparedPrompt, answer_tokens: list[int]) -> tuple[Source, ...]:
-    """The passages of the document an answer drew on (sources.py), as a conversation finds them:
+    """The passages of the document an answer drew on (answering/sources.py), as a conversation finds them:
     the prompt's kept cells loaded on a context of their own, and the answer's tokens its
     sequence decoded (all but the last one taken; at most a batch) read after them with the
     attention probe on. Empty for a plain chat, with sources off, or for a one-token answer."""

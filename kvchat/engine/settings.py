@@ -43,7 +43,7 @@ class KvLayout:
 
 @dataclass(frozen=True)
 class FastSettings:
-    """How a fast reading's cheap pass chooses and what the model re-reads (fast.py): what the
+    """How a fast reading's cheap pass chooses and what the model re-reads (reading/fast.py): what the
     bench varies; a user leaves them at their defaults."""
 
     depth: float | None = None  # None: the registry's share for the model that reads (models.cheap_depth)
@@ -93,7 +93,7 @@ class AskSettings:
     # saved and reused alone in any combination. Off: block-wise lost 26 points on two contracts
     # asked together (bench/several_documents.py), mixing up which document said what.
     blockwise: bool = False
-    # Each answer names the passages it drew on (sources.py): its tokens are decoded once more
+    # Each answer names the passages it drew on (answering/sources.py): its tokens are decoded once more
     # with the attention probe on, after the answer.
     sources: bool = True
     # "fast": the first question about a document is answered from a fast reading: the first

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvchat.engine.prompt import GENERIC_QUESTION
-from kvchat.engine.prompt_run import PromptRun
+from kvchat.engine.reading.prompt_run import PromptRun
 from kvchat.engine.selections.question import PerQuestion
 from kvchat.engine.selections.selection import QuestionStart, QuestionWindow
 from kvchat.policy import Method

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvchat.engine.prompt_run import PromptRun
+from kvchat.engine.reading.prompt_run import PromptRun
 from kvchat.engine.selections.selection import QuestionStart, Selection
 
 

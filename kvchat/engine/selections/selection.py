@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
 
-from kvchat.engine.prompt_run import PromptRun
+from kvchat.engine.reading.prompt_run import PromptRun
 from kvchat.policy import Method
 
 QuestionWindow = Callable[[str], list[int]]  # a question's tokens that observe (Conversation.question_window)

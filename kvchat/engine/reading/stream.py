@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from kvchat.engine.cache import KvCache
+from kvchat.engine.kvcache.cache import KvCache
 from kvchat.engine.settings import AskSettings
 from kvchat.errors import SettingsError, raise_if_cancelled
 from kvchat.events import Event, Evicted, Progress

@@ -31,8 +31,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from kvchat.engine.cache import KvCache
-from kvchat.engine.selected import Selected
+from kvchat.engine.kvcache.cache import KvCache
+from kvchat.engine.reading.selected import Selected
 from kvchat.engine.settings import AskSettings
 from kvchat.events import Event, Progress
 from kvchat.llama import LlamaContext, LlamaModel

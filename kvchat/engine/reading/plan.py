@@ -9,8 +9,8 @@ from dataclasses import asdict, dataclass
 from kvchat.documents import Document
 from kvchat.engine.prompt import document_part
 from kvchat.engine.settings import AskSettings
-from kvchat.engine.sizing import reading_settings
-from kvchat.engine.speeds import ReadingSpeeds
+from kvchat.engine.reading.sizing import reading_settings
+from kvchat.engine.reading.speeds import ReadingSpeeds
 from kvchat.llama import LlamaModel
 
 

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from kvchat.errors import SettingsError, raise_if_cancelled
-from kvchat.engine.pruning import CellPruning
-from kvchat.engine.sources import answer_scores
+from kvchat.engine.kvcache.pruning import CellPruning
+from kvchat.engine.answering.sources import answer_scores
 from kvchat.events import Progress
 from kvchat.llama import ContextSettings, LlamaContext, StateBytes
 from kvchat.policy import Method

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-from kvchat.engine.cache import KvCache
-from kvchat.engine.states import DocumentStates
+from kvchat.engine.kvcache.cache import KvCache
+from kvchat.engine.kvcache.states import DocumentStates
 from kvchat.events import Event, Notice, Progress
 from kvchat.llama import StateBytes
 

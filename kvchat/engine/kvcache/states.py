@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from kvchat.engine.settings import AskSettings, KvLayout
-from kvchat.engine.store import DamagedState, StateStore, new_header
+from kvchat.engine.kvcache.store import DamagedState, StateStore, new_header
 from kvchat.events import Event, Notice
 from kvchat.llama import STATE_FORMAT
 

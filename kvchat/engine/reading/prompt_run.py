@@ -16,14 +16,14 @@ from pathlib import Path
 
 import numpy as np
 
-from kvchat.engine.cache import KvCache, SavedCells
-from kvchat.engine.compose import read_blockwise
-from kvchat.engine.fast import CheapPass, fast_select
-from kvchat.engine.generate import Generation, answer_stats, generate
-from kvchat.engine.selected import Selected
+from kvchat.engine.kvcache.cache import KvCache, SavedCells
+from kvchat.engine.reading.compose import read_blockwise
+from kvchat.engine.reading.fast import CheapPass, fast_select
+from kvchat.engine.answering.generate import Generation, answer_stats, generate
+from kvchat.engine.reading.selected import Selected
 from kvchat.engine.settings import AskSettings
-from kvchat.engine.states import DocumentStates
-from kvchat.engine.stream import StreamSettings, stream_read
+from kvchat.engine.kvcache.states import DocumentStates
+from kvchat.engine.reading.stream import StreamSettings, stream_read
 from kvchat.errors import DecodeError
 from kvchat.events import Done, Event, Notice, Progress
 from kvchat.llama import LlamaContext, LlamaModel, Sampler

@@ -13,8 +13,8 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from kvchat.engine.cache import KvCache
-from kvchat.engine.selected import Selected
+from kvchat.engine.kvcache.cache import KvCache
+from kvchat.engine.reading.selected import Selected
 from kvchat.engine.settings import AskSettings
 from kvchat.errors import KvCacheFullError
 from kvchat.events import Event, Evicted, Stats, Token

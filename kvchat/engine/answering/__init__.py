@@ -1,0 +1,1 @@
+"""Answers: generating them, and the passages of the document they drew on."""

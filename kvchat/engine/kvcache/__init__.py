@@ -1,0 +1,1 @@
+"""The KV cache of one context with its cells' bookkeeping and pruning, and its readings saved on disk."""
