@@ -16,17 +16,17 @@ import argparse
 import json
 import sys
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from kvchat.bench.answers import answer_matches
 from kvchat.bench.cuad import contract_text, cuad_contracts, cuad_questions
 from kvchat.documents import Document, bundle
-from kvchat.engine import AskSettings, Engine
+from kvchat.engine import AskSettings, ComposedReading, Engine
 from kvchat.events import Done
 from kvchat.policy import SnapKV
 
-MODES = {"block-wise": True, "one text": False}
+MODES = {"block-wise": ComposedReading(), "one text": None}  # the way of reading asked for (None: the default)
 
 
 @dataclass(frozen=True)
@@ -65,8 +65,8 @@ def answer_right(answer: str, question: Question) -> bool:
 def run_pair(engine: Engine, first: str, second: str, settings: AskSettings) -> list[dict[str, object]]:
     document = bundle([Document.from_pages(Path(f"{c}.txt"), "text", [contract_text(c)]) for c in (first, second)])
     records = []
-    for mode, blockwise in MODES.items():
-        conversation = engine.conversation(document, replace(settings, blockwise=blockwise))
+    for mode, reading in MODES.items():
+        conversation = engine.conversation(document, settings, reading=reading)
         try:
             started = time.perf_counter()
             for _ in conversation.open():

@@ -1,11 +1,10 @@
-"""Several documents read block-wise on the tiny model (AskSettings.blockwise, off by default:
+"""Several documents read block-wise on the tiny model (ComposedReading, which no front end uses:
 it measured worse): each document's reading is made (and saved) on its own and the readings are
 put together by shifting positions; the result equals a block-wise reading made in one context,
 and a combination already read reads nothing again."""
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +13,7 @@ import pytest
 from inspect_helpers import last_logits
 from kvchat.documents import Document, bundle
 from kvchat.documents.bundle import document_names, document_starts
-from kvchat.engine import AskSettings, Conversation
+from kvchat.engine import AskSettings, ComposedReading, Conversation
 from kvchat.engine.kvcache.cache import KvCache
 from kvchat.engine.reading.compose import append_reading
 from kvchat.engine.kvcache.states import DocumentStates
@@ -23,7 +22,7 @@ from kvchat.events import Notice, Progress
 from kvchat.llama import ContextSettings, LlamaContext
 from kvchat.policy import SnapKV
 
-SETTINGS = AskSettings(method=SnapKV(budget=96, window=16), max_tokens=6, threads=2, blockwise=True)
+SETTINGS = AskSettings(method=SnapKV(budget=96, window=16), max_tokens=6, threads=2)
 TWO_SEQUENCES = ContextSettings(n_ctx=512, n_batch=128, n_seq_max=2, kv_unified=True)
 
 
@@ -72,7 +71,7 @@ NOTES = _document("notes.txt", "Note {i}: the radio failed on day {i}.", 30)
 
 
 def _open(model, document: Document, states: DocumentStates) -> tuple[Conversation, list]:
-    conversation = Conversation(model, "tiny", document, SETTINGS, states=states)
+    conversation = Conversation(model, "tiny", document, SETTINGS, states=states, reading=ComposedReading())
     return conversation, list(conversation.open())
 
 
@@ -108,8 +107,7 @@ def test_each_document_is_saved_on_its_own_and_a_combination_read_before_is_only
 
 
 def test_by_default_several_documents_are_read_as_one_text(tiny_model, states) -> None:
-    settings = replace(SETTINGS, blockwise=AskSettings().blockwise)
-    conversation = Conversation(tiny_model, "tiny", bundle([BOXES, LEDGER]), settings, states=states)
+    conversation = Conversation(tiny_model, "tiny", bundle([BOXES, LEDGER]), SETTINGS, states=states)
     try:
         list(conversation.open())
         assert len(states.store.entries()) == 1 and conversation.run.cache.ctx.settings.n_seq_max == 1
@@ -117,7 +115,7 @@ def test_by_default_several_documents_are_read_as_one_text(tiny_model, states) -
         conversation.close()
     block_wise, _ = _open(tiny_model, bundle([LEDGER, NOTES]), states)  # saves ledger.txt's reading alone
     block_wise.close()
-    one_text = Conversation(tiny_model, "tiny", bundle([LEDGER, BOXES]), settings, states=states)
+    one_text = Conversation(tiny_model, "tiny", bundle([LEDGER, BOXES]), SETTINGS, states=states)
     try:  # ledger.txt's own reading is the beginning of this one text: loaded, and said to be a part
         notices = [event.text for event in one_text.open() if isinstance(event, Notice)]
         first = len(one_text._runs[0] + one_text._runs[1])

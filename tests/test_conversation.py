@@ -23,7 +23,7 @@ def conversation_factory(tiny_model, tmp_path):
     made = []
 
     def make(selection: str) -> Conversation:
-        conversation = Conversation(tiny_model, "tiny", document, SETTINGS, selection_named(selection))
+        conversation = Conversation(tiny_model, "tiny", document, SETTINGS, selection=selection_named(selection))
         list(conversation.open())
         made.append(conversation)
         return conversation

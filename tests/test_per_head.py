@@ -158,7 +158,7 @@ BOXES = Document(path=Path("boxes.txt"), kind="text",
 
 @pytest.mark.parametrize("selection", SELECTIONS)
 def test_conversations_keep_tokens_per_head_with_earlier_turns_in_every_head(tiny_model, selection: str) -> None:
-    conversation = Conversation(tiny_model, "tiny", BOXES, PER_HEAD, selection_named(selection))
+    conversation = Conversation(tiny_model, "tiny", BOXES, PER_HEAD, selection=selection_named(selection))
     try:
         list(conversation.open())
         answers = []

@@ -15,12 +15,18 @@ from kvchat.engine.answering.generate import Generation, answer_stats
 from kvchat.engine.reading.plan import ReadingPlan
 from kvchat.engine.prepared import PreparedPrompt, answer_sources, prepare_chat, prepare_question
 from kvchat.engine.prompt import Turn
+from kvchat.engine.reading.composed import ComposedReading
+from kvchat.engine.reading.fast_first import FastFirst
+from kvchat.engine.reading.streamed import StreamedReading
+from kvchat.engine.reading.way import Reading
+from kvchat.engine.reading.whole import WholeReading
 from kvchat.engine.selections import SELECTIONS, Selection, selection_named, selections_help
 from kvchat.engine.settings import DEFAULT_MAX_TOKENS, AskSettings, FastSettings, KvLayout
 from kvchat.engine.reading.stream import StreamSettings
 
 __all__ = [
-    "DEFAULT_MAX_TOKENS", "SELECTIONS", "AskSettings", "Conversation", "Engine", "FastSettings", "Generation", "KvLayout",
-    "PreparedPrompt", "ReadingPlan", "Selection", "StreamSettings", "Turn", "answer_sources", "answer_stats", "prepare_chat",
-    "prepare_question", "selection_named", "selections_help", "state_store",
+    "DEFAULT_MAX_TOKENS", "SELECTIONS", "AskSettings", "ComposedReading", "Conversation", "Engine", "FastFirst", "FastSettings",
+    "Generation", "KvLayout", "PreparedPrompt", "Reading", "ReadingPlan", "Selection", "StreamSettings", "StreamedReading", "Turn",
+    "WholeReading", "answer_sources", "answer_stats", "prepare_chat", "prepare_question", "selection_named", "selections_help",
+    "state_store",
 ]

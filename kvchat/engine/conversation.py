@@ -1,12 +1,12 @@
 """A conversation about a document (or several): read (or load) it once, answer many questions.
 
-What each answer is chosen from is the conversation's Selection (selections/): by default every
-question selects anew from the saved full reading, with the earlier turns pinned. With a method
-that streams (snapstream) the document is read within the budget (see reading/stream.py); the streamed
-cache is what every question starts from. A document too long to read whole is streamed unless
-the method was named (reading/sizing.py). Several documents come as one bundle
-(documents/bundle.py), read as one text; with AskSettings.blockwise, each on its own and the
-readings put together (PromptRun.compose), so each is saved and reused alone.
+How the document comes into the cache is the conversation's way of reading (reading/way.py,
+chosen by reading/registry.py): whole, streamed within the budget (a streaming method, or a
+document too long to read whole unless the method was named: reading/sizing.py), put together
+from several documents' readings, or fast for the first question and whole for the follow-ups.
+What each answer is chosen from is its Selection (selections/): by default every question
+selects anew from the document's reading, with the earlier turns pinned. Several documents come
+as one bundle (documents/bundle.py).
 """
 
 from __future__ import annotations
@@ -20,17 +20,19 @@ from dataclasses import replace
 from kvchat.documents import Document
 from kvchat.documents.bundle import BUNDLE_KIND, document_names, document_starts, kept_by_source
 from kvchat.engine.answering.kept import kept_text_spans, token_char_ranges
-from kvchat.engine.reading.fast import CheapPass, pays, reread_tokens
+from kvchat.engine.answering.sources import SourceFinder
+from kvchat.engine.kvcache.states import DocumentStates
 from kvchat.engine.prompt import PromptPart, Turn, chat_messages, document_part, split_rendered
+from kvchat.engine.reading.fast import CheapPass, pays, reread_tokens
 from kvchat.engine.reading.prompt_run import PromptRun
+from kvchat.engine.reading.registry import reading_for
 from kvchat.engine.reading.selected import Selected
+from kvchat.engine.reading.sizing import RING_MIN, context_size, reading_settings, round_up
+from kvchat.engine.reading.speeds import ReadingSpeeds
+from kvchat.engine.reading.stream import StreamSettings, stream_context_size
+from kvchat.engine.reading.way import DocumentPrompt, Reading
 from kvchat.engine.selections import PerQuestion, Selection
 from kvchat.engine.settings import AskSettings
-from kvchat.engine.reading.sizing import RING_MIN, context_size, reading_settings, round_up
-from kvchat.engine.answering.sources import SourceFinder
-from kvchat.engine.reading.speeds import ReadingSpeeds
-from kvchat.engine.kvcache.states import DocumentStates
-from kvchat.engine.reading.stream import StreamSettings, stream_context_size
 from kvchat.errors import KvchatError
 from kvchat.events import Done, Event, Notice, Pruned
 from kvchat.llama import LlamaModel
@@ -48,12 +50,15 @@ class Conversation:
         model_name: str,
         document: Document,
         settings: AskSettings,
+        *,
         selection: Selection = PerQuestion(),
         states: DocumentStates | None = None,
         stream: StreamSettings | None = None,
         speeds: ReadingSpeeds | None = None,
         cheap_pass: CheapPass = CheapPass(),
+        reading: Reading | None = None,
     ) -> None:
+        """`reading`: a way of reading asked for (the bench's); by default reading_for() chooses."""
         self.model = model
         self.model_name = model_name
         self.document = document
@@ -67,14 +72,15 @@ class Conversation:
         self.document_tokens = [token for run in self._runs for token in run] if self._runs else part.tokens(model)
         self.settings, self._notice = reading_settings(model, len(self.document_tokens), settings)
         self.states = None if self.settings.method.streams or states is None else states.for_settings(self.settings)
-        self._composes = self._runs is not None and settings.blockwise and not self.settings.method.streams
+        self.reading = reading_for(self.settings, self.stream, cheap_pass.drafted, self._runs is not None, reading)
+        self._prompt = DocumentPrompt(self.document_tokens, str(document.path), self._runs,
+                                      tuple(document_names(document)) if self._runs else (), self.states)
         if settings.method.needs_spans:  # token texts for span-aware selection, prepared with the tokens
             model.pieces_text(self.document_tokens)
-        self.run = PromptRun(model, self._context_size(), self.settings, model_name, self._composes, cheap_pass)
+        self.run = PromptRun(model, self._context_size(), self.settings, model_name, self.reading.shares_cells, cheap_pass)
         self.prompt_tokens: list[int] = []  # the last question's whole prompt
         self._reading_s = 0.0
         self._unread = False  # open() left the reading to the first question (a fast reading)
-        self._reading_on = False  # after a fast answer the cache holds the first run.read_upto document tokens
         self._source_finder: SourceFinder | None = None  # built at the first answer's sources
 
     def _document_runs(self, part: PromptPart) -> list[list[int]] | None:
@@ -115,29 +121,21 @@ class Conversation:
         if self._notice:
             yield Notice(self._notice)
         saved = self.states is not None and self.states.has(self.document_tokens)
-        if self.settings.reads_fast(self.run.cheap_pass.drafted) and not self._composes and not saved:
+        if self.reading.defers(saved):
             self._unread = True  # the first question reads fast; a follow-up reads the document first
             return
         yield from self._read(cancel, question)
 
     def _read(self, cancel: threading.Event | None, question: str | None = None) -> Iterator[Event]:
-        """Read the document whole: streamed, put together from its documents' readings, or
-        loaded (the longest saved reading of it) and read on; it becomes the restore point."""
-        tokens = self.document_tokens
-        if self.settings.method.streams:
-            observer = self.question_window(question) if question and self.stream.query_aware else None
-            yield from self.run.stream(tokens, observer, self.settings, self.stream, cancel)
-            self.run.save()
-        elif self._composes:  # each document read (or loaded) on its own
-            prefix, *blocks, suffix = self._runs
-            yield from self.run.compose(prefix, blocks, suffix, self.states, document_names(self.document), cancel)
-            self.run.save()
-        else:
-            yield from self.run.open(tokens, len(tokens), self.states, str(self.document.path), cancel)
+        """Read the document whole the conversation's way; it becomes the restore point."""
+        def observer() -> list[int] | None:  # the question's window, when it is known
+            return self.question_window(question) if question else None
+
+        yield from self.reading.read(self._prompt, self.run, self.settings, cancel, observer)
         self.selection.after_reading(self.run, self.settings.method, self.question_window)
         self._reading_s = self.run.read_s
         if self.speeds is not None and self.run.loaded_upto == 0:
-            self.speeds.record("stream" if self.settings.method.streams else "read", len(tokens), self.run.read_s)
+            self.speeds.record(self.reading.speed, len(self.document_tokens), self.run.read_s)
 
     @property
     def unread(self) -> bool:
@@ -150,11 +148,10 @@ class Conversation:
         `cancel`, it goes on from where it stopped at the next call or follow-up."""
         if not self._unread:
             return
-        if not self._reading_on:
-            self.run.clear()  # the fast answer's cells
-            self._reading_on = True
+        if self.run.holds_fast_answer:
+            self.run.clear()  # its reading goes on from where it stopped, if stopped
         yield from self._read(cancel)
-        self._unread = self._reading_on = False
+        self._unread = False
 
     def ask(
         self, question: str, cancel: threading.Event | None = None, settings: AskSettings | None = None
@@ -186,7 +183,7 @@ class Conversation:
         reading_s = 0.0 if self.turns else self._reading_s
         if self._unread:
             with_draft = self.run.cheap_pass.drafted
-            if settings.reads_fast(with_draft) and not self.turns and not self._reading_on:
+            if settings.reads_fast(with_draft) and not self.turns and self.run.read_upto == 0:
                 if pays(len(tokens), settings, with_draft):
                     self.prompt_tokens = tokens
                     return (yield from self._with_kept_by_document(self.run.read_fast(tokens, settings, cancel)))

@@ -8,14 +8,15 @@ from pathlib import Path
 
 from kvchat.documents import Document
 from kvchat.engine.conversation import Conversation
-from kvchat.engine.reading.fast import CheapPass
-from kvchat.engine.reading.plan import ReadingPlan, reading_plan
-from kvchat.engine.selections import PerQuestion, Selection
-from kvchat.engine.settings import AskSettings
-from kvchat.engine.reading.speeds import ReadingSpeeds
 from kvchat.engine.kvcache.states import DocumentStates
 from kvchat.engine.kvcache.store import DEFAULT_MAX_BYTES, StateStore
+from kvchat.engine.reading.fast import CheapPass
+from kvchat.engine.reading.plan import ReadingPlan, reading_plan
+from kvchat.engine.reading.speeds import ReadingSpeeds
 from kvchat.engine.reading.stream import StreamSettings
+from kvchat.engine.reading.way import Reading
+from kvchat.engine.selections import PerQuestion, Selection
+from kvchat.engine.settings import AskSettings
 from kvchat.errors import SettingsError
 from kvchat.events import Event
 from kvchat.llama import LlamaModel
@@ -55,11 +56,13 @@ class Engine:
         settings: AskSettings | None = None,
         selection: Selection = PerQuestion(),
         stream: StreamSettings | None = None,
+        reading: Reading | None = None,
     ) -> Conversation:
-        """A conversation about `document`; call open() on it before asking."""
+        """A conversation about `document`; call open() on it before asking. `reading`: a way of
+        reading asked for (the bench's); by default the settings choose."""
         settings = settings or AskSettings()
-        return Conversation(self.model, self.model_name, document, settings, selection, self.states, stream, self.speeds,
-                            self.cheap_pass)
+        return Conversation(self.model, self.model_name, document, settings, selection=selection, states=self.states,
+                            stream=stream, speeds=self.speeds, cheap_pass=self.cheap_pass, reading=reading)
 
     def plan(self, document: Document, settings: AskSettings | None = None) -> ReadingPlan:
         """How `document` would be read with `settings`, and how long that would take here."""

@@ -88,11 +88,6 @@ class AskSettings:
     # A document longer than the model's context is read streamed (SnapStream with the method's
     # options) instead of refused; front ends turn it off when the user names the method.
     auto_stream: bool = True
-    # Several documents: read as one text (each seeing those before it; the combination's reading
-    # is saved), or block-wise: each read on its own and the readings put together, so each is
-    # saved and reused alone in any combination. Off: block-wise lost 26 points on two contracts
-    # asked together (bench/several_documents.py), mixing up which document said what.
-    blockwise: bool = False
     # Each answer names the passages it drew on (answering/sources.py): its tokens are decoded once more
     # with the attention probe on, after the answer.
     sources: bool = True

@@ -3,7 +3,7 @@ prefix, the readings put together in one cache, then the suffix, which sees them
 
 A block does not see the others, so each block's reading is saved and loaded on its own (under
 its label) and any combination of them is put together without reading again. Off by default
-(AskSettings.blockwise): it answered worse than reading the documents as one text.
+(composed.py): it answered worse than reading the documents as one text.
 """
 
 from __future__ import annotations

@@ -51,6 +51,7 @@ class PromptRun:
         self.read_upto = 0
         self.loaded_upto = 0
         self.read_s = 0.0
+        self.holds_fast_answer = False  # the cache holds what a fast reading chose (read_fast()), not the prompt
         self._saved: tuple[SavedCells, int] | None = None  # and read_upto then
         self._at_saved = False  # the cache is exactly the saved state (restore() has nothing to do)
 
@@ -208,6 +209,7 @@ class PromptRun:
         self.cache.clear()
         self.read_upto = self.loaded_upto = 0
         self._saved, self._at_saved = None, False
+        self.holds_fast_answer = False
 
     def read_fast(self, tokens: list[int], settings: AskSettings, cancel: threading.Event | None = None) -> Iterator[Event]:
         """Instead of reading and select(): a fast reading of the whole prompt (fast.py) into the
@@ -215,6 +217,7 @@ class PromptRun:
         self.clear()
         selected = yield from fast_select(self.cache, tokens, settings, cancel, self.cheap_pass)
         self.read_upto = len(tokens)
+        self.holds_fast_answer = True
         return selected
 
     def select(

@@ -1,0 +1,30 @@
+"""The first question about a new document reads fast (fast.py: a cheap pass chooses what the
+model reads); the document is read whole, with another way, for the follow-ups (Conversation.read_on)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from kvchat.engine.reading.prompt_run import PromptRun
+from kvchat.engine.reading.way import DocumentPrompt, Observer, Reading
+from kvchat.engine.reading.whole import WholeReading
+from kvchat.engine.settings import AskSettings
+from kvchat.events import Event
+
+
+@dataclass(frozen=True)
+class FastFirst(Reading):
+    name = "fast"
+
+    whole: Reading = WholeReading()  # how the document is read whole after the first answer
+
+    def defers(self, saved: bool) -> bool:
+        return not saved  # a saved reading is loaded at once: nothing to read fast
+
+    def read(
+        self, document: DocumentPrompt, run: PromptRun, settings: AskSettings, cancel: threading.Event | None,
+        observer: Observer,
+    ) -> Iterator[Event]:
+        yield from self.whole.read(document, run, settings, cancel, observer)

@@ -1,0 +1,59 @@
+"""How a conversation's document comes into its cache: small frozen objects, one file each, in
+the spirit of the selections and of kvpress's presses. A way of reading reads the document whole
+into a PromptRun (which then holds it as its restore point): whole.py reads it (or loads its
+saved reading), streamed.py reads it within the budget, composed.py puts it together from its
+documents' readings; fast_first.py leaves it to the first question, which reads fast, and reads
+it whole with another way for the follow-ups. reading_for() chooses.
+
+Adding a way: a class here with `read()` (and `defers()` if the first question reads instead), and
+its line in reading_for().
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import ClassVar
+
+from kvchat.engine.kvcache.states import DocumentStates
+from kvchat.engine.reading.prompt_run import PromptRun
+from kvchat.engine.settings import AskSettings
+from kvchat.events import Event
+
+
+@dataclass(frozen=True)
+class DocumentPrompt:
+    """What there is to read of a conversation's document: the document part's tokens, and with
+    several documents its runs ([prefix, one per document, suffix]) and their names."""
+
+    tokens: list[int]
+    label: str  # names the reading where it is saved
+    runs: list[list[int]] | None = None
+    names: tuple[str, ...] = ()
+    states: DocumentStates | None = None  # where its readings are saved (None: nowhere)
+
+
+Observer = Callable[[], list[int] | None]  # the question's window that observes a streamed reading, if known
+
+
+@dataclass(frozen=True)
+class Reading:
+    """A way of reading a document whole into a PromptRun."""
+
+    name: ClassVar[str] = ""
+    speed: ClassVar[str] = "read"  # what its measured speed is remembered as (speeds.py)
+    shares_cells: ClassVar[bool] = False  # its context holds two sequences that share cells (compose.py)
+
+    def defers(self, saved: bool) -> bool:
+        """Whether open() leaves the reading to the first question (`saved`: a reading of the
+        document is saved)."""
+        return False
+
+    def read(
+        self, document: DocumentPrompt, run: PromptRun, settings: AskSettings, cancel: threading.Event | None,
+        observer: Observer,
+    ) -> Iterator[Event]:
+        """Read `document` whole into `run` (from run.read_upto on) and make it the restore point."""
+        raise NotImplementedError
+
