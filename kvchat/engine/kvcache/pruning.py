@@ -1,123 +1,29 @@
-"""Pruning a KvCache: which cells a method keeps, and keeping them (the same cells in every head,
-or each head its own), with the record of which prompt tokens the cells then hold.
-
-A mixin of KvCache (cache.py), which holds the bookkeeping these read and rewrite.
-"""
+"""Which cells a method keeps: the votes grouped as the method wants them (per KV head, into
+words or sentences) and the method's plan (policy/), for KvCache.plan(), which keeps them."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from kvchat.errors import KvchatError
-from kvchat.events import Pruned
-from kvchat.llama import LlamaContext
-from kvchat.policy import Method, PrunePlan, merge_runs, spans_from_pieces
+from kvchat.llama import LlamaModel
+from kvchat.policy import Method, PrunePlan, spans_from_pieces
 
 
-class CellPruning:
-    """What KvCache keeps when it prunes; the attributes are KvCache's bookkeeping."""
-
-    ctx: LlamaContext
-    positions: np.ndarray
-    tokens: np.ndarray
-    origins: np.ndarray
-    head_origins: np.ndarray | None
-
-    @property
-    def cells(self) -> int:
-        return len(self.positions)
-
-    def plan(
-        self, method: Method, window: int, votes: np.ndarray | None, pinned: tuple[int, int] | None = None
-    ) -> PrunePlan:
-        """Which cells `method` keeps; the last `window` cells observed and cast `votes` (None for
-        a method that does not score). `pinned` = a [start, end) range of cells kept on top of the
-        budget (a conversation's earlier turns)."""
-        n_cells = self.cells if votes is None else votes.shape[-1]
-        span_ids = None
-        if votes is not None and method.per_head:  # the votes of each KV head's query heads, summed
-            votes = votes.reshape(len(votes), self.ctx.model.shape.n_head_kv, -1, n_cells).sum(axis=2)
-        if votes is not None and method.needs_spans:
-            pieces = self.ctx.model.pieces_text([int(t) for t in self.tokens[:n_cells]])
-            span_ids = spans_from_pieces(pieces, method.span_mode)
-        extra = None
-        if pinned is not None and pinned[1] > pinned[0]:
-            extra = np.zeros(n_cells, dtype=bool)
-            extra[pinned[0] : pinned[1]] = True
-        return method.plan(n_cells, window, votes, span_ids=span_ids, extra_pins=extra)
-
-    def apply(self, plan: PrunePlan) -> np.ndarray:
-        """Keep what `plan` (made by plan()) keeps: the same cells in every head, or each head its
-        own. Returns the positions no head keeps."""
-        if plan.head_kept is None:
-            return self.keep_cells(plan.kept)
-        return self.keep_per_head(plan.head_kept)
-
-    def keep_per_head(self, head_cells: np.ndarray) -> np.ndarray:
-        """Keep for each layer and KV head its own cells, `head_cells` (n_layer, n_head_kv, B),
-        each row sorted: afterwards cell i holds, in layer l and KV head h, what cell
-        head_cells[l, h, i] held there, and the position of the latest cell any head took for it
-        (so the positions still increase, and the pinned window keeps its own). The cells no head
-        keeps go first, so the state rewritten is no larger than needed. Returns their positions.
-
-        A later shift (the ring's repack) moves a cell's heads alike, from the cell's position."""
-        union = np.unique(head_cells)
-        mask = np.zeros(self.cells, dtype=bool)
-        mask[union] = True
-        dropped = self.positions[~mask]
-        self.ctx.remove_runs(0, merge_runs(dropped))
-        latest = head_cells.max(axis=(0, 1))
-        sources = np.searchsorted(union, head_cells)  # the state lists the union's cells in order
-        written = self.ctx.compact_per_head(0, sources, self.positions[latest])
-        held = self.held_origins(*head_cells.shape[:2])
-        self.head_origins = np.take_along_axis(held, head_cells, axis=-1)
-        self.positions, self.tokens, self.origins = self.positions[latest], self.tokens[latest], self.origins[latest]
-        self.verify(written)
-        return dropped
-
-    def held_origins(self, n_layer: int, n_head_kv: int) -> np.ndarray:
-        """(n_layer, n_head_kv, cells): the prompt index of the token each head holds in each cell."""
-        if self.head_origins is not None:
-            return self.head_origins
-        return np.broadcast_to(self.origins, (n_layer, n_head_kv, self.cells))
-
-    def kept_origins(self) -> tuple[np.ndarray, np.ndarray | None]:
-        """The prompt indices of the tokens the cells hold, sorted, and for a cache kept per head
-        how many (layer, KV head) pairs hold each (None: every head holds every one)."""
-        if self.head_origins is None:
-            return np.sort(self.origins), None
-        return np.unique(self.head_origins, return_counts=True)
-
-    def pruned(self, n_prompt: int, observe_s: float, compact_s: float) -> Pruned:
-        """The event saying what a selection from `n_prompt` tokens kept."""
-        kept, heads = self.kept_origins()
-        if heads is None:
-            return Pruned(n_prompt, self.cells, tuple(int(p) for p in kept), observe_s, compact_s)
-        return Pruned(n_prompt, self.cells, tuple(int(p) for p in kept), observe_s, compact_s,
-                      kept_heads=tuple(int(n) for n in heads), head_count=int(np.prod(self.head_origins.shape[:2])))
-
-    def keep_cells(self, kept_cells: np.ndarray) -> np.ndarray:
-        """Remove every cell not in `kept_cells` (sorted cell indices), compact, verify.
-
-        Returns the positions removed.
-        """
-        mask = np.zeros(self.cells, dtype=bool)
-        mask[kept_cells] = True
-        dropped = self.positions[~mask]
-        self.ctx.remove_runs(0, merge_runs(dropped))
-        written = self.ctx.compact(0)
-        self.positions, self.tokens, self.origins = self.positions[mask], self.tokens[mask], self.origins[mask]
-        if self.head_origins is not None:
-            self.head_origins = self.head_origins[..., mask]
-        self.verify(written)
-        return dropped
-
-    def verify(self, actual: np.ndarray | None = None) -> None:
-        """The cache holds exactly the recorded positions, densely from cell 0, in order
-        (`actual`: the positions just written back by a compaction, else read from llama.cpp)."""
-        actual = self.ctx.positions(0) if actual is None else actual
-        if not np.array_equal(actual, self.positions):
-            raise KvchatError(
-                f"KV cache check failed: {len(actual)} cells, {self.cells} expected",
-                "please report this with the log file",
-            )
+def plan_cells(
+    model: LlamaModel, tokens: np.ndarray, n_cells: int, method: Method, window: int, votes: np.ndarray | None,
+    pinned: tuple[int, int] | None = None,
+) -> PrunePlan:
+    """Which of `n_cells` cells (holding `tokens`) `method` keeps; the last `window` cells observed
+    and cast `votes` (None for a method that does not score). `pinned` = a [start, end) range of
+    cells kept on top of the budget (a conversation's earlier turns)."""
+    span_ids = None
+    if votes is not None and method.per_head:  # the votes of each KV head's query heads, summed
+        votes = votes.reshape(len(votes), model.shape.n_head_kv, -1, n_cells).sum(axis=2)
+    if votes is not None and method.needs_spans:
+        pieces = model.pieces_text([int(t) for t in tokens[:n_cells]])
+        span_ids = spans_from_pieces(pieces, method.span_mode)
+    extra = None
+    if pinned is not None and pinned[1] > pinned[0]:
+        extra = np.zeros(n_cells, dtype=bool)
+        extra[pinned[0] : pinned[1]] = True
+    return method.plan(n_cells, window, votes, span_ids=span_ids, extra_pins=extra)
