@@ -236,6 +236,28 @@ def test_time_is_shared_a_short_question_reads_first_and_answers_before_the_book
     assert [tokens for _, tokens, _ in _steps(fake)] == list("abcdefghijkl")
 
 
+def test_a_job_waiting_without_room_to_be_read_does_not_cut_the_answers_turn() -> None:
+    """One reading at a time: while the book is read, "later" waits; the answer in progress still
+    decodes for as long as each chunk of the book took (3 steps of 1 s after a 3 s chunk)."""
+    fake = FakeEngine({"answer": Script("abcdefgh", paced=True), "book?": Script("long", chunks=20, paced=True, chunk_s=3.0)},
+                      step_s=1.0)
+    with running(fake, n_slots=3, max_readings=1) as scheduler:
+        _, answer = _submit(scheduler, "answer")
+        (answering,) = fake.readings.wait_len(1)
+        book_job, _ = _submit(scheduler, "book?")
+        answering.allow()  # "answer" moves in; then the book is read, while "later" waits its turn
+        _, book = fake.readings.wait_len(2)
+        _, later = _submit(scheduler, "later")
+        book.allow(3)
+        assert _done(answer).answer == "abcdefgh"
+        assert book.chunks_read.items == [1, 2, 3] and later.items == []
+        book_job.cancel.set()
+        book.allow()
+        assert _done(later).answer == "ok"
+    steps = [tokens for _, tokens, _ in _steps(fake)]
+    assert steps[:8] == list("abcdefgh")  # one as "answer" moved in, 3 after each of 2 chunks, the last after the 3rd
+
+
 def test_at_most_max_readings_are_read_at_once_and_each_reserves_a_sequence() -> None:
     fake = FakeEngine({"A": Script("a", chunks=2, paced=True), "B": Script("b", chunks=2, paced=True),
                        "C": Script("c", chunks=2, paced=True)})

@@ -178,13 +178,17 @@ class Scheduler:
     def _admit(self) -> None:
         """Start reading waiting jobs, in the order they came, while a sequence is free for each
         and fewer than `max_readings` are read; each then takes its turn after those before it."""
-        while (not self._stopping and not self._waiting.empty() and len(self._readings) < self.max_readings
-               and len(self._readings) + len(self._answers) < len(self.decoder.slots)):
+        while not self._stopping and self._room_to_admit():
             job = self._waiting.get_nowait()
             if job.cancel.is_set():
                 continue
             sampler = self._new_sampler(job.request.settings.sampler)
             self._readings.append(_Reading(job, sampler, self._reading_events(job, sampler)))
+
+    def _room_to_admit(self) -> bool:
+        """A job waits, and there is room to read it: a free sequence, and fewer than max_readings read."""
+        return (not self._waiting.empty() and len(self._readings) < self.max_readings
+                and len(self._readings) + len(self._answers) < len(self.decoder.slots))
 
     def _reading_events(self, job: ChatJob, sampler: Sampler) -> Iterator[Event]:
         """The rest of the document's whole reading if one is under way (then the job loads it),
@@ -217,11 +221,11 @@ class Scheduler:
     def _answer_for(self, read_s: float) -> None:
         """After a chunk of reading that took `read_s`: the answers in progress decode for as
         long (at least one step), and on while one of them took less time so far than every
-        reading; a new job waiting to be admitted ends the turn."""
+        reading; a job waiting that there is room to read ends the turn."""
         started = self._clock()
         while self._answers and not self._stopping:
             self._step()
-            if not self._waiting.empty():
+            if self._room_to_admit():
                 return
             behind = (bool(self._readings and self._answers)
                       and min(a.used_s for a in self._answers) < min(r.used_s for r in self._readings))
