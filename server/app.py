@@ -99,8 +99,8 @@ def create_app(service: ChatService, api_key: str | None = None) -> FastAPI:
 async def _unless_client_leaves(request: Request, work: Coroutine[Any, Any, T]) -> T:
     """`work` (which reads an answer's events), cancelled when the client closes the connection
     first: cancelling it closes the events, which cancels the job, which stops its reading or its
-    answer. Starlette notices a disconnect only while it streams a response, and nothing is sent
-    before the answer's first token (a reading can take minutes)."""
+    answer. For an answer sent whole: Starlette notices a disconnect only while it streams a
+    response, and nothing is sent before the answer is done (a reading can take minutes)."""
     answer, gone = asyncio.ensure_future(work), asyncio.ensure_future(_disconnected(request))
     try:
         await asyncio.wait((answer, gone), return_when=asyncio.FIRST_COMPLETED)

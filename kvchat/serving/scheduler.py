@@ -212,11 +212,12 @@ class Scheduler:
             self._readings.remove(reading)
             self._end_reading(reading, self._failure(error))
             return self._clock() - started
-        reading.used_s += self._clock() - started
+        took = self._clock() - started
+        reading.used_s += took
         self._readings.remove(reading)
-        self._readings.append(reading)
+        self._readings.append(reading)  # its turn comes again after the others' (of equal time)
         reading.job.emit(event)
-        return self._clock() - started
+        return took
 
     def _answer_for(self, read_s: float) -> None:
         """After a chunk of reading that took `read_s`: the answers in progress decode for as
