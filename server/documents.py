@@ -110,11 +110,6 @@ class DocumentLibrary:
         with self._lock:
             return document_id in self._removed
 
-    @property
-    def held_bytes(self) -> int:
-        with self._lock:
-            return self._held_bytes
-
     def all(self) -> list[StoredDocument]:
         with self._lock:
             return list(self._documents.values())
