@@ -23,13 +23,13 @@ from kvchat.policy import Full, SnapKV
 
 def measure(engine: Engine, length: int, budget: int, tokens: int, heads: list[str]) -> dict[str, object]:
     case = needle_case(lambda text: len(engine.model.tokenize(text)), length, 0.5, seed=length)
-    base = AskSettings(method=Full(budget=budget), max_tokens=tokens, stop_at_end=False)
+    base = AskSettings(method=Full(budget=budget), max_tokens=tokens)
     labelled = [("full", base)] + [
         ("snapkv" if each == "sum" else f"snapkv {each}", replace(base, method=SnapKV(budget=budget, heads=each)))
         for each in heads
     ]
     results: dict[str, object] = {"length": length, "budget": budget}
-    for _, index, events in compare(engine, [case], [settings for _, settings in labelled]):
+    for _, index, events in compare(engine, [case], [settings for _, settings in labelled], decode_all=True):
         done = answer_of(events)
         pruned = [event for event in events if isinstance(event, Pruned)]
         results["length"] = done.stats.prompt_tokens

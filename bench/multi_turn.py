@@ -33,7 +33,7 @@ def run_case(engine: Engine, case, settings: AskSettings, heads: list[str]) -> d
         selection = selection_named("question" if strategy == "full" else strategy)
         label = strategy if len(heads) == 1 or method == "full" else f"{strategy} {each}"
         method_settings = method_carrying(method, {"heads": each}, budget=settings.method.budget)
-        conversation = engine.conversation(document, replace(settings, method=method_settings), selection)
+        conversation = engine.conversation(document, replace(settings, method=method_settings), selection=selection)
         try:
             for _ in conversation.open():
                 pass

@@ -17,6 +17,7 @@ from kvchat.cli.inspect import inspect_command
 from kvchat.cli.logs import configure_logging
 from kvchat.cli.options import flag
 from kvchat.cli.models import models_command
+from kvchat.cli.read import read_command
 from kvchat.cli.serve import serve_command
 from kvchat.errors import CancelledError, KvchatError
 
@@ -29,6 +30,7 @@ app = typer.Typer(
 )
 app.command("ask")(ask_command)
 app.command("chat")(chat_command)
+app.command("read")(read_command)
 app.command("inspect")(inspect_command)
 app.command("models")(models_command)
 app.command("bench")(bench_command)

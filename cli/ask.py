@@ -2,21 +2,25 @@
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import typer
 from rich.console import Console
 
+from kvchat.cli.background import background_reading_on, start_background_reading
 from kvchat.cli.interrupt import interrupt_as_cancel, signals_stop_reading
 from kvchat.cli.options import (
-    BUDGET, CACHE_TYPE_K, CACHE_TYPE_V, DRAFT, FLASH_ATTN, GPU_LAYERS, HEADS, MAX_TOKENS, METHOD, MODEL, READ,
+    BUDGET, CACHE_TYPE_K, N_BATCH, CACHE_TYPE_V, DRAFT, FLASH_ATTN, GPU_LAYERS, HEADS, MAX_TOKENS, METHOD, MODEL, READ,
     SAVE_READINGS, SOURCES, TEMPERATURE, THREADS, WINDOW, ask_settings, check_draft, draft_for, kv_layout,
     warn_about_gpu_layers,
 )
 from kvchat.cli.render import OcrBar, render
 from kvchat.documents import SUPPORTED, bundle, load_document
-from kvchat.engine import Engine, StreamSettings, selection_named, selections_help
-from kvchat.errors import CancelledError, SettingsError
+from kvchat.engine import Conversation, Engine, InProgress, StreamSettings, selection_named, selections_help
+from kvchat.errors import CancelledError, SettingsError, raise_if_cancelled
+from kvchat.events import Event, Notice
 from kvchat.policy import HeadReduction, SnapKV
 
 SNAPKV = SnapKV()  # the defaults of its options
@@ -53,6 +57,7 @@ def ask_command(
     cache_type_k: str = CACHE_TYPE_K,
     cache_type_v: str = CACHE_TYPE_V,
     n_ctx: int | None = typer.Option(None, help="Context size (default: fits the prompt + max tokens)."),
+    n_batch: int = N_BATCH,
     select: str = typer.Option("question", help=selections_help()),
     cache: bool = SAVE_READINGS,
     sources: bool = SOURCES,
@@ -65,7 +70,7 @@ def ask_command(
     console = Console(stderr=True)
     warn_about_gpu_layers(gpu_layers, console)
     layout = kv_layout(flash_attn, gpu_layers, cache_type_k, cache_type_v)
-    settings = ask_settings(method, layout, max_tokens, temperature, threads, seed, n_ctx, sources, read,
+    settings = ask_settings(method, layout, max_tokens, temperature, threads, seed, n_ctx, sources, read, n_batch,
                             budget=budget, window=window, kernel=kernel, pool=pool, heads=heads, spans=spans)
     check_draft(draft, settings.read)
     draft = draft_for(model, draft, settings.read)
@@ -74,7 +79,47 @@ def ask_command(
     with OcrBar(console) as ocr_progress, signals_stop_reading() as stop:
         document = bundle([load_document(path, ocr_progress, stop) for path in paths])
     question = _question(question)
+    in_background = cache and background_reading_on()
     with Engine(model, gpu_layers=gpu_layers, use_cache=cache, draft=draft) as engine, interrupt_as_cancel() as cancel:
-        render(engine.ask(document, question, settings, cancel, selection, stream), as_json, console)
+        conversation = engine.conversation(document, settings, selection=selection, stream=stream)
+        try:
+            done = render(_answer(engine, conversation, question, cancel), as_json, console)
+            key = conversation.reading_key  # None: nothing is saved (no cache, or read streamed)
+            read_on = done is not None and conversation.unread and key is not None and engine.in_progress.find(key) is None
+        finally:
+            conversation.close()
     if cancel.is_set():
         raise CancelledError("stopped", "")
+    if read_on and in_background:
+        try:
+            start_background_reading(document, model, settings, gpu_layers)
+        except OSError as error:  # the answer stands; only the next question's wait is at stake
+            console.print(f"kvchat: could not start reading the whole document in the background ({error})",
+                          markup=False, highlight=False, soft_wrap=True)
+            return
+        console.print("reading the whole document in the background, so the next question loads it "
+                      "(kvchat cache list shows it, kvchat cache stop stops it)", highlight=False, soft_wrap=True)
+
+
+def _answer(engine: Engine, conversation: Conversation, question: str, cancel: threading.Event) -> Iterator[Event]:
+    """The conversation's answer. While another process reads the document whole (a background
+    reading), that reading is awaited with its progress and loaded, when that is sooner."""
+    key = conversation.reading_key
+    reading = engine.in_progress.find(key) if key is not None and not conversation.saved else None
+    if key is not None and reading is not None and _sooner_to_wait(engine, conversation, reading):
+        left = f", about {reading.left_s:.0f} s left" if reading.left_s is not None else ""
+        yield Notice(f"waiting for the whole reading of this document in another kvchat process{left}")
+        yield from engine.follow_reading(key, cancel)
+        raise_if_cancelled(cancel)
+    yield from conversation.open(question, cancel=cancel)
+    yield from conversation.ask(question, cancel=cancel)
+
+
+def _sooner_to_wait(engine: Engine, conversation: Conversation, reading: InProgress) -> bool:
+    """Whether awaiting another process's whole reading of the document answers sooner than this
+    ask's own reading: always instead of a whole reading (the other has a head start); instead
+    of a fast one when less of the other is left than the fast reading takes here."""
+    if not conversation.reads_fast_first():
+        return True
+    fast_s = engine.plan(conversation.document, conversation.settings).est_fast_s
+    return reading.left_s is not None and fast_s is not None and reading.left_s < fast_s

@@ -1,4 +1,4 @@
-"""`kvchat cache list|clear`: the saved document readings."""
+"""`kvchat cache list|stop|clear`: the saved document readings, and those in progress."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from kvchat.engine import state_store
+from kvchat.cli.background import log_path
+from kvchat.engine import InProgress, readings_in_progress, state_store
 
 cache_app = typer.Typer(help="Saved document readings (so a second question skips reading).", no_args_is_help=True)
 
@@ -20,11 +21,16 @@ def list_command(as_json: bool = typer.Option(False, "--json", help="Print the l
     """List saved readings, most recently used first."""
     store = state_store()
     entries = store.entries()
+    reading = readings_in_progress().entries()
     if as_json:
         rows = [
-            {"file": str(e.path), "document": e.header.document, "model": e.header.model,
+            {"state": "saved", "file": str(e.path), "document": e.header.document, "model": e.header.model,
              "tokens": e.header.n_tokens, "bytes": e.size, "last_used": e.last_used}
             for e in entries
+        ] + [
+            {"state": "reading", "document": r.document, "model": r.model, "tokens": r.total, "done": r.done,
+             "left_s": r.left_s, "pid": r.pid, "started": r.started}
+            for r in reading
         ]
         typer.echo(json.dumps(rows, indent=2))
         return
@@ -40,6 +46,30 @@ def list_command(as_json: bool = typer.Option(False, "--json", help="Print the l
     console.print(table)
     total = sum(entry.size for entry in entries)
     console.print(f"{len(entries)} saved, {total / 2**20:,.1f} MiB of {store.max_bytes / 2**30:,.0f} GiB")
+    if reading:
+        console.print(_in_progress_table(reading))
+        console.print(f"kvchat cache stop stops them; what went wrong in one is in {log_path()}", markup=False, soft_wrap=True)
+
+
+def _in_progress_table(reading: list[InProgress]) -> Table:
+    table = Table(title=Text("reading in the background", style="table.title"))
+    for column in ("document", "model", "read", "left", "process"):
+        table.add_column(column)
+    for entry in reading:
+        share = f"{entry.done:,} of {entry.total:,} tokens ({entry.done / max(entry.total, 1):.0%})"
+        left = f"about {entry.left_s:.0f} s" if entry.left_s is not None else "starting"
+        table.add_row(Text(entry.document), Text(entry.model), share, left, str(entry.pid))
+    return table
+
+
+@cache_app.command("stop")
+def stop_command() -> None:
+    """Stop the readings in progress in the background (those saved stay)."""
+    stopped = readings_in_progress().stop()
+    for entry in stopped:
+        typer.echo(f"stopped the reading of {entry.document} ({entry.done:,} of {entry.total:,} tokens read)")
+    if not stopped:
+        typer.echo("no reading in progress")
 
 
 @cache_app.command("clear")

@@ -11,10 +11,10 @@ from rich.table import Table
 from rich.text import Text
 
 from kvchat.cli.interrupt import signals_stop_reading
-from kvchat.cli.options import GPU_LAYERS, MODEL
+from kvchat.cli.options import DRAFT, GPU_LAYERS, MODEL, READ, check_draft, draft_for
 from kvchat.cli.render import OcrBar
 from kvchat.documents import SUPPORTED, load_document
-from kvchat.engine import Engine, ReadingPlan
+from kvchat.engine import AskSettings, Engine, ReadingPlan
 
 
 def _duration(seconds: float | None) -> str:
@@ -26,11 +26,12 @@ def _duration(seconds: float | None) -> str:
 
 def _table(plans: list[ReadingPlan], model: str, n_ctx_train: int) -> Table:
     table = Table(title=Text(f"kvchat inspect · model {model}, trained on {n_ctx_train:,} tokens", style="table.title"))
-    for column in ("document", "format", "pages", "chars", "tokens", "fits", "reading", "est. time"):
+    for column in ("document", "format", "pages", "chars", "tokens", "fits", "method", "first answer", "whole reading"):
         table.add_column(column, justify="right" if column in ("pages", "chars", "tokens") else "left")
     for plan in plans:
+        first = f"fast, {_duration(plan.est_fast_s)}" if plan.reads_fast else "whole"
         table.add_row(Text(Path(plan.path).name), plan.format, f"{plan.pages:,}", f"{plan.chars:,}", f"{plan.tokens:,}",
-                      "yes" if plan.fits_context else "no", plan.method, _duration(plan.est_read_s))
+                      "yes" if plan.fits_context else "no", plan.method, first, _duration(plan.est_read_s))
     return table
 
 
@@ -38,21 +39,29 @@ def inspect_command(
     paths: list[Path] = typer.Argument(..., help=f"The documents: {SUPPORTED}; - reads one from standard input."),
     model: str = MODEL,
     gpu_layers: int = GPU_LAYERS,
+    read: str = READ,
+    draft: str | None = DRAFT,
     as_json: bool = typer.Option(False, "--json", help="Print a JSON list, one object per document."),
 ) -> None:
     """Show each document's format, pages, size in the model's tokens, whether it fits the model's
-    context (and so how it will be read) and the estimated reading time on this machine."""
+    context (and so how it will be read), and how long the first answer's reading (fast, by
+    default, with the whole reading following in the background) and the whole reading will
+    take on this machine."""
     console = Console(stderr=True)
+    settings = AskSettings(read=read)
+    check_draft(draft, settings.read)
     with OcrBar(console) as ocr_progress, signals_stop_reading() as stop:
         documents = [load_document(path, ocr_progress, stop) for path in paths]
-    with Engine(model, gpu_layers=gpu_layers) as engine:  # the cache holds the measured reading speeds
-        plans = [engine.plan(document) for document in documents]
+    with Engine(model, gpu_layers=gpu_layers, draft=draft_for(model, draft, settings.read)) as engine:  # the cache holds the speeds
+        plans = [engine.plan(document, settings) for document in documents]
         n_ctx_train = engine.model.shape.n_ctx_train
     if as_json:
         typer.echo(json.dumps([plan.as_json() for plan in plans], indent=2))
         return
     output = Console()
+    if not output.is_terminal:
+        output.width = 140  # files and pipes get the whole table, not 80 columns
     output.print(_table(plans, model, n_ctx_train))
-    if any(plan.est_read_s is None for plan in plans):
-        output.print("Reading times come from this machine's last long reading with this model; unknown until "
-                     "it has read a document of 512 tokens or more.", soft_wrap=True)
+    if any(plan.est_read_s is None or (plan.reads_fast and plan.est_fast_s is None) for plan in plans):
+        output.print("Reading times come from this machine's last long reading of each kind with this model; unknown "
+                     "until it has read a document of 512 tokens or more that way.", soft_wrap=True)

@@ -14,7 +14,8 @@ from contextlib import contextmanager
 
 
 @contextmanager
-def interrupt_as_cancel() -> Iterator[threading.Event]:
+def interrupt_as_cancel(terminate: bool = False) -> Iterator[threading.Event]:
+    """`terminate`: SIGTERM sets the event too (a background reading that `kvchat cache stop` ends)."""
     cancel = threading.Event()
 
     def on_interrupt(_signum: int, _frame: object) -> None:
@@ -22,11 +23,13 @@ def interrupt_as_cancel() -> Iterator[threading.Event]:
             raise KeyboardInterrupt
         cancel.set()
 
-    previous = signal.signal(signal.SIGINT, on_interrupt)
+    signals = (signal.SIGINT, signal.SIGTERM) if terminate else (signal.SIGINT,)
+    previous = {signum: signal.signal(signum, on_interrupt) for signum in signals}
     try:
         yield cancel
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 @contextmanager

@@ -24,6 +24,7 @@ BUDGET = typer.Option(DEFAULTS.method.budget, help="KV entries kept for the prom
 WINDOW = typer.Option(DEFAULTS.method.window, help="Observation window: the question's last tokens whose attention votes.")
 MAX_TOKENS = typer.Option(DEFAULTS.max_tokens, help="Most tokens per answer.")
 TEMPERATURE = typer.Option(DEFAULTS.sampler.temperature, help="0 = greedy (deterministic).")
+N_BATCH = typer.Option(DEFAULTS.n_batch, help="Tokens read per step: a reading's chunk, and the largest --window.")
 THREADS = typer.Option(DEFAULTS.threads, help="CPU threads for reading and decoding (default: every CPU kvchat may use).")
 GPU_LAYERS = typer.Option(0, help="Layers to offload to the GPU (a CUDA or Metal build; see the README).")
 FLASH_ATTN = typer.Option("auto", help="on, off, or auto (on with --gpu-layers); on: scores from queries and keys.")
@@ -79,6 +80,7 @@ def ask_settings(
     n_ctx: int | None = None,
     sources: bool = DEFAULTS.sources,
     read: str = DEFAULTS.read,
+    n_batch: int = DEFAULTS.n_batch,
     **method_options: object,
 ) -> AskSettings:
     """AskSettings from a command's options; `method_options` (budget, window, kernel …) go to
@@ -92,6 +94,7 @@ def ask_settings(
         max_tokens=max_tokens,
         sampler=SamplerSettings(temperature=temperature, seed=seed),
         n_ctx=n_ctx,
+        n_batch=n_batch,
         threads=threads,
         layout=layout,
         sources=sources,

@@ -283,14 +283,14 @@ def test_a_document_is_read_once_for_all_its_questions(tiny_model_path, count_to
 
     first = needle_case(count_tokens, 700, 0.5, seed=1)
     second = replace(first, question="What is the first word of the provided text?")
-    variants = [AskSettings(max_tokens=6, stop_at_end=False, method=method_named(name, budget=128))
+    variants = [AskSettings(max_tokens=6, method=method_named(name, budget=128))
                 for name in ("full", "snapkv", "streamingllm", "snapstream")]
     with Engine(str(tiny_model_path), use_cache=False) as engine:
         opened = []
         conversation = engine.conversation
         engine.conversation = lambda document, settings, **kw: opened.append(settings.method.name) or conversation(
             document, settings, **kw)
-        answers = {(c, v): answer_of(events).answer for c, v, events in compare(engine, [first, second], variants)}
+        answers = {(c, v): answer_of(events).answer for c, v, events in compare(engine, [first, second], variants, decode_all=True)}
         assert sorted(opened) == ["full", "snapstream", "snapstream", "streamingllm"]
         assert sorted(answers) == [(c, v) for c in range(2) for v in range(4)]
         alone = {v: answer_of(events).answer for _, v, events in compare(engine, [second], variants)}

@@ -26,8 +26,8 @@ JSON_KEYS = {
 }
 
 
-def run_kvchat(*args: str, home: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "KVCHAT_HOME": str(home)}
+def run_kvchat(*args: str, home: Path, timeout: float = 300, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "KVCHAT_HOME": str(home), **(env or {})}
     return subprocess.run(
         [sys.executable, "-m", "kvchat.cli", *args], capture_output=True, text=True, env=env, timeout=timeout
     )
@@ -140,7 +140,9 @@ def test_inspect_tells_tokens_fit_and_reading_time_from_the_last_measured_speed(
     before = run_kvchat(*inspect_args, home=isolated_home)
     assert before.returncode == 0, before.stderr
     short, long = json.loads(before.stdout)
-    assert set(short) == {"path", "format", "pages", "chars", "tokens", "fits_context", "method", "est_read_s"}
+    assert set(short) == {"path", "format", "pages", "chars", "tokens", "fits_context", "method", "est_read_s", "reads_fast",
+                          "est_fast_s"}
+    assert (short["reads_fast"], short["est_fast_s"]) == (False, None)  # no draft: a first answer reads in full
     assert (short["path"], short["format"], short["pages"], short["chars"]) == (str(document), "text", 1, len(document.read_text()))
     assert (short["fits_context"], short["method"], short["est_read_s"]) == (True, "snapkv", None)
     assert (long["fits_context"], long["method"]) == (False, "snapstream") and long["tokens"] > 4096
@@ -385,7 +387,7 @@ def assert_usage_error(code: object, stdout: str, stderr: str, command_path: str
 
 def test_usage_errors_cover_every_command() -> None:
     covered = {command_path for command_path, _ in USAGE_ERRORS}
-    commands = {"ask", "chat", "inspect", "models", "bench", "serve", "cache", "cache list", "cache clear"}
+    commands = {"ask", "chat", "read", "inspect", "models", "bench", "serve", "cache", "cache list", "cache stop", "cache clear"}
     assert {"kvchat"} | {f"kvchat {command}" for command in commands} <= covered
 
 

@@ -15,7 +15,6 @@ from kvchat.documents import Document, bundle
 from kvchat.documents.bundle import document_names, document_starts
 from kvchat.engine import AskSettings, ComposedReading, Conversation
 from kvchat.engine.kvcache.cache import KvCache
-from kvchat.engine.reading.compose import append_reading
 from kvchat.engine.kvcache.states import DocumentStates
 from kvchat.engine.kvcache.store import StateStore
 from kvchat.events import Notice, Progress
@@ -44,7 +43,7 @@ def test_a_reading_appended_equals_the_same_block_read_in_place(tiny_model) -> N
     cache = KvCache(LlamaContext(tiny_model, TWO_SEQUENCES))
     try:
         cache.decode(prefix + first)
-        append_reading(cache, alone, len(prefix), second)
+        cache.append_reading(alone, len(prefix), second)
         assert np.array_equal(cache.positions, np.arange(len(prefix + first + second)))
         assert np.array_equal(cache.tokens, prefix + first + second) and cache.next_pos == len(prefix + first + second)
         cache.decode(end, want_logits=True)

@@ -185,12 +185,12 @@ def test_the_decode_ring_evicts_answer_cells_after_a_prompt_kept_per_head(tiny_m
     text = " ".join(f"Box {i} holds {1000 + i * 7}." for i in range(9))
     tokens = chat_tokens(tiny_model, [{"role": "user", "content": text}])
     assert 96 < len(tokens) < 256
-    settings = replace(PER_HEAD, max_tokens=300, stop_at_end=False, n_batch=256)
+    settings = replace(PER_HEAD, max_tokens=300, n_batch=256)
     with PromptRun(tiny_model, 256, settings, "tiny") as run:
         list(run.read(tokens, len(tokens) - 16))
         selected = returned(run.select(tokens, settings))
         prompt_heads = run.cache.head_origins.copy()
-        events = list(run.answer(settings, selected))
+        events = list(run.answer(settings, selected, decode_all=True))
         cache = run.cache
     assert sum(isinstance(event, Evicted) for event in events) >= 2
     assert events[-1].stats.generated_tokens == 300 and cache.peak_cells <= 256

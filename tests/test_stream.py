@@ -66,8 +66,9 @@ def test_long_generation_runs_past_the_cache(short_model, heads: str) -> None:
     """Per head, the reading evicts for all heads at once (stream.py says why), the question's
     selection is per head, and the ring repacks those cells past the trained context."""
     document = Document(path=Path("boxes.txt"), kind="text", text=" ".join(f"Box {i} holds {i * 3}." for i in range(40)))
-    settings = AskSettings(method=SnapStream(budget=96, window=16, heads=heads), max_tokens=1500, threads=2, stop_at_end=False)
-    conversation = Conversation(short_model, "tiny", document, settings, stream=StreamSettings(chunk=64, recent=16))
+    settings = AskSettings(method=SnapStream(budget=96, window=16, heads=heads), max_tokens=1500, threads=2)
+    conversation = Conversation(short_model, "tiny", document, settings, stream=StreamSettings(chunk=64, recent=16),
+                                decode_all=True)
     try:
         list(conversation.open(question="What does box 3 hold?"))
         n_ctx = conversation.run.n_ctx
@@ -87,9 +88,8 @@ def test_long_generation_runs_past_the_cache(short_model, heads: str) -> None:
 
 def test_snapkv_answer_longer_than_its_context(tiny_model) -> None:
     document = Document(path=Path("boxes.txt"), kind="text", text=" ".join(f"Box {i} holds {i * 3}." for i in range(50)))
-    settings = AskSettings(method=SnapKV(budget=128, window=16), max_tokens=900, threads=2, stop_at_end=False,
-                           n_ctx=1536)
-    conversation = Conversation(tiny_model, "tiny", document, settings)
+    settings = AskSettings(method=SnapKV(budget=128, window=16), max_tokens=900, threads=2, n_ctx=1536)
+    conversation = Conversation(tiny_model, "tiny", document, settings, decode_all=True)
     try:
         list(conversation.open())
         events = list(conversation.ask("What does box 3 hold?"))

@@ -68,13 +68,13 @@ class EngineSession:
         return self.conversation.unread
 
     def read(self, cancel: threading.Event) -> Iterator[Event]:
-        return self.conversation.open(cancel)
+        return self.conversation.open(cancel=cancel)
 
     def read_on(self, cancel: threading.Event) -> Iterator[Event]:
         return self.conversation.read_on(cancel)
 
     def ask(self, question: str, settings: AskSettings, cancel: threading.Event) -> Iterator[Event]:
-        return self.conversation.ask(question, cancel, settings)
+        return self.conversation.ask(question, settings, cancel=cancel)
 
     def reset(self) -> None:
         self.conversation.reset()

@@ -17,11 +17,12 @@ def case_document(case: Case) -> Document:
     return Document(path=Path(f"{case.task}.txt"), kind="text", text=case.document)
 
 
-def _one_reading(engine: Engine, cases: list[Case], variants: dict[int, AskSettings], observer: str | None) -> Iterator[Answer]:
+def _one_reading(engine: Engine, cases: list[Case], variants: dict[int, AskSettings], observer: str | None,
+                 decode_all: bool) -> Iterator[Answer]:
     """Read the cases' document once, then answer every case under every variant, each from the
     restored reading. An answer's events include the reading's (a streamed reading prunes there)."""
     widest = max(variants.values(), key=lambda settings: settings.max_tokens)
-    conversation = engine.conversation(case_document(cases[0]), widest)
+    conversation = engine.conversation(case_document(cases[0]), widest, decode_all=decode_all)
     try:
         reading = list(conversation.open(question=observer))
         for case_index, case in enumerate(cases):
@@ -32,8 +33,10 @@ def _one_reading(engine: Engine, cases: list[Case], variants: dict[int, AskSetti
         conversation.close()
 
 
-def compare(engine: Engine, cases: list[Case], variants: list[AskSettings]) -> Iterator[Answer]:
-    """Every variant's answer to every case; the cases share one document.
+def compare(engine: Engine, cases: list[Case], variants: list[AskSettings], decode_all: bool = False) -> Iterator[Answer]:
+    """Every variant's answer to every case; the cases share one document. `decode_all`: each
+    answer decodes its max tokens, so decode speeds compare over equal lengths (its text still
+    ends where the model ended it).
 
     Methods that prune after reading share one reading for all cases and variants, so they differ
     only in what they keep. A method that streams reads its own way: once for all cases when the
@@ -43,20 +46,20 @@ def compare(engine: Engine, cases: list[Case], variants: list[AskSettings]) -> I
     after_reading = {index: settings for index, settings in enumerate(variants)
                      if not settings.method.streams and not reads_fast[index]}
     if after_reading:
-        yield from _one_reading(engine, cases, after_reading, None)
+        yield from _one_reading(engine, cases, after_reading, None, decode_all)
     for index, settings in enumerate(variants):
         if reads_fast[index]:  # a fast reading is the question's own
             for case_index, case in enumerate(cases):
-                for _, variant_index, events in _one_reading(engine, [case], {index: settings}, None):
+                for _, variant_index, events in _one_reading(engine, [case], {index: settings}, None, decode_all):
                     yield case_index, variant_index, events
             continue
         if not settings.method.streams:
             continue
         if not settings.method.scores:
-            yield from _one_reading(engine, cases, {index: settings}, None)
+            yield from _one_reading(engine, cases, {index: settings}, None, decode_all)
             continue
         for case_index, case in enumerate(cases):
-            for _, variant_index, events in _one_reading(engine, [case], {index: settings}, case.question):
+            for _, variant_index, events in _one_reading(engine, [case], {index: settings}, case.question, decode_all):
                 yield case_index, variant_index, events
 
 

@@ -145,11 +145,11 @@ def run_bench(engine: Engine, config: BenchConfig) -> Iterator[tuple[int, int, d
     cases = build_cases(config, engine.model.count_tokens,
                         engine.model.shape.n_ctx_train - PROMPT_ROOM)
     variants = config.variants()
-    base = AskSettings(max_tokens=config.decode_tokens, stop_at_end=False, method=SnapKV(), auto_stream=False, sources=False)
+    base = AskSettings(max_tokens=config.decode_tokens, method=SnapKV(), auto_stream=False, sources=False)
     all_settings = [variant.settings(base) for variant in variants]
     total, done = len(cases) * len(variants), 0
     yield done, total, None
     for group in _by_document(cases):
-        for case_index, variant_index, events in compare(engine, group, all_settings):
+        for case_index, variant_index, events in compare(engine, group, all_settings, decode_all=True):
             done += 1
             yield done, total, _record(engine.model_name, group[case_index], variants[variant_index], events)

@@ -57,14 +57,18 @@ class Conversation:
         speeds: ReadingSpeeds | None = None,
         cheap_pass: CheapPass = CheapPass(),
         reading: Reading | None = None,
+        decode_all: bool = False,
     ) -> None:
-        """`reading`: a way of reading asked for (the bench's); by default reading_for() chooses."""
+        """`reading`: a way of reading asked for (the bench's); by default reading_for() chooses.
+        `decode_all`: every answer decodes its max tokens, its text ending where the model ended it
+        (the bench's: decode speeds compare over equal lengths)."""
         self.model = model
         self.model_name = model_name
         self.document = document
         self.selection = selection
         self.stream = stream or StreamSettings()
         self.speeds = speeds  # what a reading measures, remembered for `kvchat inspect`
+        self._decode_all = decode_all
         self.turns: list[Turn] = []
         part = document_part(model, document.text)
         self._document_part = part.text
@@ -113,15 +117,14 @@ class Conversation:
         _, _, question_part = self._split(question)
         return question_part.tokens(self.model)[-self.settings.method.window :]
 
-    def open(self, cancel: threading.Event | None = None, question: str | None = None) -> Iterator[Event]:
+    def open(self, question: str | None = None, *, cancel: threading.Event | None = None) -> Iterator[Event]:
         """Read the document (streamed, loaded from a saved state, or in full) and keep it.
 
         `question`, when known, observes a streamed reading (query-aware streaming).
         """
         if self._notice:
             yield Notice(self._notice)
-        saved = self.states is not None and self.states.has(self.document_tokens)
-        if self.reading.defers(saved):
+        if self.reading.defers(self.saved):
             self._unread = True  # the first question reads fast; a follow-up reads the document first
             return
         yield from self._read(cancel, question)
@@ -136,6 +139,23 @@ class Conversation:
         self._reading_s = self.run.read_s
         if self.speeds is not None and self.run.loaded_upto == 0:
             self.speeds.record(self.reading.speed, len(self.document_tokens), self.run.read_s)
+
+    @property
+    def reading_key(self) -> str | None:
+        """What the document's whole reading is saved as; None when it is not saved (no store, or
+        a streamed reading)."""
+        return self.states.key_of(self.document_tokens) if self.states is not None else None
+
+    @property
+    def saved(self) -> bool:
+        """Whether the document's whole reading is saved (open() will load it)."""
+        return self.states is not None and self.states.has(self.document_tokens)
+
+    def reads_fast_first(self) -> bool:
+        """Whether the first question will be answered from a fast reading (open() defers the reading)."""
+        with_draft = self.run.cheap_pass.drafted
+        return (self.reading.defers(self.saved) and self.settings.reads_fast(with_draft)
+                and pays(len(self.document_tokens), self.settings, with_draft))
 
     @property
     def unread(self) -> bool:
@@ -154,7 +174,7 @@ class Conversation:
         self._unread = False
 
     def ask(
-        self, question: str, cancel: threading.Event | None = None, settings: AskSettings | None = None
+        self, question: str, settings: AskSettings | None = None, *, cancel: threading.Event | None = None
     ) -> Iterator[Event]:
         """Answer `question` in the light of the turns so far; the turn is recorded when done.
 
@@ -164,7 +184,7 @@ class Conversation:
         settings = self._answering(settings)
         selected = yield from self.select(question, cancel, settings)
         done: Done | None = None
-        for event in self.run.answer(settings, selected, cancel):
+        for event in self.run.answer(settings, selected, cancel, decode_all=self._decode_all):
             if isinstance(event, Done):
                 event = done = yield from self._with_answer_sources(event, selected.kept, settings)
             yield event
@@ -186,7 +206,10 @@ class Conversation:
             if settings.reads_fast(with_draft) and not self.turns and self.run.read_upto == 0:
                 if pays(len(tokens), settings, with_draft):
                     self.prompt_tokens = tokens
-                    return (yield from self._with_kept_by_document(self.run.read_fast(tokens, settings, cancel)))
+                    selected = yield from self._with_kept_by_document(self.run.read_fast(tokens, settings, cancel))
+                    if self.speeds is not None:
+                        self.speeds.record("fast", len(tokens), time.perf_counter() - selected.started)
+                    return selected
                 if settings.read == "fast":  # asked for by name: say why not (auto reads in full quietly)
                     reread = reread_tokens(settings, with_draft)
                     yield Notice(f"read in full: a fast reading would re-read {reread:,} of this prompt's {len(tokens):,} tokens")

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
+from dataclasses import replace
+from enum import Enum
 from pathlib import Path
 
 from kvchat.documents import Document
 from kvchat.engine.conversation import Conversation
+from kvchat.engine.kvcache.in_progress import Claim, ReadingsInProgress
 from kvchat.engine.kvcache.states import DocumentStates
 from kvchat.engine.kvcache.store import DEFAULT_MAX_BYTES, StateStore
 from kvchat.engine.reading.fast import CheapPass
@@ -17,8 +20,8 @@ from kvchat.engine.reading.stream import StreamSettings
 from kvchat.engine.reading.way import Reading
 from kvchat.engine.selections import PerQuestion, Selection
 from kvchat.engine.settings import AskSettings
-from kvchat.errors import SettingsError
-from kvchat.events import Event
+from kvchat.errors import SettingsError, raise_if_cancelled
+from kvchat.events import Event, Notice, Progress
 from kvchat.llama import LlamaModel
 from kvchat.models import cheap_depth, model_sha256, resolve_model
 from kvchat.paths import cache_dir
@@ -27,6 +30,19 @@ from kvchat.paths import cache_dir
 def state_store(max_bytes: int = DEFAULT_MAX_BYTES) -> StateStore:
     """The store of saved document readings under the user's cache directory."""
     return StateStore(cache_dir() / "states", max_bytes)
+
+
+def readings_in_progress() -> ReadingsInProgress:
+    """The whole readings other kvchat processes are doing (kvcache/in_progress.py)."""
+    return ReadingsInProgress(cache_dir() / "reading")
+
+
+class WholeReadingDone(Enum):
+    """How Engine.read_whole ended."""
+
+    READ = "read"  # read and saved
+    SAVED = "already saved"
+    STREAMED = "too long for the model's context: read streamed for each question, never saved"
 
 
 class Engine:
@@ -49,41 +65,90 @@ class Engine:
         self.states = DocumentStates(state_store(), model_sha, model) if use_cache else None
         speeds_path, speeds_key = cache_dir() / "reading-speeds.json", f"{model_sha}|gpu_layers={gpu_layers}"
         self.speeds = ReadingSpeeds(speeds_path, speeds_key) if use_cache else None
+        self.in_progress = readings_in_progress()
 
     def conversation(
         self,
         document: Document,
         settings: AskSettings | None = None,
+        *,
         selection: Selection = PerQuestion(),
         stream: StreamSettings | None = None,
         reading: Reading | None = None,
+        decode_all: bool = False,
     ) -> Conversation:
-        """A conversation about `document`; call open() on it before asking. `reading`: a way of
-        reading asked for (the bench's); by default the settings choose."""
+        """A conversation about `document`; call open() on it before asking. `reading` and
+        `decode_all` are the bench's (see Conversation); by default the settings choose the reading."""
         settings = settings or AskSettings()
         return Conversation(self.model, self.model_name, document, settings, selection=selection, states=self.states,
-                            stream=stream, speeds=self.speeds, cheap_pass=self.cheap_pass, reading=reading)
+                            stream=stream, speeds=self.speeds, cheap_pass=self.cheap_pass, reading=reading,
+                            decode_all=decode_all)
 
     def plan(self, document: Document, settings: AskSettings | None = None) -> ReadingPlan:
         """How `document` would be read with `settings`, and how long that would take here."""
-        return reading_plan(self.model, document, settings or AskSettings(), self.speeds)
+        return reading_plan(self.model, document, settings or AskSettings(), self.speeds, self.cheap_pass.drafted)
 
     def ask(
         self,
         document: Document,
         question: str,
         settings: AskSettings | None = None,
+        *,
         cancel: threading.Event | None = None,
         selection: Selection = PerQuestion(),
         stream: StreamSettings | None = None,
     ) -> Iterator[Event]:
         """Stream events for one question: Progress…, Notice?, Evicted…, Pruned?, Token…, Done."""
-        conversation = self.conversation(document, settings, selection, stream)
+        conversation = self.conversation(document, settings, selection=selection, stream=stream)
         try:
-            yield from conversation.open(cancel, question)
-            yield from conversation.ask(question, cancel)
+            yield from conversation.open(question, cancel=cancel)
+            yield from conversation.ask(question, cancel=cancel)
         finally:
             conversation.close()
+
+    def read_whole(
+        self, document: Document, settings: AskSettings | None = None, cancel: threading.Event | None = None
+    ) -> Generator[Event, None, WholeReadingDone]:
+        """Read `document` whole and save the reading (`kvchat read`, and a fast first answer's
+        reading finished in the background), unless it is saved or another process reads it:
+        the reading's lock (kvcache/in_progress.py) is held while it is read, so no two processes
+        read one document at once. Needs the engine's store (use_cache)."""
+        if self.states is None:
+            raise SettingsError("reading a document to save it needs the saved readings", "leave `cache` on")
+        conversation = self.conversation(document, replace(settings or AskSettings(), read="full"))
+        try:
+            key = conversation.reading_key
+            if key is None:
+                return WholeReadingDone.STREAMED
+            while (claim := self._claim(conversation, key)) is None:  # another process reads it: wait for it
+                yield Notice(f"another kvchat process is reading {document.path}; waiting for it")
+                yield from self.follow_reading(key, cancel)
+                raise_if_cancelled(cancel)
+            if claim is WholeReadingDone.SAVED:
+                return WholeReadingDone.SAVED
+            with claim:
+                for event in conversation.open(cancel=cancel):
+                    if isinstance(event, Progress):
+                        claim.progress(event.done, event.total)
+                    yield event
+            return WholeReadingDone.READ
+        finally:
+            conversation.close()
+
+    def _claim(self, conversation: Conversation, key: str) -> Claim | WholeReadingDone | None:
+        """The lock of the conversation's reading, SAVED if it is saved, None if another process reads it."""
+        if conversation.saved:
+            return WholeReadingDone.SAVED
+        claim = self.in_progress.claim(key, str(conversation.document.path), self.model_name, len(conversation.document_tokens))
+        if claim is not None and conversation.saved:  # saved just before the lock was taken
+            claim.release()
+            return WholeReadingDone.SAVED
+        return claim
+
+    def follow_reading(self, key: str, cancel: threading.Event | None = None) -> Iterator[Progress]:
+        """The progress of another process's reading of `key` (its reading_key), until it ends."""
+        for record in self.in_progress.follow(key, cancel):
+            yield Progress(done=record.done, total=record.total, elapsed_s=record.updated - record.started)
 
     def close(self) -> None:
         if self.cheap_pass.draft is not None:

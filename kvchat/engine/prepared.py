@@ -21,7 +21,7 @@ from kvchat.engine.reading.prompt_run import PromptRun
 from kvchat.engine.reading.selected import Selected
 from kvchat.engine.settings import AskSettings
 from kvchat.engine.reading.sizing import context_size, round_up
-from kvchat.engine.answering.sources import SourceFinder, answer_scores
+from kvchat.engine.answering.sources import SourceFinder
 from kvchat.errors import SettingsError
 from kvchat.events import Event, Source
 from kvchat.llama import LlamaContext, LlamaModel, Sampler
@@ -50,7 +50,7 @@ def prepare_question(
     conversation = engine.conversation(document, settings)
     try:
         conversation.resume(turns)
-        yield from conversation.open(cancel)
+        yield from conversation.open(cancel=cancel)
         selected = yield from conversation.select(question, cancel, settings)
         finder = conversation.source_finder() if settings.sources else None
         return replace(_taken(conversation.run, selected, sampler, conversation.settings, finder), unread=conversation.unread)
@@ -99,5 +99,5 @@ def answer_sources(model: LlamaModel, prompt: PreparedPrompt, answer_tokens: lis
     cache = KvCache(LlamaContext(model, context))
     with cache.ctx:
         cache.restore(kept)
-        votes = cache.observe(answer_tokens)[..., : len(kept.positions)]
-    return prompt.finder.sources(*answer_scores(votes, kept.origins, kept.head_origins))
+        attention = cache.answer_attention(len(kept.positions), answer_tokens)
+    return prompt.finder.sources(*attention) if attention is not None else ()

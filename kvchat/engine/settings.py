@@ -81,9 +81,8 @@ class AskSettings:
     max_tokens: int = DEFAULT_MAX_TOKENS
     sampler: SamplerSettings = field(default_factory=SamplerSettings)
     n_ctx: int | None = None
-    n_batch: int = 512
+    n_batch: int = 512  # tokens read per llama_decode call: a reading's chunk and the largest window
     threads: int | None = None
-    stop_at_end: bool = True  # False: always generate max_tokens (benchmarks compare equal lengths)
     layout: KvLayout = field(default_factory=KvLayout)  # flash attention on: scores from the query probe
     # A document longer than the model's context is read streamed (SnapStream with the method's
     # options) instead of refused; front ends turn it off when the user names the method.
@@ -117,10 +116,12 @@ class AskSettings:
         if self.fast.reread is not None and self.fast.reread < self.method.budget:
             raise SettingsError(f"a fast reading re-reads at least the budget's {self.method.budget} tokens, got {self.fast.reread}",
                                 "re-read the budget (unset) or more")
+        if self.n_batch < 1:
+            raise SettingsError(f"the batch size must be at least 1 token, got {self.n_batch}", "leave `n_batch` at 512")
         if self.method.window > self.n_batch:
             raise SettingsError(
                 f"window {self.method.window} is larger than the batch size {self.n_batch}",
-                f"use a window of {self.n_batch} or less",
+                f"use a `window` of {self.n_batch} or less, or a larger `n_batch`",
             )
 
     @property

@@ -28,10 +28,12 @@ class Generation:
     detokenizer and its flush, the stop reason and the timings. generate() feeds it from one
     context; the server's scheduler feeds every answer of a batched decode step the same way."""
 
-    def __init__(self, model: LlamaModel, max_tokens: int, stop_at_end: bool = True) -> None:
+    def __init__(self, model: LlamaModel, max_tokens: int, *, stop_at_end: bool = True) -> None:
+        """`stop_at_end` False: decoding goes on to `max_tokens` after the model ends its answer, whose
+        text still ends there: the bench times decoding over equal lengths so."""
         self._model = model
         self._max_tokens = max_tokens
-        self._stop_at_end = stop_at_end  # False: go on to max_tokens (benchmarks compare equal lengths)
+        self._stop_at_end = stop_at_end
         self._detokenizer = Detokenizer(model)
         self.text = ""
         self.ended = False  # the model ended its answer (generation may go on for timing)

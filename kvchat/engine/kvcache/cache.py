@@ -60,20 +60,16 @@ class KvCache:
         tokens: np.ndarray | None = None,
         origins: np.ndarray | None = None,
         head_origins: np.ndarray | None = None,
-        next_origin: int | None = None,
     ) -> None:
         """Forget the bookkeeping (after clearing or loading the context's memory); `origins`
         default to the positions (a cache never repacked), `head_origins` to every head holding
-        the cell's own token, `next_origin` (the prompt index of the next token decoded) to the
-        one after the last origin."""
+        the cell's own token; the next token decoded is the prompt's one after the last origin."""
         self.positions = np.zeros(0, dtype=np.int64) if positions is None else positions.astype(np.int64)
         self.tokens = np.zeros(0, dtype=np.int64) if tokens is None else tokens.astype(np.int64)
         self.origins = self.positions.copy() if origins is None else origins.astype(np.int64)
         self.head_origins = head_origins
         self.next_pos = int(self.positions[-1]) + 1 if len(self.positions) else 0
-        if next_origin is None:
-            next_origin = int(self.origins[-1]) + 1 if len(self.origins) else 0
-        self.next_origin = next_origin
+        self.next_origin = int(self.origins[-1]) + 1 if len(self.origins) else 0
         self.peak_cells = max(self.peak_cells, self.cells)
 
     def clear(self) -> None:
@@ -102,6 +98,37 @@ class KvCache:
             batch = tokens[offset : offset + step]
             self.decode(batch)
             yield Progress(done=done + offset + len(batch), total=total, elapsed_s=time.perf_counter() - started)
+
+    def prefill_chosen(
+        self, prompt: list[int], chosen: np.ndarray, next_origin: int, cancel: threading.Event | None = None
+    ) -> Iterator[Progress]:
+        """Read the prompt's `chosen` tokens (their indices in it, increasing) into the empty cache
+        at consecutive positions, with their own progress; the cells' origins are `chosen`, and the
+        next token decoded is the prompt's `next_origin` (a fast reading's re-reading)."""
+        yield from self.prefill([prompt[index] for index in chosen], 0, len(chosen), cancel)
+        self.origins = np.asarray(chosen, dtype=np.int64)
+        self.next_origin = next_origin
+
+    def append_reading(self, state: StateBytes, skip: int, tokens: list[int]) -> None:
+        """Put after the cells held the cells of a reading saved on its own: its positions from
+        `skip` on, which hold `tokens`, moved to follow on (they attended only to the reading's
+        own first `skip` positions: block-wise reading). Needs a context with a second sequence
+        in the same stream (ContextSettings n_seq_max=2, kv_unified): the reading is loaded
+        there, trimmed, shifted, and its cells handed to sequence 0."""
+        ctx, start, end = self.ctx, self.next_pos, self.next_pos + len(tokens)
+        ctx.load_state(state, 1)
+        ctx.remove(1, 0, skip)
+        ctx.shift(1, skip, -1, start - skip)
+        # llama.cpp re-rotates shifted keys when it next decodes, and a state saved before that
+        # would hold them unrotated: one throwaway token applies the shift now.
+        ctx.decode(tokens[:1], end, seq=1, want_logits=False)
+        ctx.remove(1, end, -1)
+        ctx.copy(1, 0, -1, -1)
+        ctx.remove(1, -1, -1)
+        added = np.arange(start, end)
+        self.reset(np.concatenate([self.positions, added]), np.concatenate([self.tokens, np.asarray(tokens, dtype=np.int64)]),
+                   np.concatenate([self.origins, added]))
+        self.verify(ctx.compact(0))  # dense again: the trimmed cells left holes
 
     def _append(self, tokens: list[int]) -> None:
         new_positions = np.arange(self.next_pos, self.next_pos + len(tokens), dtype=np.int64)
@@ -146,12 +173,22 @@ class KvCache:
         self.apply(plan)
         return time.perf_counter() - started
 
-    def answer_attention(self, n_prompt_cells: int) -> tuple[np.ndarray, np.ndarray] | None:
+    def answer_attention(
+        self, n_prompt_cells: int, decoded_elsewhere: list[int] | None = None
+    ) -> tuple[np.ndarray, np.ndarray] | None:
         """What the answer in the cells after the first `n_prompt_cells` (the kept prompt)
         attended to: (origins, scores) of the prompt's cells (their tokens' indices in the prompt),
         each score the attention it drew from the answer's tokens (at most a batch of them: the
         first), as sources.answer_scores sums it. None when no answer token is in the cache, or
-        the ring evicted some (the rest then do not follow the prompt's positions)."""
+        the ring evicted some (the rest then do not follow the prompt's positions).
+
+        `decoded_elsewhere`: the answer's tokens, decoded on another context (the server's batch)
+        while this cache holds the kept prompt alone; they are read after it with the probe on."""
+        if decoded_elsewhere is not None:
+            if not decoded_elsewhere or self.cells != n_prompt_cells:
+                return None
+            votes = self.observe(decoded_elsewhere[: self.ctx.settings.n_batch])[..., :n_prompt_cells]
+            return answer_scores(votes, self.origins.copy(), self.head_origins)
         answer = self.positions[n_prompt_cells:]
         if not len(answer) or not n_prompt_cells:
             return None

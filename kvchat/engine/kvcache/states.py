@@ -40,9 +40,13 @@ class DocumentStates:
         material += (f"|v={layout.type_v}" if layout.type_v != "f16" else "") + ("|flash-attn" if layout.flash_attn else "")
         return hashlib.sha256(material.encode()).hexdigest()[:40]
 
+    def key_of(self, tokens: Sequence[int]) -> str:
+        """What the reading of `tokens` is saved as (and locked as while it is read: in_progress.py)."""
+        return self.key(tokens_sha256(tokens))
+
     def has(self, tokens: Sequence[int]) -> bool:
         """Whether a reading of `tokens` is saved (it may still turn out damaged when loaded)."""
-        return self.store.path_for(self.key(tokens_sha256(tokens))).exists()
+        return self.store.path_for(self.key_of(tokens)).exists()
 
     def saved_lengths(self, at_most: int) -> list[int]:
         """Token counts of the saved readings, longest first (candidates for a prompt prefix)."""

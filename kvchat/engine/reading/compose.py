@@ -54,7 +54,7 @@ def read_blockwise(
     first = np.asarray(prefix + blocks[0], dtype=np.int64)
     cache.load(readings[0], np.arange(len(first)), first)
     for block, reading in zip(blocks[1:], readings[1:]):
-        append_reading(cache, reading, len(prefix), block)
+        cache.append_reading(reading, len(prefix), block)
     cache.decode(suffix)
     return loaded, read_s
 
@@ -64,25 +64,3 @@ def _read_alone(cache: KvCache, tokens: list[int], done: int, work: int, cancel:
     cache.clear()
     yield Progress(done=done, total=work, elapsed_s=0.0)
     yield from cache.prefill(tokens, done, work, cancel)
-
-
-def append_reading(cache: KvCache, state: StateBytes, skip: int, tokens: list[int]) -> None:
-    """Put after the cells held the cells of a reading saved on its own: its positions from
-    `skip` on, which hold `tokens`, moved to follow on (they attended only to the reading's
-    own first `skip` positions: block-wise reading). Needs a context with a second sequence
-    in the same stream (ContextSettings n_seq_max=2, kv_unified): the reading is loaded
-    there, trimmed, shifted, and its cells handed to sequence 0."""
-    ctx, start, end = cache.ctx, cache.next_pos, cache.next_pos + len(tokens)
-    ctx.load_state(state, 1)
-    ctx.remove(1, 0, skip)
-    ctx.shift(1, skip, -1, start - skip)
-    # llama.cpp re-rotates shifted keys when it next decodes, and a state saved before that
-    # would hold them unrotated: one throwaway token applies the shift now.
-    ctx.decode(tokens[:1], end, seq=1, want_logits=False)
-    ctx.remove(1, end, -1)
-    ctx.copy(1, 0, -1, -1)
-    ctx.remove(1, -1, -1)
-    cache.reset(np.concatenate([cache.positions, np.arange(start, end)]),
-                np.concatenate([cache.tokens, np.asarray(tokens, dtype=np.int64)]),
-                np.concatenate([cache.origins, np.arange(start, end)]))
-    cache.verify(ctx.compact(0))  # dense again: the trimmed cells left holes

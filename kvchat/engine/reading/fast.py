@@ -105,8 +105,7 @@ def fast_select(
                 KvCache(draft_ctx), tokens, window_start, chooser, depth, draft.shape.n_layer, cancel)
         read = f"draft {cheap_pass.name}, {layers} layers"
     body = kept[kept < window_start]  # the chosen tokens before the question's window
-    yield from cache.prefill([tokens[p] for p in body], 0, len(body), cancel)  # a second pass, with its own progress
-    cache.reset(cache.positions, cache.tokens, body, next_origin=window_start)  # the cells hold tokens[body]; the window follows
+    yield from cache.prefill_chosen(tokens, body, window_start, cancel)  # the second pass; the question's window follows
     window = tokens[window_start:]
     compact_s = 0.0
     if len(kept) > settings.method.budget:  # the question's attention over the re-reading keeps the budget's

@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass
 from kvchat.documents import Document
 from kvchat.engine.prompt import document_part
 from kvchat.engine.settings import AskSettings
+from kvchat.engine.reading.fast import pays
 from kvchat.engine.reading.sizing import reading_settings
 from kvchat.engine.reading.speeds import ReadingSpeeds
 from kvchat.llama import LlamaModel
@@ -23,18 +24,24 @@ class ReadingPlan:
     tokens: int  # the document's part of the prompt: the system prompt and the document
     fits_context: bool
     method: str  # what the reading will use: the settings' method, or snapstream past the context
-    est_read_s: float | None  # tokens at the last measured speed; None before any reading was measured
+    est_read_s: float | None  # a whole reading: tokens at the last measured speed; None before any was measured
+    # the first question reads fast (fast.py), the whole reading follows in the background
+    reads_fast: bool = False
+    est_fast_s: float | None = None  # that fast reading, at the last measured speed of one
 
     def as_json(self) -> dict[str, object]:
         return asdict(self)
 
 
 def reading_plan(
-    model: LlamaModel, document: Document, settings: AskSettings, speeds: ReadingSpeeds | None
+    model: LlamaModel, document: Document, settings: AskSettings, speeds: ReadingSpeeds | None, with_draft: bool
 ) -> ReadingPlan:
+    """`with_draft`: a draft model does fast readings' cheap pass (AskSettings.reads_fast)."""
     tokens = len(document_part(model, document.text).tokens(model))
     read_with, _ = reading_settings(model, tokens, settings)
     speed = speeds.tokens_per_s("stream" if read_with.method.streams else "read") if speeds else None
+    reads_fast = read_with.reads_fast(with_draft) and pays(tokens, read_with, with_draft)
+    fast_speed = speeds.measured("fast") if speeds and reads_fast else None
     return ReadingPlan(
         path=str(document.path),
         format=document.kind,
@@ -44,4 +51,6 @@ def reading_plan(
         fits_context=tokens <= model.shape.n_ctx_train,
         method=read_with.method.name,
         est_read_s=round(tokens / speed, 1) if speed else None,
+        reads_fast=reads_fast,
+        est_fast_s=round(tokens / fast_speed, 1) if fast_speed else None,
     )

@@ -257,9 +257,12 @@ class PromptRun:
         reading_s = self.read_s if reading_s is None else reading_s
         return Selected(n_prompt, self.cache.cells, min(self.loaded_upto, n_prompt), reading_s, window_s, started)
 
-    def answer(self, settings: AskSettings, selected: Selected, cancel: threading.Event | None = None) -> Iterator[Event]:
-        """Generate from the logits select() left; Token events, then Done."""
-        generation = Generation(self.model, settings.max_tokens, settings.stop_at_end)
+    def answer(
+        self, settings: AskSettings, selected: Selected, cancel: threading.Event | None = None, *, decode_all: bool = False
+    ) -> Iterator[Event]:
+        """Generate from the logits select() left; Token events, then Done. `decode_all`: the bench's,
+        see Generation."""
+        generation = Generation(self.model, settings.max_tokens, stop_at_end=not decode_all)
         sampler = Sampler(settings.sampler)
         try:
             yield from generate(self.cache, sampler, generation, cancel)

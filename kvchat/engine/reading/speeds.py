@@ -55,6 +55,10 @@ class ReadingSpeeds:
         with atomic_file(self.path, "w") as out:
             json.dump(speeds, out, indent=1)
 
+    def measured(self, kind: str) -> float | None:
+        """The last measured speed of `kind` alone, or None."""
+        return _speed(self._all().get(self.model_key, {}).get(kind))
+
     def tokens_per_s(self, kind: str) -> float | None:
         """The last measured speed of `kind`, else of a whole reading, else None."""
         measured = self._all().get(self.model_key, {})

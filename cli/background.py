@@ -1,0 +1,87 @@
+"""A fast first answer's document read whole in the background, so that the next `kvchat ask`
+about it loads the reading (about a second) instead of reading fast again.
+
+`kvchat ask` hands the document (its text, as loaded: a PDF's OCR is not redone) to a detached
+`kvchat read --job FILE` process at low priority, which outlives the ask. The reading's lock
+(engine/kvcache/in_progress.py) lets one process read a document: two asks about one new
+document start two, and the second finds the first reading it and waits. `kvchat cache list`
+shows them, `kvchat cache stop` stops them, and KVCHAT_BACKGROUND_READING=off turns them off.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from dataclasses import asdict
+from pathlib import Path
+
+from kvchat.atomic import atomic_file
+from kvchat.documents import Document, Page
+from kvchat.engine import AskSettings, KvLayout, readings_in_progress
+from kvchat.errors import SettingsError
+
+BACKGROUND_ENV = "KVCHAT_BACKGROUND_READING"
+NICENESS = 19  # the background reading gives way to anything the user runs meanwhile
+_ON, _OFF = ("on", "1", "yes", "true"), ("off", "0", "no", "false")
+
+
+def background_reading_on() -> bool:
+    """Whether `kvchat ask` finishes a fast first reading in the background (KVCHAT_BACKGROUND_READING)."""
+    value = os.environ.get(BACKGROUND_ENV, "on").strip().lower()
+    if value in _ON or not value:
+        return True
+    if value in _OFF:
+        return False
+    raise SettingsError(f"unknown {BACKGROUND_ENV} {value!r}", f"set {BACKGROUND_ENV} to on or off")
+
+
+def jobs_folder() -> Path:
+    return readings_in_progress().root / "jobs"
+
+
+def log_path() -> Path:
+    """Where background readings write what went wrong (`kvchat cache list` names it)."""
+    return readings_in_progress().root / "background.log"
+
+
+def start_background_reading(document: Document, model: str, settings: AskSettings, gpu_layers: int) -> None:
+    """Start a detached `kvchat read --job` process that reads `document` whole and saves it."""
+    job = write_job(document, model, settings, gpu_layers)
+    with open(log_path(), "ab") as log:
+        subprocess.Popen(
+            job_command(job),
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log, start_new_session=True, close_fds=True,
+        )
+
+
+def job_command(job: Path) -> list[str]:
+    """The command that does the reading of a job file: this interpreter's `kvchat read --job`."""
+    return [sys.executable, "-m", "kvchat.cli", "read", "--job", str(job)]
+
+
+def write_job(document: Document, model: str, settings: AskSettings, gpu_layers: int) -> Path:
+    """A job file for `kvchat read --job`: the document as loaded, and how to read it."""
+    job = {
+        "document": {"path": str(document.path), "kind": document.kind, "text": document.text,
+                     "pages": [asdict(page) for page in document.pages]},
+        "model": model, "gpu_layers": gpu_layers, "threads": settings.threads, "layout": asdict(settings.layout),
+    }
+    path = jobs_folder() / f"{uuid.uuid4().hex}.json"
+    with atomic_file(path, "w") as out:
+        json.dump(job, out)
+    return path
+
+
+def take_job(path: Path) -> tuple[Document, str, int, AskSettings]:
+    """The document, model, GPU layers and settings of a job file, which is deleted."""
+    try:
+        job = json.loads(path.read_text(encoding="utf-8"))
+    finally:
+        path.unlink(missing_ok=True)
+    found = job["document"]
+    document = Document(Path(found["path"]), found["kind"], found["text"], [Page(**page) for page in found["pages"]])
+    settings = AskSettings(threads=job["threads"], layout=KvLayout(**job["layout"]), read="full")
+    return document, job["model"], job["gpu_layers"], settings

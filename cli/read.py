@@ -1,0 +1,152 @@
+"""`kvchat read PATH...`: read documents whole and save their readings, so that every later
+question about them (ask, chat, serve) loads the reading instead of reading."""
+
+from __future__ import annotations
+
+import glob
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import typer
+from rich.console import Console
+
+from kvchat.cli.background import NICENESS, take_job
+from kvchat.cli.interrupt import interrupt_as_cancel, signals_stop_reading
+from kvchat.cli.options import CACHE_TYPE_K, CACHE_TYPE_V, FLASH_ATTN, GPU_LAYERS, MODEL, THREADS, kv_layout
+from kvchat.cli.render import OcrBar, ReadingBar
+from kvchat.documents import DOCUMENT_SUFFIXES, SUPPORTED, Document, load_document
+from kvchat.engine import AskSettings, Engine, WholeReadingDone
+from kvchat.errors import CancelledError, DocumentError, SettingsError
+from kvchat.events import Notice, Progress
+
+
+def files_named(paths: list[str]) -> Iterator[tuple[Path, str | None]]:
+    """Each file `paths` name, with why it is skipped (None: to read). A folder gives its
+    documents (the suffixes a file picker offers, hidden files left out), a glob its matches
+    (the shell's, when it did not expand it), a file itself."""
+    for name in paths:
+        matches = sorted(glob.glob(name, recursive=True)) if glob.has_magic(name) else [name]
+        if not matches:
+            yield Path(name), "no file matches it"
+        for match in map(Path, matches):
+            if not match.is_dir():
+                yield match, None
+                continue
+            for path in sorted(match.rglob("*")):
+                if path.is_dir() or any(part.startswith(".") for part in path.relative_to(match).parts):
+                    continue
+                yield path, None if path.suffix.lower() in DOCUMENT_SUFFIXES else f"not a {SUPPORTED} file"
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:.0f} min" if seconds >= 90 else f"{seconds:.0f} s"
+
+
+def _load(paths: list[str], console: Console) -> tuple[list[Document], int]:
+    """The documents to read, and how many files were skipped or failed (one line each)."""
+    documents: list[Document] = []
+    failed = 0
+    with OcrBar(console) as ocr_progress, signals_stop_reading() as stop:
+        for path, skipped in files_named(paths):
+            if skipped is not None:
+                console.print(f"skipped {path}: {skipped}", markup=False, highlight=False, soft_wrap=True)
+                continue
+            try:
+                documents.append(load_document(path, ocr_progress, stop))
+            except DocumentError as error:
+                console.print(f"skipped {error.one_line()}", markup=False, highlight=False, soft_wrap=True)
+                failed += 1
+    return documents, failed
+
+
+def read_documents(engine: Engine, documents: list[Document], settings: AskSettings, console: Console) -> dict[WholeReadingDone, int]:
+    """Read and save each document's whole reading, saying how each ended; Ctrl-C stops the one
+    being read (those done stay saved). Returns how many ended each way."""
+    plans = [engine.plan(document, settings) for document in documents]
+    estimates = [plan.est_read_s for plan in plans]
+    total_tokens = sum(plan.tokens for plan in plans)
+    if all(estimate is not None for estimate in estimates):
+        said = f": about {_minutes(sum(estimates))} at this machine's last measured speed (less for those saved)"
+    else:
+        said = ""
+    console.print(f"{len(documents)} document{'s' * (len(documents) != 1)}, {total_tokens:,} tokens{said}", highlight=False)
+    ended = dict.fromkeys(WholeReadingDone, 0)
+    with interrupt_as_cancel() as cancel:
+        for document, plan in zip(documents, plans):
+            started = time.perf_counter()
+            bar = ReadingBar(console)
+            try:
+                reading = engine.read_whole(document, settings, cancel)
+                while True:
+                    event = next(reading)
+                    if isinstance(event, Progress):
+                        bar.update(event)
+                    elif isinstance(event, Notice):
+                        console.print(f"kvchat: {event.text}", markup=False, highlight=False, soft_wrap=True)
+            except StopIteration as finished:
+                how = finished.value
+            finally:
+                bar.close()
+            if cancel.is_set():
+                raise CancelledError("stopped", "")
+            ended[how] += 1
+            took = f" ({plan.tokens:,} tokens in {_minutes(time.perf_counter() - started)})" if how is WholeReadingDone.READ else ""
+            console.print(f"{document.path}: {how.value}{took}", markup=False, highlight=False, soft_wrap=True)
+    return ended
+
+
+def _read_job(job: Path) -> None:
+    """A background reading that `kvchat ask` started (background.py): low priority, stopped by
+    SIGTERM (`kvchat cache stop`) between batches, saving nothing then. Its stderr is the
+    background log: one line when it begins to read, one when it ends."""
+    os.nice(NICENESS)
+    document, model, gpu_layers, settings = take_job(job)
+    said = set()  # the lines logged: "reading" once, when the reading (not a wait for another's) begins
+
+    def log(line: str) -> None:
+        said.add(line)
+        typer.echo(f"{time.strftime('%F %T')} pid {os.getpid()}: {line}", err=True)
+
+    with Engine(model, gpu_layers=gpu_layers) as engine, interrupt_as_cancel(terminate=True) as cancel:
+        reading = engine.read_whole(document, settings, cancel)
+        try:
+            while True:
+                event = next(reading)
+                if isinstance(event, Notice):
+                    log(event.text)
+                elif isinstance(event, Progress) and not said:
+                    log(f"reading {document.path}")
+        except StopIteration as finished:
+            log(f"{document.path}: {finished.value.value}")
+
+
+def read_command(
+    paths: list[str] = typer.Argument(None, help=f"Documents ({SUPPORTED}), folders or globs.", show_default=False),
+    model: str = MODEL,
+    threads: int | None = THREADS,
+    gpu_layers: int = GPU_LAYERS,
+    flash_attn: str = FLASH_ATTN,
+    cache_type_k: str = CACHE_TYPE_K,
+    cache_type_v: str = CACHE_TYPE_V,
+    job: Path | None = typer.Option(None, hidden=True),
+) -> None:
+    """Read documents whole now and save their readings: every later question about them loads
+    the reading (about a second) instead of reading."""
+    if job is not None:
+        _read_job(job)
+        return
+    if not paths:
+        raise SettingsError("no documents named", f"name {SUPPORTED} files, folders or globs: kvchat read contracts/")
+    console = Console(stderr=True)
+    settings = AskSettings(threads=threads, layout=kv_layout(flash_attn, gpu_layers, cache_type_k, cache_type_v), read="full")
+    documents, failed = _load(paths, console)
+    if not documents:
+        raise SettingsError("nothing to read", f"name {SUPPORTED} files or folders holding them")
+    with Engine(model, gpu_layers=gpu_layers) as engine:
+        ended = read_documents(engine, documents, settings, console)
+    parts = [f"{count} {how.value}" for how, count in ended.items() if count]
+    console.print("; ".join(parts) + (f"; {failed} could not be read" if failed else ""), highlight=False)
+    if failed:
+        raise typer.Exit(1)
