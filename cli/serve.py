@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 import textwrap
+import webbrowser
 
 import typer
 from rich.console import Console
@@ -72,8 +73,12 @@ def serve_command(
     cache: bool = SAVE_READINGS,
     read: str = READ,
     draft: str | None = DRAFT,
+    open_page: bool = typer.Option(False, "--open", help="Open the chat page in the default browser once serving."),
+    allow_origin: list[str] = typer.Option(
+        [], help="A web origin (https://app.example) whose pages may call this API from the browser; none by default."),
 ) -> None:
-    """Serve an OpenAI-compatible API: chat completions, models, and documents to chat about."""
+    """Serve a chat page in the browser and an OpenAI-compatible API: chat completions, models,
+    and documents to chat about."""
     from kvchat.server.runner import server_for
     from kvchat.server.service import ChatService, ServerLimits
 
@@ -99,13 +104,16 @@ def serve_command(
         shape += f", flash attention {'on' if layout.flash_attn else 'off'}, KV {layout.type_k}/{layout.type_v}"
 
         def banner() -> None:  # once the server listens
-            console.print(f"kvchat serve: {url}/v1  ({shape})", markup=False, highlight=False, soft_wrap=True)
+            console.print(f"kvchat serve: chat page {url}/ · API {url}/v1  ({shape})", markup=False, highlight=False,
+                          soft_wrap=True)
             if host not in ("127.0.0.1", "localhost", "::1") and api_key is None:
                 warning = f"WARNING: listening on {host} without --api-key: anyone on your network can use this server"
                 console.print(Text(warning, style="bold red"), soft_wrap=True)
             console.print(_examples(url, model, api_key is not None), highlight=False, markup=False, soft_wrap=True)
+            if open_page:
+                webbrowser.open(f"{url}/")
 
-        server_for(service, host, port, api_key, on_started=banner).run()
+        server_for(service, host, port, api_key, on_started=banner, allowed_origins=allow_origin).run()
     finally:
         service.close()
 

@@ -32,6 +32,7 @@ class Pruned:
     compact_s: float = 0.0
     kept_by_document: tuple[tuple[str, int], ...] = ()
     kept_heads: tuple[int, ...] = field(default=(), repr=False)
+    kept_spans: tuple[tuple[int, int], ...] = field(default=(), repr=False)  # the document's text kept: [start, end) characters
     head_count: int = 0
 
 
@@ -112,6 +113,9 @@ class Done:
     answer: str
     stats: Stats
     sources: tuple[Source, ...] = ()  # most relevant first; empty with sources off
+    # where in the document's text the answer's attention went: its share in each of equal
+    # stretches of the text (answering/sources.py STRIP_CELLS), start to end; empty with sources off
+    attention: tuple[float, ...] = field(default=(), repr=False)
 
 
 Event = Progress | Pruned | Evicted | Notice | Token | Done

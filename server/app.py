@@ -14,11 +14,14 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any, TypeVar
 
 from fastapi import FastAPI, File, Request, UploadFile
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.middleware.cors import CORSMiddleware
+from fastapi.responses import FileResponse, JSONResponse, StreamingResponse
+from fastapi.staticfiles import StaticFiles
 from starlette.types import Receive, Scope, Send
 
 from kvchat.events import Done, Event, Notice, Progress, Pruned, Token
@@ -32,12 +35,24 @@ T = TypeVar("T")
 # How long a stopped upload's handler waits for its reading to stop (OCR: within a tenth of a second;
 # other extraction does not look at the cancel event and is left to end in its thread).
 STOP_WAIT_S = 2.0
+STATIC = Path(__file__).parent / "static"  # the chat page: plain HTML, CSS and JS, no build step
+# The page loads only its own scripts and styles and talks only to its own origin; document text
+# and answers are put in as text, and the policy forbids inline scripts should that ever slip.
+PAGE_HEADERS = {
+    "Content-Security-Policy": "default-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
+                               "object-src 'none'; base-uri 'none'; frame-ancestors 'none'",
+    "X-Content-Type-Options": "nosniff",
+}
 
 
-def create_app(service: ChatService, api_key: str | None = None) -> FastAPI:
+def create_app(service: ChatService, api_key: str | None = None, allowed_origins: list[str] | None = None) -> FastAPI:
+    """`allowed_origins`: web origins whose pages may call the API (CORS); the page itself needs none."""
     app = FastAPI(title="kvchat", version="1", description="Chat with documents; a KV cache that stays small.")
     app.add_middleware(BodyLimit, max_bytes=service.limits.max_body_bytes)
     app.add_middleware(ApiKeyCheck, api_key=api_key)  # outside BodyLimit: no key, no body read
+    if allowed_origins:  # outside the key check: a browser's preflight carries no key
+        app.add_middleware(CORSMiddleware, allow_origins=allowed_origins, allow_methods=["GET", "POST", "DELETE"],
+                           allow_headers=["Authorization", "Content-Type"])
     app.add_middleware(UnexpectedErrors)
     install_error_handlers(app)
     app.state.stopping = stopping = asyncio.Event()
@@ -75,6 +90,17 @@ def create_app(service: ChatService, api_key: str | None = None) -> FastAPI:
         if not service.documents.delete(document_id):
             raise ApiError(404, f"no document {document_id!r}", "document_not_found", "document_id")
         return {"id": document_id, "object": "document", "deleted": True}
+
+    @app.get("/v1/documents/{document_ids}/text")
+    async def document_text(document_ids: str) -> dict[str, object]:
+        """kvchat's: the text that sources' and kept ranges' offsets point into (ids joined by commas)."""
+        return service.document_text(document_ids.split(","))
+
+    @app.get("/", include_in_schema=False)
+    async def page() -> FileResponse:
+        return FileResponse(STATIC / "index.html", headers=PAGE_HEADERS)
+
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
 
     @app.post("/v1/chat/completions")
     async def chat(body: ChatCompletionRequest, request: Request) -> object:
@@ -170,12 +196,14 @@ class _Reading:
 
     notices: list[str] = field(default_factory=list)
     kept_by_document: dict[str, int] = field(default_factory=dict)
+    kept_spans: list[tuple[int, int]] = field(default_factory=list)
 
     def note(self, event: Event) -> None:
         if isinstance(event, Notice):
             self.notices.append(event.text)
         elif isinstance(event, Pruned):
             self.kept_by_document = dict(event.kept_by_document)
+            self.kept_spans = list(event.kept_spans)
 
 
 async def _last_event(events: AsyncIterator[Event], report: _Reading) -> Done:
@@ -207,8 +235,10 @@ def _kv(done: Done, report: _Reading) -> dict[str, object]:
     stats = done.stats
     return {"method": stats.method, "read": stats.read, "prompt_tokens": stats.prompt_tokens, "loaded_tokens": stats.loaded_tokens,
             "read_tokens": stats.read_tokens, "kept_tokens": stats.kept_tokens, "ttft_s": round(stats.ttft_s, 4),
-            "notices": report.notices, "kept_by_document": report.kept_by_document,
-            "sources": [asdict(source) for source in done.sources]}
+            "kv_bytes_full": stats.kv_bytes_full, "kv_bytes_kept": stats.kv_bytes_kept,
+            "decode_tokens_per_s": round(stats.decode_tokens_per_s, 2),
+            "notices": report.notices, "kept_by_document": report.kept_by_document, "kept_spans": report.kept_spans,
+            "sources": [asdict(source) for source in done.sources], "attention": list(done.attention)}
 
 
 def _completion(done: Done, completion_id: str, created: int, model_id: str, report: _Reading) -> dict[str, object]:

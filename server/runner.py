@@ -54,9 +54,10 @@ class Server(uvicorn.Server):
 
 
 def server_for(
-    service: ChatService, host: str, port: int, api_key: str | None = None, on_started: Callable[[], None] = lambda: None
+    service: ChatService, host: str, port: int, api_key: str | None = None, on_started: Callable[[], None] = lambda: None,
+    allowed_origins: list[str] | None = None,
 ) -> Server:
     """The server of `service`'s app; `on_started` runs once it listens."""
-    app = create_app(service, api_key)
+    app = create_app(service, api_key, allowed_origins or [])
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=GRACE_S)
     return Server(config, service, app.state.stopping, on_started)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from kvchat.documents import Document, bundle
 from kvchat.documents.limits import MAX_FILE_BYTES, SERVER_DOCUMENTS_BYTES
@@ -107,6 +107,14 @@ class ChatService:
         document = bundle([self._stored(document_id, field_name) for document_id in ids])
         turns, question = _turns(body.messages)
         return ChatRequest(settings, document=document, turns=tuple(turns), question=question)
+
+    def document_text(self, document_ids: list[str]) -> dict[str, object]:
+        """The text a request about these documents asks about (several: bundled, as in the
+        prompt), with its pages: what a source's or a kept range's offsets point into."""
+        document = bundle([self._stored(document_id, "document_ids") for document_id in document_ids])
+        return {"object": "document.text", "ids": document_ids, "filename": ", ".join(
+                    self.documents.find(document_id).filename for document_id in document_ids),
+                "text": document.text.strip(), "pages": [asdict(page) for page in document.pages]}
 
     def _stored(self, document_id: str, field_name: str) -> Document:
         stored = self.documents.find(document_id)

@@ -206,7 +206,7 @@ class Conversation:
             if settings.reads_fast(with_draft) and not self.turns and self.run.read_upto == 0:
                 if pays(len(tokens), settings, with_draft):
                     self.prompt_tokens = tokens
-                    selected = yield from self._with_kept_by_document(self.run.read_fast(tokens, settings, cancel))
+                    selected = yield from self._with_kept_text(self.run.read_fast(tokens, settings, cancel))
                     if self.speeds is not None:
                         self.speeds.record("fast", len(tokens), time.perf_counter() - selected.started)
                     return selected
@@ -219,20 +219,22 @@ class Conversation:
         start = self.selection.before_question(self.run, tokens, len(earlier_tokens), self.prompt_tokens if self.turns else None)
         self._make_room(len(tokens) - self.run.read_upto, settings.max_tokens)
         selection = self.run.select(tokens, settings, start.pinned, cancel, start.prunes, reading_s)
-        selected = yield from self._with_kept_by_document(selection)
+        selected = yield from self._with_kept_text(selection)
         self.prompt_tokens = tokens
         return selected
 
-    def _with_kept_by_document(self, selection: Generator[Event, None, Selected]) -> Generator[Event, None, Selected]:
-        """The selection's events; about several documents, its Pruned says what it kept of each."""
+    def _with_kept_text(self, selection: Generator[Event, None, Selected]) -> Generator[Event, None, Selected]:
+        """The selection's events, its Pruned saying which of the document's text it kept (and
+        how much of each, about several documents)."""
         while True:
             try:
                 event = next(selection)
             except StopIteration as finished:
                 return finished.value
-            if isinstance(event, Pruned) and self.document.kind == BUNDLE_KIND:
-                kept = kept_by_source(self.document, self.kept_spans(event.kept_positions))
-                event = replace(event, kept_by_document=tuple(kept.items()))
+            if isinstance(event, Pruned):
+                spans = self.kept_spans(event.kept_positions)
+                kept = kept_by_source(self.document, spans) if self.document.kind == BUNDLE_KIND else {}
+                event = replace(event, kept_spans=tuple(spans), kept_by_document=tuple(kept.items()))
             yield event
 
     def _with_answer_sources(self, done: Done, n_prompt_cells: int, settings: AskSettings) -> Generator[Event, None, Done]:
@@ -248,7 +250,8 @@ class Conversation:
             return done
         if attention is None:
             return done
-        return replace(done, sources=self.source_finder().sources(*attention))
+        finder = self.source_finder()
+        return replace(done, sources=finder.sources(*attention), attention=finder.strip(*attention))
 
     def source_finder(self) -> SourceFinder:
         """What turns the attention of this document's prompt cells into sources (built once)."""

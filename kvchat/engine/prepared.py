@@ -85,19 +85,24 @@ def _taken(
     return PreparedPrompt(cache.saved(), first_token, selected, settings, finder)
 
 
-def answer_sources(model: LlamaModel, prompt: PreparedPrompt, answer_tokens: list[int]) -> tuple[Source, ...]:
-    """The passages of the document an answer drew on (answering/sources.py), as a conversation finds them:
+def answer_sources(
+    model: LlamaModel, prompt: PreparedPrompt, answer_tokens: list[int]
+) -> tuple[tuple[Source, ...], tuple[float, ...]]:
+    """The passages of the document an answer drew on and where its attention went along the
+    text (answering/sources.py: Done's sources and attention), as a conversation finds them:
     the prompt's kept cells loaded on a context of their own, and the answer's tokens its
     sequence decoded (all but the last one taken; at most a batch) read after them with the
     attention probe on. Empty for a plain chat, with sources off, or for a one-token answer."""
     settings = prompt.settings
     answer_tokens = answer_tokens[:-1][: settings.n_batch]
     if prompt.finder is None or not answer_tokens:
-        return ()
+        return (), ()
     kept = prompt.kept
     context = settings.layout.context(round_up(len(kept.positions) + len(answer_tokens) + 1), settings.n_batch, settings.threads)
     cache = KvCache(LlamaContext(model, context))
     with cache.ctx:
         cache.restore(kept)
         attention = cache.answer_attention(len(kept.positions), answer_tokens)
-    return prompt.finder.sources(*attention) if attention is not None else ()
+    if attention is None:
+        return (), ()
+    return prompt.finder.sources(*attention), prompt.finder.strip(*attention)

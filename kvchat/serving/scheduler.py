@@ -319,16 +319,17 @@ class Scheduler:
         )
         self.decoder.release(answer.slot)
         self._answers.remove(answer)
-        sources = () if generation.stop_reason == "cancelled" else self._sources(answer.prompt, generation.token_ids)
-        answer.job.emit(Done(generation.text, stats, sources))
+        sources, attention = ((), ()) if generation.stop_reason == "cancelled" else self._sources(answer.prompt, generation.token_ids)
+        answer.job.emit(Done(generation.text, stats, sources, attention))
 
-    def _sources(self, prompt: PreparedPrompt, answer_tokens: list[int]) -> tuple[Source, ...]:
-        """The answer's sources; a failure to find them is logged, and the answer stands without."""
+    def _sources(self, prompt: PreparedPrompt, answer_tokens: list[int]) -> tuple[tuple[Source, ...], tuple[float, ...]]:
+        """The answer's sources and attention along the text; a failure to find them is logged,
+        and the answer stands without."""
         try:
             return answer_sources(self.engine.model, prompt, answer_tokens)
         except Exception:
             LOGGER.exception("finding an answer's sources failed")
-            return ()
+            return (), ()
 
     def _fail_answers(self, error: KvchatError) -> None:
         for answer in list(self._answers):

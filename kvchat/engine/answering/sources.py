@@ -24,6 +24,7 @@ from kvchat.events import Source
 MAX_PASSAGE = 200  # characters: a source quotes one passage, cut at a space beyond this
 MIN_PASSAGE = 40  # a shorter piece (a clause number, a heading) joins the one after it
 SOURCES = 3
+STRIP_CELLS = 100  # the stretches of the text an answer's attention is told over (Done.attention)
 
 _BREAK = re.compile(r"\s*\n\s*|(?<=[.!?])\s+")
 
@@ -104,21 +105,36 @@ class SourceFinder:
     def sources(self, positions: np.ndarray, scores: np.ndarray, limit: int = SOURCES) -> tuple[Source, ...]:
         """The `limit` passages whose tokens drew the most of `scores` (one per prompt cell, which
         holds `positions`), most first; a passage that drew nothing is not a source."""
-        if self._token_ranges is None:
+        if (found := self._in_text(positions, scores)) is None:
             return ()
+        positions, shares = found
+        # a token belongs where its last character is (" Israel" starts on the space before)
+        passage = np.searchsorted(self._passages[:, 0], self._token_ranges[1][positions] - 1, side="right") - 1
+        drawn = np.bincount(np.maximum(passage, 0), weights=shares, minlength=len(self._passages))
+        ranked = [int(i) for i in np.argsort(-drawn, kind="stable")[:limit] if drawn[i] > 0]
+        return tuple(self._source(*self._passages[i], float(drawn[i])) for i in ranked)
+
+    def strip(self, positions: np.ndarray, scores: np.ndarray, cells: int = STRIP_CELLS) -> tuple[float, ...]:
+        """The share of `scores` (as in sources()) that the tokens in each of `cells` equal
+        stretches of the document's text drew, start to end; () when it cannot be told."""
+        if (found := self._in_text(positions, scores)) is None:
+            return ()
+        positions, shares = found
+        cell = np.minimum(self._token_ranges[0][positions] * cells // len(self.document.text), cells - 1)
+        return tuple(round(float(share), 5) for share in np.bincount(cell, weights=shares, minlength=cells))
+
+    def _in_text(self, positions: np.ndarray, scores: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+        """The positions of the document's text among `positions` that drew some of `scores`, and
+        each one's share of what they drew together; None when nothing there drew any."""
+        if self._token_ranges is None:
+            return None
         starts, ends = self._token_ranges
         inside = (positions < len(starts)) & (scores > 0)
         positions, scores = positions[inside], scores[inside]
         in_text = ends[positions] > starts[positions]
         positions, scores = positions[in_text], scores[in_text].astype(np.float64)
         total = float(scores.sum())
-        if total <= 0:
-            return ()
-        # a token belongs where its last character is (" Israel" starts on the space before)
-        passage = np.searchsorted(self._passages[:, 0], ends[positions] - 1, side="right") - 1
-        drawn = np.bincount(np.maximum(passage, 0), weights=scores, minlength=len(self._passages)) / total
-        ranked = [int(i) for i in np.argsort(-drawn, kind="stable")[:limit] if drawn[i] > 0]
-        return tuple(self._source(*self._passages[i], float(drawn[i])) for i in ranked)
+        return (positions, scores / total) if total > 0 else None
 
     def _source(self, start: int, end: int, score: float) -> Source:
         start, end = int(start), int(end)
