@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+from importlib.metadata import version
 from typing import NoReturn
 
 import typer
@@ -27,7 +28,21 @@ app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
+
+
+def _show_version(shown: bool) -> None:
+    if shown:
+        typer.echo(f"kvchat {version('kvchat')} (llama-cpp-python {version('llama-cpp-python')})")
+        raise typer.Exit()
+
+
+@app.callback()
+def _kvchat(
+    _version: bool = typer.Option(False, "--version", callback=_show_version, is_eager=True, help="Show the version and exit."),
+) -> None:
+    """Chat with long documents on your own machine, with a KV cache that stays small."""
 app.command("ask")(ask_command)
 app.command("chat")(chat_command)
 app.command("read")(read_command)

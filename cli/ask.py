@@ -17,24 +17,48 @@ from kvchat.cli.options import (
     warn_about_gpu_layers,
 )
 from kvchat.cli.render import OcrBar, render
-from kvchat.documents import SUPPORTED, bundle, load_document
+from kvchat.cli.read import files_named
+from kvchat.documents import SUPPORTED, Document, bundle, load_document
 from kvchat.engine import Conversation, Engine, InProgress, StreamSettings, selection_named, selections_help
-from kvchat.errors import CancelledError, SettingsError, raise_if_cancelled
+from kvchat.errors import CancelledError, DocumentError, SettingsError, raise_if_cancelled
 from kvchat.events import Event, Notice
 from kvchat.policy import HeadReduction, SnapKV
 
 SNAPKV = SnapKV()  # the defaults of its options
 
 
-def _question(text: str) -> str:
-    if not text.strip():
+def _question(paths: list[Path] | None, question: str | None) -> tuple[list[str], str]:
+    """The documents named and the question; a question forgotten is named as such (click gives
+    the last argument to the question, so `kvchat ask a.pdf` has a question and no document)."""
+    if not paths:
+        if question is None:
+            raise SettingsError("no document and no question", 'kvchat ask contract.pdf "What is the termination clause?"')
+        raise SettingsError(f"no question asked about {question}", f'add it: kvchat ask {question} "What is the termination clause?"')
+    if question is None or not question.strip():
         raise SettingsError("the question is empty", 'ask something, e.g. "What is the termination clause?"')
-    return text
+    return [str(path) for path in paths], question
+
+
+def _load(names: list[str], console: Console) -> Document:
+    """The documents named (files, folders' documents, globs, - for standard input), as one."""
+    files = []
+    for path, skipped in files_named(names):
+        if skipped is not None:
+            console.print(f"kvchat: skipped {path}: {skipped}", markup=False, highlight=False, soft_wrap=True)
+        else:
+            files.append(path)
+    if not files:
+        raise DocumentError(f"{', '.join(names)}: no documents in this directory or glob",
+                            f"name {SUPPORTED} files, or folders that hold some")
+    with OcrBar(console) as ocr_progress, signals_stop_reading() as stop:
+        return bundle([load_document(path, ocr_progress, stop) for path in files])
 
 
 def ask_command(
-    paths: list[Path] = typer.Argument(..., help=f"The document, or several asked about together: {SUPPORTED}; - reads one from standard input.", show_default=False),
-    question: str = typer.Argument(..., help="What to ask about it (them)."),
+    paths: list[Path] = typer.Argument(
+        None, help=f"The document, or several asked about together: {SUPPORTED}, folders of them, globs; - reads one "
+        "from standard input.", show_default=False),
+    question: str = typer.Argument(None, help="What to ask about it (them).", show_default=False),
     model: str = MODEL,
     budget: int = BUDGET,
     window: int = WINDOW,
@@ -56,7 +80,7 @@ def ask_command(
     flash_attn: str = FLASH_ATTN,
     cache_type_k: str = CACHE_TYPE_K,
     cache_type_v: str = CACHE_TYPE_V,
-    n_ctx: int | None = typer.Option(None, help="Context size (default: fits the prompt + max tokens)."),
+    n_ctx: int | None = typer.Option(None, "--n-ctx", "--ctx-size", "-c", help="Context size (default: fits the prompt + max tokens)."),
     n_batch: int = N_BATCH,
     select: str = typer.Option("question", help=selections_help()),
     cache: bool = SAVE_READINGS,
@@ -67,6 +91,7 @@ def ask_command(
 ) -> None:
     """Ask a question about a document (or several: `kvchat ask a.pdf b.docx "…"`); the answer
     streams to stdout, stats to stderr."""
+    names, question = _question(paths, question)
     console = Console(stderr=True)
     warn_about_gpu_layers(gpu_layers, console)
     layout = kv_layout(flash_attn, gpu_layers, cache_type_k, cache_type_v)
@@ -76,9 +101,7 @@ def ask_command(
     draft = draft_for(model, draft, settings.read)
     stream = StreamSettings(chunk=chunk, recent=recent)
     selection = selection_named(select)
-    with OcrBar(console) as ocr_progress, signals_stop_reading() as stop:
-        document = bundle([load_document(path, ocr_progress, stop) for path in paths])
-    question = _question(question)
+    document = _load(names, console)
     in_background = cache and background_reading_on()
     with Engine(model, gpu_layers=gpu_layers, use_cache=cache, draft=draft) as engine, interrupt_as_cancel() as cancel:
         conversation = engine.conversation(document, settings, selection=selection, stream=stream)

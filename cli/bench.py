@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.util
+
 from dataclasses import asdict, replace
 from pathlib import Path
 
@@ -127,6 +129,8 @@ def bench_command(
     readings = {each.settings(AskSettings()).read for each in config.variants()}  # refuses bad settings before loading anything
     reading = "fast" if "fast" in readings else "full"
     check_draft(draft, reading, "add --read full,fast")
+    if plot is not None and importlib.util.find_spec("matplotlib") is None:  # refused before a run of minutes
+        raise SettingsError("--plot draws with matplotlib, which is not installed", "pip install 'kvchat[bench]'")
     models = list(dict.fromkeys(models)) or ["default"]
     drafts = {name: draft_for(name, draft, reading) for name in models}  # each model's own pair unless named
     for name in models:  # a missing second model is refused before the first one's run

@@ -56,7 +56,7 @@ def _crash_line(signal_number: int, where: str, gpu_layers: int, report: dict) -
     llama = report["llama_cpp"]
     if gpu_layers > 0:
         cause = "llama.cpp's GPU backend"
-        hint = f"try --gpu-layers 0, or rebuild llama-cpp-python for this GPU ({REINSTALL} with CMAKE_ARGS set as the README says)"
+        hint = f"try --gpu-layers 0, or rebuild llama-cpp-python for this GPU ({REINSTALL} with CMAKE_ARGS set as docs/gpu.md says)"
     elif llama["weight_layout"] == "extra":
         amx = "AMX" in llama["extra_buffer_types"]
         cause = "llama.cpp's AMX matmul, which crashes on many hosts" if amx else "llama.cpp's repacked CPU weights"

@@ -22,11 +22,13 @@ METHOD = typer.Option(
 )
 BUDGET = typer.Option(DEFAULTS.method.budget, help="KV entries kept for the prompt, observation window included.")
 WINDOW = typer.Option(DEFAULTS.method.window, help="Observation window: the question's last tokens whose attention votes.")
-MAX_TOKENS = typer.Option(DEFAULTS.max_tokens, help="Most tokens per answer.")
-TEMPERATURE = typer.Option(DEFAULTS.sampler.temperature, help="0 = greedy (deterministic).")
+# llama.cpp's short forms where the meaning is the same (-n, --temp, -t, -ngl, -c)
+MAX_TOKENS = typer.Option(DEFAULTS.max_tokens, "--max-tokens", "-n", help="Most tokens per answer.")
+TEMPERATURE = typer.Option(DEFAULTS.sampler.temperature, "--temperature", "--temp", help="0 = greedy (deterministic).")
 N_BATCH = typer.Option(DEFAULTS.n_batch, help="Tokens read per step: a reading's chunk, and the largest --window.")
-THREADS = typer.Option(DEFAULTS.threads, help="CPU threads for reading and decoding (default: every CPU kvchat may use).")
-GPU_LAYERS = typer.Option(0, help="Layers to offload to the GPU (a CUDA or Metal build; see the README).")
+THREADS = typer.Option(DEFAULTS.threads, "--threads", "-t",
+                       help="CPU threads for reading and decoding (default: every CPU kvchat may use).")
+GPU_LAYERS = typer.Option(0, "--gpu-layers", "-ngl", help="Layers to offload to the GPU (a CUDA or Metal build; see docs/gpu.md).")
 FLASH_ATTN = typer.Option("auto", help="on, off, or auto (on with --gpu-layers); on: scores from queries and keys.")
 CACHE_TYPE_K = typer.Option(DEFAULTS.layout.type_k, help="KV cache type of K: f16 or q8_0.")
 CACHE_TYPE_V = typer.Option(DEFAULTS.layout.type_v, help="KV cache type of V: f16 or q8_0 (q8_0 needs flash attention).")
@@ -36,7 +38,7 @@ READ = typer.Option(
     "default model: small) and the document is long enough, full otherwise; full: every layer reads the whole "
     "document; fast: a cheap pass (the first layers of --draft, or of the model itself with --draft none) chooses "
     "the tokens and the whole model reads only those for the first answer; follow-ups are selected from a whole "
-    "reading (README: Reading fast).",
+    "reading (docs/how-it-works.md: Reading fast).",
 )
 HEADS = typer.Option(
     None, show_default=False,
@@ -115,7 +117,7 @@ def gpu_layers_warning(gpu_layers: int) -> str | None:
     if gpu_layers > 0 and not gpu_offload_supported():
         return (
             f"--gpu-layers {gpu_layers} has no effect: this llama-cpp-python build runs on the CPU only "
-            "(reinstall it with CUDA or Metal: see the README's GPU section)"
+            "(reinstall it with CUDA or Metal: see docs/gpu.md)"
         )
     return None
 

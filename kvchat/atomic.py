@@ -1,4 +1,5 @@
-"""Write files so that nothing the user keeps is ever half-written."""
+"""Write files so that nothing the user keeps is ever half-written, nor an update of one lost to
+another process's."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
+
+from filelock import FileLock
 
 TEMP_SUFFIX = ".tmp"
 
@@ -30,6 +33,15 @@ def atomic_file(path: Path, mode: str = "wb") -> Iterator[IO]:
     finally:
         if os.path.exists(temp_name):
             os.unlink(temp_name)
+
+
+@contextmanager
+def locked(path: Path) -> Iterator[None]:
+    """Hold the lock of `path` (a `.lock` file beside it) across a read-modify-write of it that
+    other kvchat processes may be doing at once (the memo files: reading speeds, model digests)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(f"{path}.lock"):
+        yield
 
 
 def remove_stale_temp_files(folder: Path, name_pattern: str, older_than_s: float) -> None:

@@ -1,6 +1,8 @@
 """One error hierarchy for kvchat. Every error carries a one-line message and a hint.
 
-Front ends translate these in exactly one place each (CLI: exit code 2 and one line on stderr).
+Front ends translate these in exactly one place each (CLI: one line on stderr, and exit code 2 for
+a usage error (a setting), 1 for a failure at run time (a document, a model, llama.cpp), 130 when
+stopped).
 Below the front ends a message or hint names a setting in backquotes, by its name in the
 settings (`n_ctx`, `budget`, `heads`), never by one front end's flag: each front end says how it
 calls a setting (the CLI `--n-ctx`, the server its request field) once, in one_line()'s `named`.
@@ -23,7 +25,7 @@ def plain(name: str) -> str | None:
 class KvchatError(Exception):
     """Base class: `message` says what went wrong, `hint` what the user can do about it."""
 
-    exit_code = 2
+    exit_code = 1
 
     def __init__(self, message: str, hint: str = "") -> None:
         super().__init__(message)
@@ -63,11 +65,16 @@ class ModelError(KvchatError):
 
 
 class SettingsError(KvchatError):
-    """A setting is out of range or inconsistent with another one."""
+    """A setting is out of range or inconsistent with another one: a usage error."""
+
+    exit_code = 2
 
 
 class PromptTooLongError(KvchatError):
-    """The prompt (document + question) plus the answer does not fit the model or the context."""
+    """The prompt (document + question) plus the answer does not fit the model or the context (the
+    settings asked for: a usage error)."""
+
+    exit_code = 2
 
 
 class DecodeError(KvchatError):

@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from kvchat.atomic import atomic_file
+from kvchat.atomic import atomic_file, locked
 from kvchat.errors import ModelError
 from kvchat.models.registry import REGISTRY, ModelEntry, find_entry
 from kvchat.paths import cache_dir, data_dir
@@ -144,9 +144,12 @@ def model_sha256(path: Path) -> str:
     stat = path.stat()
     memo_path = cache_dir() / "model-sha256.json"
     memo_key = f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}"
-    memo = _sha256_memo(memo_path)
-    if memo_key not in memo:
-        memo[memo_key] = file_sha256(path)
+    if (digest := _sha256_memo(memo_path).get(memo_key)) is not None:
+        return digest
+    digest = file_sha256(path)  # seconds for a large model: outside the lock
+    with locked(memo_path):  # others' digests written meanwhile are kept
+        memo = _sha256_memo(memo_path)
+        memo[memo_key] = digest
         with atomic_file(memo_path, "w") as out:
             json.dump(memo, out)
-    return memo[memo_key]
+    return digest

@@ -52,7 +52,7 @@ def _parts(prefix: str, version: str, count: int) -> tuple[PartPackage, ...]:
 
 # The default answers 41 of 48 contract questions (seven CUAD contracts) with the whole document in
 # cache and 42 after pruning to 1,024 entries, where the small one answers 31 and 24 (`kvchat bench
-# --tasks cuad`, README "Which model"); the small one reads about 1.3-1.8x faster.
+# --tasks cuad`, docs/models.md); the small one reads about 1.3-1.8x faster.
 REGISTRY: tuple[ModelEntry, ...] = (
     ModelEntry(
         name="default",
@@ -65,7 +65,7 @@ REGISTRY: tuple[ModelEntry, ...] = (
         # answers at 0.54x snapkv's time to first token; the small model's choice answered as snapkv
         # did on needles and the bundled contract at 0.43-0.49x; choosing words it answered 11 of the
         # 15 questions snapkv answered on two 12K-18K-token contracts, choosing 32-token passages by
-        # the strongest head all 16 (snapkv 15) at 0.41-0.54x (README "Reading fast").
+        # the strongest head all 16 (snapkv 15) at 0.41-0.54x (docs/how-it-works.md, "Reading fast").
         draft="small",
     ),
     ModelEntry(
@@ -81,7 +81,7 @@ REGISTRY: tuple[ModelEntry, ...] = (
         # questions 12 layers choosing words lost on 12K-18K-token contracts, all 24 won back two of
         # them at 0.71-0.82x, and 12 choosing passages by the strongest head won back all four at
         # 0.48-0.61x, where 8 or 6 so choosing still lost the notice period (0.36-0.45x, 0.30-0.40x;
-        # README "Reading fast").
+        # docs/how-it-works.md, "Reading fast").
         cheap_depth=0.5,
     ),
 )

@@ -25,12 +25,12 @@ def free_port() -> int:
 
 
 @contextmanager
-def serving(service: ChatService, api_key: str | None = None) -> Iterator[str]:
+def serving(service: ChatService, api_key: str | None = None, allowed_origins: list[str] | None = None) -> Iterator[str]:
     """Yields the base URL of a live server of `service`; stops it (as `kvchat serve` does on a
     signal) and closes the service afterwards."""
     port = free_port()
     listening = threading.Event()
-    server = server_for(service, "127.0.0.1", port, api_key, on_started=listening.set)
+    server = server_for(service, "127.0.0.1", port, api_key, on_started=listening.set, allowed_origins=allowed_origins)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     try:
@@ -45,12 +45,12 @@ def serving(service: ChatService, api_key: str | None = None) -> Iterator[str]:
 @contextmanager
 def running_server(
     model_path: Path, api_key: str | None = None, use_cache: bool = False, new_scheduler: NewScheduler = Scheduler,
-    **limits: object,
+    allowed_origins: list[str] | None = None, **limits: object,
 ) -> Iterator[tuple[str, ChatService]]:
     """Yields (base URL, service) of a live server on the model at `model_path`."""
     engine = Engine(str(model_path), use_cache=use_cache)
     service = ChatService(engine, ServerLimits(model_id="kvchat-test", **limits), new_scheduler=new_scheduler)  # type: ignore[arg-type]
-    with serving(service, api_key) as url:
+    with serving(service, api_key, allowed_origins) as url:
         yield url, service
 
 

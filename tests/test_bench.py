@@ -327,7 +327,7 @@ def test_bench_refuses_a_missing_model_before_running_the_first(tiny_model_path,
          "--model", str(tmp_path / "missing.gguf"), "--json", str(tmp_path / "out.json")],
         capture_output=True, text=True, env=env, timeout=120,
     )
-    assert result.returncode == 2 and "missing.gguf" in result.stderr
+    assert result.returncode == 1 and "missing.gguf" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and not (tmp_path / "out.json").exists()
 
 

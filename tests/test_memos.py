@@ -147,3 +147,21 @@ def test_cache_list_skips_and_deletes_a_damaged_reading(kind: str, isolated_home
     assert not bad.exists()
     logged = (log_dir() / LOG_FILE_NAME).read_text().splitlines()
     assert sum("deleted a damaged saved reading: bad.kvstate: unreadable header" in line for line in logged) == 1
+
+
+RECORDER = """
+import sys
+from pathlib import Path
+from kvchat.engine.reading.speeds import ReadingSpeeds
+speeds = ReadingSpeeds(Path(sys.argv[1]), "model")
+for number in range(25):
+    speeds.record(f"{sys.argv[2]}-{number}", 1024, 1.0)
+"""
+
+
+def test_processes_recording_speeds_at_once_lose_none_of_them(tmp_path: Path) -> None:
+    """A background reading and a foreground ask record at once: the lock keeps both records."""
+    path = tmp_path / "reading-speeds.json"
+    writers = [subprocess.Popen([sys.executable, "-c", RECORDER, str(path), f"writer{index}"]) for index in range(4)]
+    assert [writer.wait(timeout=120) for writer in writers] == [0] * 4
+    assert len(json.loads(path.read_text())["model"]) == 4 * 25

@@ -8,11 +8,13 @@ import os
 from pathlib import Path
 
 import httpx
+import openai
 import pytest
 
 from conftest import REPO_DIR
 from server_harness import running_server
 from system_tools import system_tool
+from test_server_real import TRIP
 
 SAMPLE_PDF = REPO_DIR / "kvchat" / "samples" / "marketing_reseller_agreement.pdf"
 ARTIFACTS = REPO_DIR / "test-artifacts"
@@ -109,3 +111,25 @@ def test_a_documents_markup_is_shown_as_text(browser, tiny_model_path: Path, tmp
         assert page.evaluate("window.pwned") is None
         headers = httpx.get(f"{url}/").headers
         assert "default-src 'self'" in headers["content-security-policy"]
+
+
+@pytest.mark.real_model
+def test_on_a_real_model_the_page_answers_with_the_apis_answer_and_sources(browser, small_model_path: Path, tmp_path: Path) -> None:
+    trip = tmp_path / "trip.txt"
+    trip.write_bytes(TRIP)
+    question = "What was the boat called?"
+    with running_server(small_model_path, budget=256, max_tokens=24, sequences=2) as (url, _):
+        page = new_page(browser, url)
+        page.wait_for_selector("body[data-ready=yes]")
+        page.set_input_files("#file", str(trip))
+        page.wait_for_selector("#documents li:has-text('trip.txt') input:checked")
+        ask_on(page, question)
+        shown = page.locator("#messages li.assistant")
+        (document,) = httpx.get(f"{url}/v1/documents").json()["data"]
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=300)
+        api = client.chat.completions.create(model="kvchat-test", messages=[{"role": "user", "content": question}],
+                                             extra_body={"document_id": document["id"]})
+        assert "Grey Heron" in api.choices[0].message.content
+        assert shown.locator(".answer").inner_text().strip() == api.choices[0].message.content.strip()
+        labels = [f"{source['where']} · “{source['text']}”" for source in api.model_extra["kv"]["sources"]]
+        assert labels and shown.locator(".sources button").all_inner_texts() == labels

@@ -642,3 +642,38 @@ def test_the_readme_example_is_the_banners_and_runs_as_printed(tiny_model_path: 
         exec(compile(code, "README.md", "exec"), namespace)
     assert namespace["doc"]["filename"] == "contract.pdf" and namespace["doc"]["pages"] == 1
     assert namespace["answer"].choices[0].finish_reason in ("stop", "length")
+
+
+def test_a_documents_text_is_what_sources_and_kept_spans_point_into(server, client) -> None:
+    url, _ = server
+    first = httpx.post(f"{url}/v1/documents", files={"file": ("notes.txt", NOTES)}).json()
+    second = httpx.post(f"{url}/v1/documents", files={"file": ("ledger.txt", b"Item 7 costs 21 dollars.\n" * 30)}).json()
+    alone = httpx.get(f"{url}/v1/documents/{first['id']}/text").json()
+    assert (alone["text"], alone["filename"], alone["ids"]) == (NOTES.decode().strip(), "notes.txt", [first["id"]])
+    assert alone["pages"] == [{"number": 1, "start": 0, "end": len(alone["text"]), "source": "", "kind": ""}]
+    kv = ask(client, "What was the boat called?", extra_body={"document_id": first["id"]}).model_extra["kv"]
+    assert kv["sources"] and all(source["text"] == " ".join(alone["text"][source["start"]:source["end"]].split())
+                                 for source in kv["sources"])
+    assert kv["kept_spans"] and all(0 <= start < end <= len(alone["text"]) for start, end in kv["kept_spans"])
+    assert len(kv["attention"]) == 100 and abs(sum(kv["attention"]) - 1) < 1e-3
+    both_ids = [first["id"], second["id"]]
+    both = httpx.get(f"{url}/v1/documents/{','.join(both_ids)}/text").json()
+    assert both["filename"] == "notes.txt, ledger.txt" and [page["source"] for page in both["pages"]] == ["notes.txt", "ledger.txt"]
+    kv = ask(client, "How much is item 7?", extra_body={"document_ids": both_ids}).model_extra["kv"]
+    assert all(source["text"] == " ".join(both["text"][source["start"]:source["end"]].split()) for source in kv["sources"])
+    missing = httpx.get(f"{url}/v1/documents/doc-nothing/text")
+    assert missing.status_code == 404 and "no document 'doc-nothing'" in missing.json()["error"]["message"]
+
+
+def test_the_page_is_served_and_other_origins_are_refused_unless_allowed(tiny_model_path: Path) -> None:
+    preflight = {"Origin": "https://app.example", "Access-Control-Request-Method": "POST",
+                 "Access-Control-Request-Headers": "authorization,content-type"}
+    with running_server(tiny_model_path, budget=64, max_tokens=8, sequences=1) as (url, _):
+        page = httpx.get(f"{url}/")
+        assert page.status_code == 200 and '<script src="/static/app.js"' in page.text
+        assert httpx.get(f"{url}/static/app.js").headers["content-type"].startswith("text/javascript")
+        refused = httpx.options(f"{url}/v1/chat/completions", headers=preflight)
+        assert "access-control-allow-origin" not in refused.headers
+    with running_server(tiny_model_path, allowed_origins=["https://app.example"], budget=64, max_tokens=8, sequences=1) as (url, _):
+        allowed = httpx.options(f"{url}/v1/chat/completions", headers=preflight)
+        assert allowed.status_code == 200 and allowed.headers["access-control-allow-origin"] == "https://app.example"

@@ -38,7 +38,7 @@ class ServeProcess:
         assert self.process.stderr is not None
         for line in self.process.stderr:
             self.stderr.append(line)
-            if line.startswith("kvchat serve: http://"):
+            if line.startswith("kvchat serve: chat page http://"):
                 self.listening.set()
 
 
@@ -130,4 +130,6 @@ def test_memory_stays_flat_over_twenty_readings_whose_clients_leave(tiny_model_p
             # one sequence: "hi" is read once the reading left behind stopped and freed it
             assert httpx.post(f"{served.url}/v1/chat/completions", json=hi, headers=auth, timeout=60).status_code == 200
             rss.append(_rss_mib(served.process.pid))
-    assert rss[-1] - rss[0] < FLAT_MARGIN_MIB, [round(value) for value in rss]
+    # the least of the first and of the last five: a reading still being let go of when RSS is read
+    # shows as a lone spike (~17 MiB); a leak grows round after round
+    assert min(rss[-5:]) - min(rss[:5]) < FLAT_MARGIN_MIB, [round(value) for value in rss]

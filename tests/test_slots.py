@@ -23,6 +23,7 @@ from kvchat.errors import CancelledError, InternalError, KvchatError, PromptTooL
 from kvchat.events import Done, Progress, Token
 from kvchat.llama import Sampler
 from kvchat.policy import SnapKV
+from kvchat.serving.reading_on import BackgroundReadings
 from kvchat.serving.requests import ChatRequest, prepare
 from kvchat.serving.scheduler import ChatJob, QueueFull, Scheduler, ShuttingDown
 from kvchat.serving.slots import SlotDecoder
@@ -267,7 +268,7 @@ def test_at_most_max_readings_are_read_at_once_and_each_reserves_a_sequence() ->
         (_, b), (_, c) = _submit(scheduler, "B"), _submit(scheduler, "C")
         first.allow(2)  # A reads its chunks in turn with B's first
         _, second = fake.readings.wait_len(2)
-        assert scheduler.load == {"answering": 0, "reading": 2, "waiting": 1, "sequences": 3, "reading_on": 0}
+        assert scheduler.load == {"answering": 0, "reading": 2, "waiting": 1, "sequences": 3, "reading_on": 0, "reading_on_progress": []}
         second.allow(2)
         assert _done(a).answer == "a"  # C is read once A's reading ended
         fake.readings.wait_len(3)[2].allow(2)
@@ -294,6 +295,17 @@ def test_a_document_a_fast_reading_answered_is_read_whole_only_while_no_answer_i
         assert _done(first).answer == "abc"
         fake.order.wait_for(lambda items: "whole Boat? closed" in items)
     assert fake.order.items == ["prepare Boat?", *(f"whole Boat? {chunk} after 3 steps" for chunk in (1, 2, 3)), "whole Boat? closed"]
+
+
+def test_a_whole_reading_in_the_background_tells_how_far_it_got_until_it_ends() -> None:
+    engine = type("SavesReadings", (), {"states": object()})()
+    readings = BackgroundReadings(engine, lambda _engine, _request: iter([Progress(512, 1024, 1.0), Progress(1024, 1024, 2.0)]))
+    readings.add(ChatRequest(FAKE_SETTINGS, document=NOTES, question="Boat?"))
+    told = [readings.progress()]
+    for _ in range(3):  # two chunks, then the end
+        readings.step()
+        told.append(readings.progress())
+    assert told == [[{"document": "notes.txt", "done": done, "total": total}] for done, total in ((0, 0), (512, 1024), (1024, 1024))] + [[]]
 
 
 def test_a_request_about_a_document_being_read_whole_reads_the_rest_of_it_first() -> None:
@@ -331,7 +343,7 @@ def test_a_full_waiting_line_refuses_the_next_job() -> None:
         _, a = _submit(scheduler, "A")
         (reading,) = fake.readings.wait_len(1)
         _, b = _submit(scheduler, "B")
-        assert scheduler.load == {"answering": 0, "reading": 1, "waiting": 1, "sequences": 1, "reading_on": 0}
+        assert scheduler.load == {"answering": 0, "reading": 1, "waiting": 1, "sequences": 1, "reading_on": 0, "reading_on_progress": []}
         refused = Emitted()
         with pytest.raises(QueueFull):
             scheduler.submit(ChatJob(ChatRequest(FAKE_SETTINGS, messages=({"role": "user", "content": "C"},)), refused))
@@ -395,7 +407,7 @@ def test_stopping_ends_answers_as_cancelled_and_refuses_the_reading_and_waiting_
         (_, b), (_, c) = _submit(scheduler, "B"), _submit(scheduler, "C")
         reading.allow()  # A answers (its first token), then B's reading waits for its cancel
         fake.readings.wait_len(2)
-        assert scheduler.load == {"answering": 1, "reading": 1, "waiting": 1, "sequences": 2, "reading_on": 0}
+        assert scheduler.load == {"answering": 1, "reading": 1, "waiting": 1, "sequences": 2, "reading_on": 0, "reading_on_progress": []}
         scheduler.stop()
         with pytest.raises(ShuttingDown):
             _submit(scheduler, "D")

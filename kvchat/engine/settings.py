@@ -56,7 +56,7 @@ class FastSettings:
     # How the cheap pass groups the tokens it chooses for the re-reading (policy/spans.py) and
     # reduces its heads' votes (policy/scoring.py): whole chunks, each scored by the strongest head,
     # as Speculative Prefill chooses; choosing as the method keeps (words, summed) lost real-contract
-    # answers (README "Reading fast").
+    # answers (docs/how-it-works.md, "Reading fast").
     spans: str = "chunks"
     heads: str = "max"
 
@@ -96,7 +96,7 @@ class AskSettings:
     # Speculative Prefill). A follow-up reads the whole document first. "full": every layer reads
     # it all. "auto" (the default): fast where it was measured answering as a full reading does,
     # with a draft model and a method that chooses as snapkv does, on a prompt long enough for it
-    # to pay (README "Reading fast"); full otherwise, without a word.
+    # to pay (docs/how-it-works.md, "Reading fast"); full otherwise, without a word.
     read: str = "auto"
     fast: FastSettings = field(default_factory=FastSettings)
 

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 
 from kvchat.engine import Engine, KvLayout
-from kvchat.events import Event
+from kvchat.events import Event, Progress
 from kvchat.serving.requests import ChatRequest
 
 LOGGER = logging.getLogger(__name__)
@@ -47,15 +47,23 @@ class BackgroundReadings:
         self.engine = engine
         self._reader = reader
         self._pending: dict[DocumentKey, Iterator[Event]] = {}
+        self._read: dict[DocumentKey, dict[str, object]] = {}  # how far each has got, for /health
 
     def __len__(self) -> int:
         return len(self._pending)
+
+    def progress(self) -> list[dict[str, object]]:
+        """Each reading under way: its document's name, tokens read and in all (read from the
+        server's threads: a copy made in one step)."""
+        return list(self._read.values())
 
     def add(self, request: ChatRequest) -> None:
         """Read `request`'s document whole later, unless it is under way or cannot be saved."""
         key = _key(request)
         if key is not None and key not in self._pending and self.engine.states is not None:
             self._pending[key] = self._reader(self.engine, request)
+            assert request.document is not None
+            self._read[key] = {"document": request.document.path.name, "done": 0, "total": 0}
 
     def step(self) -> None:
         """Read on with the oldest reading: one batch (or another event of it)."""
@@ -76,14 +84,19 @@ class BackgroundReadings:
         for events in self._pending.values():
             events.close()
         self._pending.clear()
+        self._read.clear()
 
     def _advance(self, key: DocumentKey, events: Iterator[Event]) -> Event | None:
         """The reading's next event; None once it ended (or failed)."""
         try:
-            return next(events)
+            event = next(events)
         except StopIteration:
-            del self._pending[key]
+            del self._pending[key], self._read[key]
         except Exception:  # the reading is dropped; a follow-up reads the document itself
             LOGGER.exception("reading a document whole in the background failed")
-            del self._pending[key]
+            del self._pending[key], self._read[key]
+        else:
+            if isinstance(event, Progress):
+                self._read[key] = {**self._read[key], "done": event.done, "total": event.total}
+            return event
         return None

@@ -121,11 +121,11 @@ class Scheduler:
         self._wake.set()
 
     @property
-    def load(self) -> dict[str, int]:
+    def load(self) -> dict[str, object]:
         return {
             "answering": len(self._answers), "reading": len(self._readings),
             "waiting": self._waiting.qsize(), "sequences": len(self.decoder.slots),
-            "reading_on": len(self._readings_on),
+            "reading_on": len(self._readings_on), "reading_on_progress": self._readings_on.progress(),
         }
 
     def stop(self) -> None:

@@ -304,6 +304,19 @@ async function ask(question) {
     save();
     shown.replaceWith(messageItem(answer));
   }
+  if (answer.kv && answer.kv.read !== "full") followWholeReading();
+}
+
+// After a fast first answer the server reads the document whole, for the follow-ups: its
+// progress (GET /health) is shown until it is done.
+async function followWholeReading() {
+  for (;;) {
+    const response = await api("/health");
+    const readings = response.ok ? (await response.json()).reading_on_progress || [] : [];
+    if (!readings.length) return say("");
+    say(readings.map((r) => `reading ${r.document} whole for follow-ups: ${r.total ? Math.round(100 * r.done / r.total) : 0}%`).join(" · "));
+    await new Promise((resolve) => setTimeout(resolve, 2000));
+  }
 }
 
 // Server-sent events: `data:` lines hold chunks, comment lines kvchat's reading progress.

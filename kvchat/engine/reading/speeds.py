@@ -11,7 +11,7 @@ import json
 import math
 from pathlib import Path
 
-from kvchat.atomic import atomic_file
+from kvchat.atomic import atomic_file, locked
 
 MIN_MEASURED_TOKENS = 512  # a shorter reading says more about overheads than about speed
 
@@ -50,10 +50,11 @@ class ReadingSpeeds:
         """Remember `tokens` read in `seconds`, if the reading was long enough to say anything."""
         if tokens < MIN_MEASURED_TOKENS or seconds <= 0:
             return
-        speeds = self._all()
-        speeds.setdefault(self.model_key, {})[kind] = round(tokens / seconds, 2)
-        with atomic_file(self.path, "w") as out:
-            json.dump(speeds, out, indent=1)
+        with locked(self.path):  # another process (a background reading) may record meanwhile
+            speeds = self._all()
+            speeds.setdefault(self.model_key, {})[kind] = round(tokens / seconds, 2)
+            with atomic_file(self.path, "w") as out:
+                json.dump(speeds, out, indent=1)
 
     def measured(self, kind: str) -> float | None:
         """The last measured speed of `kind` alone, or None."""
