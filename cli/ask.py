@@ -12,7 +12,7 @@ from rich.console import Console
 from kvchat.cli.background import background_reading_on, start_background_reading
 from kvchat.cli.interrupt import interrupt_as_cancel, signals_stop_reading
 from kvchat.cli.options import (
-    BUDGET, CACHE_TYPE_K, N_BATCH, CACHE_TYPE_V, DRAFT, FLASH_ATTN, GPU_LAYERS, HEADS, MAX_TOKENS, METHOD, MODEL, READ,
+    BUDGET, CACHE_TYPE_K, N_BATCH, SYSTEM, CACHE_TYPE_V, DRAFT, FLASH_ATTN, GPU_LAYERS, HEADS, MAX_TOKENS, METHOD, MODEL, READ,
     SAVE_READINGS, SOURCES, TEMPERATURE, THREADS, WINDOW, ask_settings, check_draft, draft_for, kv_layout,
     warn_about_gpu_layers,
 )
@@ -82,6 +82,7 @@ def ask_command(
     cache_type_v: str = CACHE_TYPE_V,
     n_ctx: int | None = typer.Option(None, "--n-ctx", "--ctx-size", "-c", help="Context size (default: fits the prompt + max tokens)."),
     n_batch: int = N_BATCH,
+    system: str | None = SYSTEM,
     select: str = typer.Option("question", help=selections_help()),
     cache: bool = SAVE_READINGS,
     sources: bool = SOURCES,
@@ -95,7 +96,7 @@ def ask_command(
     console = Console(stderr=True)
     warn_about_gpu_layers(gpu_layers, console)
     layout = kv_layout(flash_attn, gpu_layers, cache_type_k, cache_type_v)
-    settings = ask_settings(method, layout, max_tokens, temperature, threads, seed, n_ctx, sources, read, n_batch,
+    settings = ask_settings(method, layout, max_tokens, temperature, threads, seed, n_ctx, sources, read, n_batch, system,
                             budget=budget, window=window, kernel=kernel, pool=pool, heads=heads, spans=spans)
     check_draft(draft, settings.read)
     draft = draft_for(model, draft, settings.read)

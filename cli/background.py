@@ -68,6 +68,7 @@ def write_job(document: Document, model: str, settings: AskSettings, gpu_layers:
         "document": {"path": str(document.path), "kind": document.kind, "text": document.text,
                      "pages": [asdict(page) for page in document.pages]},
         "model": model, "gpu_layers": gpu_layers, "threads": settings.threads, "layout": asdict(settings.layout),
+        "system": settings.system,  # part of the document's prompt: the reading saved must be the one asked about
     }
     path = jobs_folder() / f"{uuid.uuid4().hex}.json"
     with atomic_file(path, "w") as out:
@@ -83,5 +84,5 @@ def take_job(path: Path) -> tuple[Document, str, int, AskSettings]:
         path.unlink(missing_ok=True)
     found = job["document"]
     document = Document(Path(found["path"]), found["kind"], found["text"], [Page(**page) for page in found["pages"]])
-    settings = AskSettings(threads=job["threads"], layout=KvLayout(**job["layout"]), read="full")
+    settings = AskSettings(threads=job["threads"], layout=KvLayout(**job["layout"]), read="full", system=job["system"])
     return document, job["model"], job["gpu_layers"], settings

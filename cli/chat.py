@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from kvchat.cli.options import (
-    BUDGET, N_BATCH, CACHE_TYPE_K, CACHE_TYPE_V, DRAFT, FLASH_ATTN, GPU_LAYERS, HEADS, MAX_TOKENS, METHOD, MODEL, READ,
+    BUDGET, N_BATCH, SYSTEM, CACHE_TYPE_K, CACHE_TYPE_V, DRAFT, FLASH_ATTN, GPU_LAYERS, HEADS, MAX_TOKENS, METHOD, MODEL, READ,
     SAVE_READINGS, TEMPERATURE, THREADS, WINDOW, ask_settings, check_draft, draft_for, gpu_layers_warning, kv_layout,
 )
 from kvchat.documents import SUPPORTED
@@ -28,6 +28,7 @@ def chat_command(
     temperature: float = TEMPERATURE,
     threads: int | None = THREADS,
     n_batch: int = N_BATCH,
+    system: str | None = SYSTEM,
     gpu_layers: int = GPU_LAYERS,
     flash_attn: str = FLASH_ATTN,
     cache_type_k: str = CACHE_TYPE_K,
@@ -38,7 +39,7 @@ def chat_command(
 ) -> None:
     """Chat with a document in a terminal UI (F1 inside lists the keys)."""
     layout = kv_layout(flash_attn, gpu_layers, cache_type_k, cache_type_v)
-    settings = ask_settings(method, layout, max_tokens, temperature, threads, read=read, n_batch=n_batch, budget=budget, window=window, heads=heads)
+    settings = ask_settings(method, layout, max_tokens, temperature, threads, read=read, n_batch=n_batch, system=system, budget=budget, window=window, heads=heads)
     from kvchat.tui.app import KvchatApp  # Textual is imported only for this command
     from kvchat.tui.sessions import EngineSessions
 

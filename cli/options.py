@@ -25,6 +25,8 @@ WINDOW = typer.Option(DEFAULTS.method.window, help="Observation window: the ques
 # llama.cpp's short forms where the meaning is the same (-n, --temp, -t, -ngl, -c)
 MAX_TOKENS = typer.Option(DEFAULTS.max_tokens, "--max-tokens", "-n", help="Most tokens per answer.")
 TEMPERATURE = typer.Option(DEFAULTS.sampler.temperature, "--temperature", "--temp", help="0 = greedy (deterministic).")
+SYSTEM = typer.Option(None, "--system", "-s", show_default=False,
+                      help="The system prompt (default: kvchat's: answer from the document only, quote exactly, keep it short).")
 N_BATCH = typer.Option(DEFAULTS.n_batch, help="Tokens read per step: a reading's chunk, and the largest --window.")
 THREADS = typer.Option(DEFAULTS.threads, "--threads", "-t",
                        help="CPU threads for reading and decoding (default: every CPU kvchat may use).")
@@ -83,6 +85,7 @@ def ask_settings(
     sources: bool = DEFAULTS.sources,
     read: str = DEFAULTS.read,
     n_batch: int = DEFAULTS.n_batch,
+    system: str | None = None,
     **method_options: object,
 ) -> AskSettings:
     """AskSettings from a command's options; `method_options` (budget, window, kernel …) go to
@@ -97,6 +100,7 @@ def ask_settings(
         sampler=SamplerSettings(temperature=temperature, seed=seed),
         n_ctx=n_ctx,
         n_batch=n_batch,
+        system=system,
         threads=threads,
         layout=layout,
         sources=sources,

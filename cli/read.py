@@ -14,7 +14,7 @@ from rich.console import Console
 
 from kvchat.cli.background import NICENESS, take_job
 from kvchat.cli.interrupt import interrupt_as_cancel, signals_stop_reading
-from kvchat.cli.options import CACHE_TYPE_K, CACHE_TYPE_V, FLASH_ATTN, GPU_LAYERS, MODEL, THREADS, kv_layout
+from kvchat.cli.options import CACHE_TYPE_K, CACHE_TYPE_V, FLASH_ATTN, GPU_LAYERS, MODEL, SYSTEM, THREADS, kv_layout
 from kvchat.cli.render import OcrBar, ReadingBar
 from kvchat.documents import DOCUMENT_SUFFIXES, SUPPORTED, Document, load_document
 from kvchat.engine import AskSettings, Engine, WholeReadingDone
@@ -130,6 +130,7 @@ def read_command(
     flash_attn: str = FLASH_ATTN,
     cache_type_k: str = CACHE_TYPE_K,
     cache_type_v: str = CACHE_TYPE_V,
+    system: str | None = SYSTEM,
     job: Path | None = typer.Option(None, hidden=True),
 ) -> None:
     """Read documents whole now and save their readings: every later question about them loads
@@ -140,7 +141,8 @@ def read_command(
     if not paths:
         raise SettingsError("no documents named", f"name {SUPPORTED} files, folders or globs: kvchat read contracts/")
     console = Console(stderr=True)
-    settings = AskSettings(threads=threads, layout=kv_layout(flash_attn, gpu_layers, cache_type_k, cache_type_v), read="full")
+    settings = AskSettings(threads=threads, layout=kv_layout(flash_attn, gpu_layers, cache_type_k, cache_type_v), read="full",
+                           system=system)
     documents, failed = _load(paths, console)
     if not documents:
         raise SettingsError("nothing to read", f"name {SUPPORTED} files or folders holding them")

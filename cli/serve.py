@@ -73,6 +73,8 @@ def serve_command(
     cache: bool = SAVE_READINGS,
     read: str = READ,
     draft: str | None = DRAFT,
+    system: str | None = typer.Option(None, "--system", "-s", show_default=False,
+                                      help="The system prompt of a request that sends none (default: kvchat's)."),
     open_page: bool = typer.Option(False, "--open", help="Open the chat page in the default browser once serving."),
     allow_origin: list[str] = typer.Option(
         [], help="A web origin (https://app.example) whose pages may call this API from the browser; none by default."),
@@ -88,7 +90,7 @@ def serve_command(
             "--room >= 16", "see kvchat serve --help",
         )
     SnapKV(budget=budget, window=window_for(budget))  # refuses a budget as a request's would be refused
-    AskSettings(threads=threads, read=read)  # refuses a bad thread count or reading now: requests build their settings later
+    AskSettings(threads=threads, read=read, system=system)  # refuses bad settings now: requests build theirs later
     draft = draft_for(model, draft, read)  # a named one whatever --read says: a request may read fast (kv_read)
     layout = kv_layout(flash_attn, gpu_layers, cache_type_k, cache_type_v)
     _check_port(host, port)
@@ -96,7 +98,7 @@ def serve_command(
     warn_about_gpu_layers(gpu_layers, console)
     limits = ServerLimits(model_id=model, budget=budget, max_tokens=max_tokens, sequences=max_sessions,
                           max_waiting=max_waiting, max_readings=max_readings, max_document_bytes=documents_memory * 2**20,
-                          room=room, layout=layout, heads=heads or SnapKV().heads, read=read)
+                          room=room, layout=layout, heads=heads or SnapKV().heads, read=read, system=system)
     service = ChatService(Engine(model, gpu_layers=gpu_layers, use_cache=cache, draft=draft), limits, threads)
     try:
         url = f"http://{'127.0.0.1' if host == '0.0.0.0' else host}:{port}"

@@ -47,6 +47,7 @@ class ServerLimits:
     layout: KvLayout = KvLayout()  # flash attention and KV cache types of every context
     heads: HeadReduction = SnapKV().heads  # how snapkv's heads choose
     read: str = AskSettings().read  # how a request that does not say (kv_read) reads a new document
+    system: str | None = None  # the system prompt of a request that sends none (None: kvchat's)
 
     @property
     def sequence_cells(self) -> int:
@@ -92,12 +93,14 @@ class ChatService:
             method = method_carrying(body.kv_method or SnapKV.name, {"heads": limits.heads}, budget=budget, window=window_for(budget))
             return AskSettings(method=method, max_tokens=max_tokens, sampler=sampler, threads=self.threads,
                                layout=limits.layout, auto_stream=body.kv_method is None, sources=body.kv_sources,
-                               read=body.kv_read or limits.read)
+                               read=body.kv_read or limits.read, system=_system(body.messages) or limits.system)
         except KvchatError as error:
             raise api_error(error) from None
 
     def request_for(self, body: ChatCompletionRequest, settings: AskSettings) -> ChatRequest:
         messages = [{"role": "system" if m.role == "developer" else m.role, "content": m.text()} for m in body.messages]
+        if self.limits.system is not None and _system(body.messages) is None:
+            messages.insert(0, {"role": "system", "content": self.limits.system})
         if body.document_id is not None and body.document_ids is not None:
             raise ApiError(400, "send document_id or document_ids, not both", "invalid_document_ids", "document_ids")
         ids = [body.document_id] if body.document_id is not None else body.document_ids
@@ -171,9 +174,15 @@ class Answer:
         self.job.cancel.set()
 
 
+def _system(messages: list[ChatMessage]) -> str | None:
+    """The request's own system prompt: its system (or developer) messages, or None."""
+    said = [m.text() for m in messages if m.role in ("system", "developer") and m.text().strip()]
+    return "\n\n".join(said) if said else None
+
+
 def _turns(messages: list[ChatMessage]) -> tuple[list[Turn], str]:
-    """(user, assistant) pairs and the last user message; system messages are left out (the
-    document prompt has its own)."""
+    """(user, assistant) pairs and the last user message; system messages are left out (they are
+    the document prompt's system prompt: AskSettings.system)."""
     said = [m for m in messages if m.role in ("user", "assistant")]
     if not said or said[-1].role != "user":
         raise ApiError(400, "the last message must be the user's question", "invalid_messages", "messages")

@@ -518,3 +518,13 @@ def test_every_command_and_option_the_readme_shows_exists() -> None:
             assert option in _options(commands[path]), f"the README shows `kvchat {words} … {option}`"
     for option in re.findall(r"`(--[a-z][a-z-]*)", readme):
         assert option in every_option, f"the README shows `{option}`"
+
+
+def test_a_system_prompt_from_the_command_line(document, tiny_model_path, isolated_home) -> None:
+    asked = run_kvchat(*ask_args(document, tiny_model_path, "-s", "Answer in French.", "--json"), home=isolated_home)
+    plain = run_kvchat(*ask_args(document, tiny_model_path, "--json", "--no-cache"), home=isolated_home)
+    assert asked.returncode == plain.returncode == 0, asked.stderr + plain.stderr
+    assert json.loads(asked.stdout)["prompt_tokens"] != json.loads(plain.stdout)["prompt_tokens"]
+    empty = run_kvchat(*ask_args(document, tiny_model_path, "--system", ""), home=isolated_home)
+    assert empty.returncode == 2 and empty.stderr == (
+        "kvchat: error: the system prompt is empty (hint: leave --system out for kvchat's, or give one)\n")

@@ -130,3 +130,22 @@ def test_a_named_method_is_kept_and_a_long_document_refused(tiny_model) -> None:
     document = Document(path=Path("boxes.txt"), kind="text", text="Box 3 holds code 1021. " * 400)
     with pytest.raises(PromptTooLongError, match="the model was trained on 4,096"):
         Conversation(tiny_model, "tiny", document, replace(SETTINGS, auto_stream=False))
+
+
+def test_a_system_prompt_is_part_of_the_documents_prompt_and_of_every_question(tiny_model) -> None:
+    document = Document(path=Path("boxes.txt"), kind="text", text=" ".join(f"Box {i} holds {i * 3}." for i in range(20)))
+    settings = AskSettings(method=SnapKV(budget=64, window=16), max_tokens=4, threads=2)
+    own = Conversation(tiny_model, "tiny", document, settings)
+    french = Conversation(tiny_model, "tiny", document, replace(settings, system="Answer in French."))
+    try:
+        told = "".join(tiny_model.pieces_text(french.document_tokens))
+        assert "Answer in French." in told and "keep the answer short" not in told
+        assert "keep the answer short" in "".join(tiny_model.pieces_text(own.document_tokens))
+        list(french.open())
+        list(french.ask("What does box 3 hold?"))
+        assert french.prompt_tokens[: len(french.document_tokens)] == french.document_tokens
+    finally:
+        own.close()
+        french.close()
+    with pytest.raises(SettingsError, match="the system prompt is empty"):
+        AskSettings(system="  ")

@@ -677,3 +677,18 @@ def test_the_page_is_served_and_other_origins_are_refused_unless_allowed(tiny_mo
     with running_server(tiny_model_path, allowed_origins=["https://app.example"], budget=64, max_tokens=8, sequences=1) as (url, _):
         allowed = httpx.options(f"{url}/v1/chat/completions", headers=preflight)
         assert allowed.status_code == 200 and allowed.headers["access-control-allow-origin"] == "https://app.example"
+
+
+def test_a_requests_system_message_or_else_the_servers_is_the_document_prompts_system(tiny_model_path: Path) -> None:
+    from kvchat.server.schemas import ChatCompletionRequest
+
+    with running_server(tiny_model_path, system="Answer in French.", budget=64, max_tokens=8, sequences=1) as (url, service):
+        plain = ChatCompletionRequest(model=MODEL, messages=[{"role": "user", "content": "Hi"}])
+        own = ChatCompletionRequest(model=MODEL, messages=[{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}])
+        assert (service.settings_for(plain).system, service.settings_for(own).system) == ("Answer in French.", "Be brief.")
+        about = {"document_id": httpx.post(f"{url}/v1/documents", files={"file": ("notes.txt", NOTES)}).json()["id"]}
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=60)
+        french = ask(client, "What was the boat called?", extra_body=about).usage.prompt_tokens
+        brief = client.chat.completions.create(model=MODEL, max_tokens=4, extra_body=about, messages=[
+            {"role": "system", "content": "Be brief."}, {"role": "user", "content": "What was the boat called?"}]).usage.prompt_tokens
+        assert french > brief  # each prompt holds its own system prompt, the server's the longer

@@ -70,7 +70,8 @@ class Conversation:
         self.speeds = speeds  # what a reading measures, remembered for `kvchat inspect`
         self._decode_all = decode_all
         self.turns: list[Turn] = []
-        part = document_part(model, document.text)
+        self._system = settings.system  # the conversation's: its document part (and saved reading) holds it
+        part = document_part(model, document.text, self._system)
         self._document_part = part.text
         self._runs = self._document_runs(part)
         self.document_tokens = [token for run in self._runs for token in run] if self._runs else part.tokens(model)
@@ -109,7 +110,7 @@ class Conversation:
         return context_size(self.model, len(self.document_tokens), self.settings, reserve)
 
     def _split(self, question: str) -> tuple[PromptPart, PromptPart, PromptPart]:
-        messages = chat_messages(self.document.text, self.turns, question)
+        messages = chat_messages(self.document.text, self.turns, question, self._system)
         return split_rendered(self.model.apply_chat_template(messages))
 
     def question_window(self, question: str) -> list[int]:

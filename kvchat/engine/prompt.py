@@ -86,12 +86,13 @@ def _wrapped(messages: list[dict[str, str]]) -> list[dict[str, str]]:
     return [{**message, "content": f"{TEXT_START}{message['content']}{TEXT_END}"} for message in messages]
 
 
-def chat_messages(document_text: str, turns: list[Turn], question: str) -> list[dict[str, str]]:
-    """System, the document with the first question, then the turns. Markers (removed by
-    split_rendered) note where the document ends and where the new question starts."""
+def chat_messages(document_text: str, turns: list[Turn], question: str, system: str | None = None) -> list[dict[str, str]]:
+    """System (`system`, or kvchat's), the document with the first question, then the turns.
+    Markers (removed by split_rendered) note where the document ends and where the new question
+    starts."""
     questions = [_question_text(turn.question) for turn in turns] + [QUESTION_START + _question_text(question)]
     first = f"<document>\n{document_text.strip()}\n</document>\n\n{DOCUMENT_END}{questions[0]}"
-    messages = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": first}]
+    messages = [{"role": "system", "content": system or SYSTEM_PROMPT}, {"role": "user", "content": first}]
     for turn, next_question in zip(turns, questions[1:]):
         messages.append({"role": "assistant", "content": turn.answer.strip()})
         messages.append({"role": "user", "content": next_question})
@@ -120,9 +121,9 @@ def split_rendered(rendered: str) -> tuple[PromptPart, PromptPart, PromptPart]:
     return parts[0], parts[1], parts[2]
 
 
-def document_part(model: LlamaModel, document_text: str) -> PromptPart:
+def document_part(model: LlamaModel, document_text: str, system: str | None = None) -> PromptPart:
     """The document part of every prompt about `document_text` (system prompt and document)."""
-    part, _, _ = split_rendered(model.apply_chat_template(chat_messages(document_text, [], "")))
+    part, _, _ = split_rendered(model.apply_chat_template(chat_messages(document_text, [], "", system)))
     return part
 
 

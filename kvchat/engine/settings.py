@@ -99,6 +99,9 @@ class AskSettings:
     # to pay (docs/how-it-works.md, "Reading fast"); full otherwise, without a word.
     read: str = "auto"
     fast: FastSettings = field(default_factory=FastSettings)
+    # The system prompt; None: kvchat's (answer from the document only, quote exactly, keep it
+    # short). It is part of the document's prompt, so each one has its own saved reading.
+    system: str | None = None
 
     def __post_init__(self) -> None:
         if self.max_tokens < 1:
@@ -107,6 +110,8 @@ class AskSettings:
             raise SettingsError(f"threads must be at least 1, got {self.threads}", "use 1 or more threads, or leave it unset for all cores")
         if self.n_ctx is not None and self.n_ctx < 1:
             raise SettingsError(f"context size must be at least 1, got {self.n_ctx}", "leave it unset to fit the prompt")
+        if self.system is not None and not self.system.strip():
+            raise SettingsError("the system prompt is empty", "leave `system` out for kvchat's, or give one")
         if self.read not in READS:
             raise SettingsError(f"unknown reading {self.read!r}", "read auto, full or fast")
         if self.read == "fast" and not self.method_reads_fast:

@@ -37,7 +37,7 @@ def reading_plan(
     model: LlamaModel, document: Document, settings: AskSettings, speeds: ReadingSpeeds | None, with_draft: bool
 ) -> ReadingPlan:
     """`with_draft`: a draft model does fast readings' cheap pass (AskSettings.reads_fast)."""
-    tokens = len(document_part(model, document.text).tokens(model))
+    tokens = len(document_part(model, document.text, settings.system).tokens(model))
     read_with, _ = reading_settings(model, tokens, settings)
     speed = speeds.tokens_per_s("stream" if read_with.method.streams else "read") if speeds else None
     reads_fast = read_with.reads_fast(with_draft) and pays(tokens, read_with, with_draft)
