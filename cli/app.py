@@ -25,7 +25,7 @@ from kvchat.errors import CancelledError, KvchatError
 app = typer.Typer(
     name="kvchat",
     help="Chat with long documents on your own machine, with a KV cache that stays small.",
-    add_completion=False,
+    add_completion=True,  # --install-completion for bash, zsh, fish, PowerShell
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},

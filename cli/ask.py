@@ -12,7 +12,7 @@ from rich.console import Console
 from kvchat.cli.background import background_reading_on, start_background_reading
 from kvchat.cli.interrupt import interrupt_as_cancel, signals_stop_reading
 from kvchat.cli.options import (
-    BUDGET, CACHE_TYPE_K, N_BATCH, SYSTEM, CACHE_TYPE_V, DRAFT, FLASH_ATTN, GPU_LAYERS, HEADS, MAX_TOKENS, METHOD, MODEL, READ,
+    ADVANCED, BUDGET, CACHE_TYPE_K, N_BATCH, SYSTEM, CACHE_TYPE_V, DRAFT, FLASH_ATTN, GPU_LAYERS, HEADS, MAX_TOKENS, METHOD, MODEL, READ,
     SAVE_READINGS, SOURCES, TEMPERATURE, THREADS, WINDOW, ask_settings, check_draft, draft_for, kv_layout,
     warn_about_gpu_layers,
 )
@@ -63,15 +63,15 @@ def ask_command(
     budget: int = BUDGET,
     window: int = WINDOW,
     kernel: int | None = typer.Option(
-        None, show_default=False, help=f"snapkv, snapstream: pooling kernel (odd) that keeps neighbours of chosen tokens (default {SNAPKV.kernel})."),
-    pool: str | None = typer.Option(None, show_default=False, help=f"snapkv, snapstream: pooling, max or avg (default {SNAPKV.pool})."),
+        None, show_default=False, rich_help_panel=ADVANCED, help=f"snapkv, snapstream: pooling kernel (odd) that keeps neighbours of chosen tokens (default {SNAPKV.kernel})."),
+    pool: str | None = typer.Option(None, show_default=False, rich_help_panel=ADVANCED, help=f"snapkv, snapstream: pooling, max or avg (default {SNAPKV.pool})."),
     heads: HeadReduction | None = HEADS,
     spans: str | None = typer.Option(
-        None, show_default=False, help=f"snapkv, snapstream: keep whole spans once one of their tokens is chosen: words "
+        None, show_default=False, rich_help_panel=ADVANCED, help=f"snapkv, snapstream: keep whole spans once one of their tokens is chosen: words "
         f"(numbers and words), sentences, chunks (32 tokens), or none (default {SNAPKV.spans})."),
     method: str | None = METHOD,
-    chunk: int = typer.Option(StreamSettings.chunk, help="snapstream: tokens read between evictions."),
-    recent: int = typer.Option(StreamSettings.recent, help="snapstream: most recent tokens always kept while reading."),
+    chunk: int = typer.Option(StreamSettings.chunk, rich_help_panel=ADVANCED, help="snapstream: tokens read between evictions."),
+    recent: int = typer.Option(StreamSettings.recent, rich_help_panel=ADVANCED, help="snapstream: most recent tokens always kept while reading."),
     max_tokens: int = MAX_TOKENS,
     temperature: float = TEMPERATURE,
     seed: int | None = typer.Option(None, help="Sampling seed (with --temperature > 0)."),
@@ -83,7 +83,7 @@ def ask_command(
     n_ctx: int | None = typer.Option(None, "--n-ctx", "--ctx-size", "-c", help="Context size (default: fits the prompt + max tokens)."),
     n_batch: int = N_BATCH,
     system: str | None = SYSTEM,
-    select: str = typer.Option("question", help=selections_help()),
+    select: str = typer.Option("question", rich_help_panel=ADVANCED, help=selections_help()),
     cache: bool = SAVE_READINGS,
     sources: bool = SOURCES,
     read: str = READ,

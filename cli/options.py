@@ -16,12 +16,14 @@ from kvchat.policy import method_named, methods_help
 DEFAULTS = AskSettings()
 
 MODEL = typer.Option("default", "--model", "-m", help="Registry name (see `kvchat models`) or a GGUF path.")
+ADVANCED = "Advanced: how the kept entries are chosen"  # the help panel of the selection-tuning options
 METHOD = typer.Option(
-    None, show_default=False,
+    None, show_default=False, rich_help_panel=ADVANCED,
     help=f"{methods_help()}. Default: {DEFAULTS.method.name}, or snapstream for a document longer than the model's context.",
 )
 BUDGET = typer.Option(DEFAULTS.method.budget, help="KV entries kept for the prompt, observation window included.")
-WINDOW = typer.Option(DEFAULTS.method.window, help="Observation window: the question's last tokens whose attention votes.")
+WINDOW = typer.Option(DEFAULTS.method.window, rich_help_panel=ADVANCED,
+                      help="Observation window: the question's last tokens whose attention votes.")
 # llama.cpp's short forms where the meaning is the same (-n, --temp, -t, -ngl, -c)
 MAX_TOKENS = typer.Option(DEFAULTS.max_tokens, "--max-tokens", "-n", help="Most tokens per answer.")
 TEMPERATURE = typer.Option(DEFAULTS.sampler.temperature, "--temperature", "--temp", help="0 = greedy (deterministic).")
@@ -43,7 +45,7 @@ READ = typer.Option(
     "reading (docs/how-it-works.md: Reading fast).",
 )
 HEADS = typer.Option(
-    None, show_default=False,
+    None, show_default=False, rich_help_panel=ADVANCED,
     help="snapkv, snapstream: how the heads choose: sum (one ranking of their votes, the default), normalized, "
     "topk-count, max, or per-head (each layer and KV head keeps its own tokens, in the same number of cells).",
 )

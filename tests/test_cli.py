@@ -528,3 +528,14 @@ def test_a_system_prompt_from_the_command_line(document, tiny_model_path, isolat
     empty = run_kvchat(*ask_args(document, tiny_model_path, "--system", ""), home=isolated_home)
     assert empty.returncode == 2 and empty.stderr == (
         "kvchat: error: the system prompt is empty (hint: leave --system out for kvchat's, or give one)\n")
+
+
+def test_shell_completion_completes_commands_and_options(isolated_home) -> None:
+    def completed(words: str) -> list[str]:
+        env = {"_KVCHAT_COMPLETE": "complete_bash", "COMP_WORDS": words, "COMP_CWORD": str(len(words.split()) - 1)}
+        result = run_kvchat(home=isolated_home, env=env)
+        assert result.returncode == 0, result.stderr
+        return result.stdout.split()
+
+    assert completed("kvchat rea") == ["read"]
+    assert "--ctx-size" in completed("kvchat ask --ctx")
