@@ -13,6 +13,7 @@ from kvchat.cli.ask import ask_command
 from kvchat.cli.bench import bench_command
 from kvchat.cli.cache import cache_app
 from kvchat.cli.chat import chat_command
+from kvchat.cli.config import config_command, default_map
 from kvchat.cli.doctor import doctor_command
 from kvchat.cli.inspect import inspect_command
 from kvchat.cli.logs import configure_logging
@@ -51,6 +52,7 @@ app.command("models")(models_command)
 app.command("bench")(bench_command)
 app.command("serve")(serve_command)
 app.command("doctor")(doctor_command)
+app.command("config")(config_command)
 app.add_typer(cache_app, name="cache")
 
 EXIT_INTERRUPTED = 130
@@ -65,7 +67,7 @@ def main() -> None:
     configure_logging()
     command = typer.main.get_command(app)
     try:
-        code = command.main(args=sys.argv[1:], prog_name="kvchat", standalone_mode=False)
+        code = command.main(args=sys.argv[1:], prog_name="kvchat", standalone_mode=False, default_map=default_map(command))
     except CancelledError:
         code = EXIT_INTERRUPTED
     except KvchatError as error:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from platformdirs import user_cache_dir, user_data_dir, user_log_dir
+from platformdirs import user_cache_dir, user_config_dir, user_data_dir, user_log_dir
 
 APP_NAME = "kvchat"
 
@@ -25,6 +25,12 @@ def cache_dir() -> Path:
     """Saved document states live here."""
     home = _home()
     return home / "cache" if home else Path(user_cache_dir(APP_NAME, appauthor=False))
+
+
+def config_dir() -> Path:
+    """The settings file (config.toml) lives here."""
+    home = _home()
+    return home / "config" if home else Path(user_config_dir(APP_NAME, appauthor=False))
 
 
 def log_dir() -> Path:

@@ -539,3 +539,27 @@ def test_shell_completion_completes_commands_and_options(isolated_home) -> None:
 
     assert completed("kvchat rea") == ["read"]
     assert "--ctx-size" in completed("kvchat ask --ctx")
+
+
+def test_an_option_comes_from_the_flag_else_the_environment_else_the_settings_file(document, tiny_model_path, isolated_home) -> None:
+    config = isolated_home / "config" / "config.toml"
+    config.parent.mkdir(parents=True)
+    config.write_text('budget = 128\nwindow = 16\n\n[ask]\nmax_tokens = 3\n\n[serve]\nbudget = 512\n')
+    args = ["ask", str(document), "How much is item 7?", "-m", str(tiny_model_path), "--json", "--no-cache"]
+
+    def budget(*extra: str, env: dict[str, str] | None = None) -> int:
+        result = run_kvchat(*args, *extra, home=isolated_home, env=env)
+        assert result.returncode == 0, result.stderr
+        return json.loads(result.stdout)["budget"]
+
+    assert budget("--budget", "64", env={"KVCHAT_BUDGET": "96"}) == 64
+    assert budget(env={"KVCHAT_BUDGET": "96"}) == 96
+    assert budget() == 128
+    shown = run_kvchat("config", home=isolated_home, env={"KVCHAT_BUDGET": "96"}).stdout.splitlines()
+    assert shown[0] == f"settings file: {config}"
+    assert "ask --budget = 96   (KVCHAT_BUDGET)" in shown and f"ask --max-tokens = 3   ({config} [ask])" in shown
+    assert "serve --budget = 96   (KVCHAT_BUDGET)" in shown and f"chat --window = 16   ({config})" in shown
+    assert f"serve --budget = 512   ({config} [serve])" in run_kvchat("config", home=isolated_home).stdout.splitlines()
+    config.write_text("budget = [")
+    broken = run_kvchat(*args, home=isolated_home)
+    assert broken.returncode == 2 and broken.stderr.startswith(f"kvchat: error: cannot read the settings file {config}: ")
