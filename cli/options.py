@@ -7,10 +7,9 @@ from __future__ import annotations
 import typer
 from rich.console import Console
 
-from kvchat.engine import AskSettings, KvLayout
+from kvchat.engine import AskSettings, KvLayout, paired_draft
 from kvchat.errors import SettingsError
 from kvchat.llama import SamplerSettings, gpu_offload_supported
-from kvchat.models import installed_draft
 from kvchat.policy import method_named, methods_help
 
 DEFAULTS = AskSettings()
@@ -73,7 +72,7 @@ def draft_for(model: str, draft: str | None, read: str) -> str | None:
         return None
     if draft is not None:
         return draft
-    return installed_draft(model) if read != "full" else None
+    return paired_draft(model) if read != "full" else None
 
 
 def ask_settings(

@@ -13,6 +13,7 @@ from pathlib import Path
 from kvchat.atomic import atomic_file, locked
 from kvchat.errors import ModelError
 from kvchat.models.registry import REGISTRY, ModelEntry, find_entry
+from kvchat.models.stores import store_model
 from kvchat.paths import cache_dir, data_dir
 
 CHUNK_BYTES = 8 * 1024 * 1024
@@ -107,13 +108,16 @@ def file_sha256(path: Path) -> str:
 
 def resolve_model(name_or_path: str) -> Path:
     """A GGUF path for a registry name (assembling it on first use) or an existing file path."""
+    if (stored := store_model(name_or_path)) is not None:
+        return stored
     entry = find_entry(name_or_path)
     if entry is None:
         path = Path(name_or_path).expanduser()
         if path.is_file():
             return path
         names = ", ".join(e.name for e in REGISTRY)
-        raise ModelError(f"no model named or found at '{name_or_path}'", f"use one of: {names}, or a .gguf path")
+        raise ModelError(f"no model named or found at '{name_or_path}'",
+                         f"use one of: {names}, a .gguf path, ollama:NAME[:TAG] or lmstudio:PUBLISHER/MODEL (kvchat models lists them)")
     target = model_path(entry)
     if not _is_assembled(entry, target):
         assemble(entry, target)

@@ -10,6 +10,7 @@ the installation's health (health.py). In its rooms:
 """
 
 from kvchat.engine.conversation import Conversation
+from kvchat.engine.drafts import paired_draft
 from kvchat.engine.kvcache.in_progress import InProgress
 from kvchat.engine.engine import Engine, WholeReadingDone, readings_in_progress, state_store
 from kvchat.engine.answering.generate import Generation, answer_stats
@@ -28,6 +29,6 @@ from kvchat.engine.reading.stream import StreamSettings
 __all__ = [
     "DEFAULT_MAX_TOKENS", "SELECTIONS", "AskSettings", "ComposedReading", "Conversation", "Engine", "FastFirst",
     "FastSettings", "Generation", "InProgress", "KvLayout", "PreparedPrompt", "Reading", "ReadingPlan", "Selection", "StreamSettings",
-    "StreamedReading", "Turn", "WholeReading", "WholeReadingDone", "answer_sources", "answer_stats", "prepare_chat",
+    "StreamedReading", "Turn", "WholeReading", "WholeReadingDone", "answer_sources", "answer_stats", "paired_draft", "prepare_chat",
     "prepare_question", "readings_in_progress", "selection_named", "selections_help", "state_store",
 ]

@@ -1,0 +1,57 @@
+"""Which installed model does the cheap pass of a model's fast readings (its draft): the
+registry's pair for a registry model; for any other GGUF (a path, an Ollama or LM Studio model)
+an installed registry model that is smaller and has exactly the same vocabulary, as Speculative
+Prefill needs. The vocabulary check loads both models (a few seconds), so its answer is
+remembered per model file (path, size and modification time) in the cache directory."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from kvchat.atomic import atomic_file, locked
+from kvchat.llama import LlamaModel
+from kvchat.models import REGISTRY, find_entry, installed_draft, model_status, resolve_model
+from kvchat.paths import cache_dir
+
+MEMO_NAME = "draft-pairs.json"
+
+
+def paired_draft(name: str) -> str | None:
+    """The draft for the model `name` (registry name, path or store name), or None."""
+    if find_entry(name) is not None:
+        return installed_draft(name)
+    path = resolve_model(name)
+    stat = path.stat()
+    key = f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}"
+    memo_path = cache_dir() / MEMO_NAME
+    if key in (memo := _memo(memo_path)):
+        return memo[key] or None
+    draft = _same_vocabulary(path, stat.st_size)
+    with locked(memo_path):
+        memo = _memo(memo_path)
+        memo[key] = draft or ""
+        with atomic_file(memo_path, "w") as out:
+            json.dump(memo, out)
+    return draft
+
+
+def _same_vocabulary(path: Path, size: int) -> str | None:
+    """The smallest installed registry model smaller than the model at `path` with its vocabulary."""
+    installed = [entry for entry in REGISTRY if entry.size < size and model_status(entry).packages_installed]
+    if not installed:
+        return None
+    with LlamaModel(path) as model:
+        for entry in sorted(installed, key=lambda each: each.size):
+            with LlamaModel(resolve_model(entry.name)) as draft:
+                if model.same_vocabulary(draft):
+                    return entry.name
+    return None
+
+
+def _memo(path: Path) -> dict[str, str]:
+    try:
+        memo = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return {key: value for key, value in memo.items() if isinstance(value, str)} if isinstance(memo, dict) else {}

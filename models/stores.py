@@ -1,0 +1,97 @@
+"""GGUF models people already have, found where their tools keep them and never downloaded:
+Ollama's store (`ollama:NAME[:TAG]`) and LM Studio's folders (`lmstudio:PUBLISHER/MODEL[/FILE]`).
+
+Ollama keeps a manifest per name and tag (`manifests/registry.ollama.ai/library/qwen2.5/7b`), whose
+model layer names a blob by its sha256 (`blobs/sha256-…`): the blob is the GGUF. LM Studio keeps
+`PUBLISHER/MODEL/FILE.gguf` under `~/.lmstudio/models` (older versions: `~/.cache/lm-studio/models`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from kvchat.errors import ModelError
+
+OLLAMA_MODEL_LAYER = "application/vnd.ollama.image.model"
+OLLAMA_REGISTRY = "registry.ollama.ai"
+
+
+@dataclass(frozen=True)
+class FoundModel:
+    name: str  # how --model names it: "ollama:qwen2.5:7b"
+    path: Path
+    source: str  # "ollama", "lmstudio"
+
+
+def ollama_root() -> Path:
+    return Path(os.environ.get("OLLAMA_MODELS") or Path.home() / ".ollama" / "models")
+
+
+def lmstudio_roots() -> list[Path]:
+    return [Path.home() / ".lmstudio" / "models", Path.home() / ".cache" / "lm-studio" / "models"]
+
+
+def store_model(name: str) -> Path | None:
+    """The GGUF a store name names; None for a name of no store (a registry name or a path).
+    Raises ModelError, naming the command that downloads it, when the store lacks it."""
+    source, _, rest = name.partition(":")
+    if source == "ollama" and rest:
+        return _ollama(rest)
+    if source == "lmstudio" and rest:
+        return _lmstudio(rest)
+    return None
+
+
+def _ollama(name: str) -> Path:
+    model, _, tag = name.partition(":")
+    tag = tag or "latest"
+    namespace, _, short = model.rpartition("/")
+    manifest = ollama_root() / "manifests" / OLLAMA_REGISTRY / (namespace or "library") / short / tag
+    try:
+        layers = json.loads(manifest.read_text(encoding="utf-8"))["layers"]
+        digest = next(layer["digest"] for layer in layers if layer.get("mediaType") == OLLAMA_MODEL_LAYER)
+    except FileNotFoundError:
+        raise ModelError(f"no Ollama model {model}:{tag} in {ollama_root()}", f"ollama pull {model}:{tag}") from None
+    except (OSError, ValueError, KeyError, TypeError, StopIteration):
+        raise ModelError(f"Ollama's manifest of {model}:{tag} names no model file ({manifest})", f"ollama pull {model}:{tag}") from None
+    blob = ollama_root() / "blobs" / str(digest).replace(":", "-")
+    if not blob.is_file():
+        raise ModelError(f"Ollama's model file of {model}:{tag} is missing ({blob})", f"ollama pull {model}:{tag}")
+    return blob
+
+
+def _lmstudio(name: str) -> Path:
+    parts = name.split("/")
+    if len(parts) not in (2, 3):
+        raise ModelError(f"lmstudio:{name} is not PUBLISHER/MODEL[/FILE]", "e.g. lmstudio:lmstudio-community/Qwen2.5-7B-Instruct-GGUF")
+    for root in lmstudio_roots():
+        folder = root / parts[0] / parts[1]
+        files = sorted(folder.glob("*.gguf")) if len(parts) == 2 else [folder / parts[2]]
+        files = [file for file in files if file.is_file() and "mmproj" not in file.name]
+        if len(files) == 1:
+            return files[0]
+        if len(files) > 1:
+            choices = ", ".join(f"lmstudio:{parts[0]}/{parts[1]}/{file.name}" for file in files)
+            raise ModelError(f"lmstudio:{name} holds {len(files)} models", f"name one: {choices}")
+    raise ModelError(f"no LM Studio model {name} in {' or '.join(map(str, lmstudio_roots()))}", f"lms get {parts[0]}/{parts[1]}")
+
+
+def found_models() -> Iterator[FoundModel]:
+    """Every model in the stores that are there (an absent store lists nothing)."""
+    manifests = ollama_root() / "manifests" / OLLAMA_REGISTRY
+    for manifest in sorted(manifests.glob("*/*/*")) if manifests.is_dir() else []:
+        namespace, model, tag = manifest.relative_to(manifests).parts
+        name = f"ollama:{model if namespace == 'library' else f'{namespace}/{model}'}:{tag}"
+        try:
+            yield FoundModel(name, _ollama(name.removeprefix("ollama:")), "ollama")
+        except ModelError:
+            continue  # a manifest of something that is not a model (an embedding's projector, a half pull)
+    for root in lmstudio_roots():
+        for path in sorted(root.glob("*/*/*.gguf")) if root.is_dir() else []:
+            if "mmproj" not in path.name:
+                publisher, model, file = path.relative_to(root).parts
+                yield FoundModel(f"lmstudio:{publisher}/{model}/{file}", path, "lmstudio")

@@ -1,0 +1,99 @@
+"""Models other tools keep, used where they are: Ollama's store and LM Studio's folders laid out as
+those tools write them under a temporary HOME, with the tiny GGUF as the model; and the draft
+paired with a model by vocabulary."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from kvchat.engine import drafts
+from kvchat.errors import ModelError
+from kvchat.llama import LlamaModel
+from kvchat.models import resolve_model
+from test_cli import run_kvchat
+from tiny_gguf import write_tiny_gguf
+
+
+@pytest.fixture
+def home(tmp_path: Path, tiny_model_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A HOME with `ollama pull tiny` and `lms get pub/tiny-GGUF` done, as far as their files go."""
+    home = tmp_path / "home"
+    blob = home / ".ollama" / "models" / "blobs" / "sha256-0123abcd"
+    blob.parent.mkdir(parents=True)
+    shutil.copy(tiny_model_path, blob)
+    manifest = home / ".ollama" / "models" / "manifests" / "registry.ollama.ai" / "library" / "tiny" / "latest"
+    manifest.parent.mkdir(parents=True)
+    manifest.write_text(json.dumps({"schemaVersion": 2, "layers": [
+        {"mediaType": "application/vnd.ollama.image.template", "digest": "sha256-ffff"},
+        {"mediaType": "application/vnd.ollama.image.model", "digest": "sha256:0123abcd", "size": blob.stat().st_size}]}))
+    studio = home / ".lmstudio" / "models" / "pub" / "tiny-GGUF"
+    studio.mkdir(parents=True)
+    shutil.copy(tiny_model_path, studio / "tiny-Q8_0.gguf")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("OLLAMA_MODELS", raising=False)
+    return home
+
+
+def test_store_names_resolve_to_the_files_the_tools_keep(home: Path) -> None:
+    assert resolve_model("ollama:tiny") == resolve_model("ollama:tiny:latest") == home / ".ollama/models/blobs/sha256-0123abcd"
+    assert resolve_model("lmstudio:pub/tiny-GGUF") == home / ".lmstudio/models/pub/tiny-GGUF/tiny-Q8_0.gguf"
+    assert resolve_model("lmstudio:pub/tiny-GGUF/tiny-Q8_0.gguf") == resolve_model("lmstudio:pub/tiny-GGUF")
+    with pytest.raises(ModelError) as missing:
+        resolve_model("ollama:qwen2.5:7b")
+    assert missing.value.one_line() == f"no Ollama model qwen2.5:7b in {home}/.ollama/models (hint: ollama pull qwen2.5:7b)"
+    with pytest.raises(ModelError) as absent:
+        resolve_model("lmstudio:pub/other-GGUF")
+    assert absent.value.hint == "lms get pub/other-GGUF"
+    shutil.copy(home / ".lmstudio/models/pub/tiny-GGUF/tiny-Q8_0.gguf", home / ".lmstudio/models/pub/tiny-GGUF/tiny-Q4_0.gguf")
+    with pytest.raises(ModelError, match="holds 2 models"):
+        resolve_model("lmstudio:pub/tiny-GGUF")
+
+
+def test_models_lists_them_and_ask_uses_them(home: Path, tmp_path: Path, isolated_home: Path) -> None:
+    env = {"HOME": str(home)}
+    listed = run_kvchat("models", "--json", home=isolated_home, env=env)
+    assert listed.returncode == 0, listed.stderr
+    found = {row["name"]: row for row in json.loads(listed.stdout) if row["source"] != "registry"}
+    assert set(found) == {"ollama:tiny:latest", "lmstudio:pub/tiny-GGUF/tiny-Q8_0.gguf"}
+    tiny = found["ollama:tiny:latest"]
+    assert (tiny["source"], tiny["architecture"], tiny["context"], tiny["draft"]) == ("ollama", "qwen2", 4096, None)
+    with LlamaModel(home / ".ollama/models/blobs/sha256-0123abcd") as model:
+        assert tiny["kv_bytes_per_token"] == model.shape.kv_bytes_per_token() > 0
+    document = tmp_path / "notes.txt"
+    document.write_text("The boat was named the Grey Heron. " * 20)
+    asked = run_kvchat("ask", str(document), "What was the boat called?", "-m", "ollama:tiny", "-n", "4", "--json",
+                       home=isolated_home, env=env)
+    assert asked.returncode == 0, asked.stderr
+    assert json.loads(asked.stdout)["model"] == "ollama:tiny"
+    missing = run_kvchat("ask", str(document), "Who?", "-m", "ollama:qwen2.5", home=isolated_home, env=env)
+    assert missing.returncode == 1 and missing.stderr.strip().endswith("(hint: ollama pull qwen2.5:latest)")
+
+
+def test_a_draft_is_paired_by_vocabulary_and_remembered(tmp_path: Path, tiny_model_path: Path, monkeypatch) -> None:
+    """An installed registry model that is smaller and spells every token alike drafts; one with
+    another vocabulary does not. (Tiny GGUFs of another seed share the tiny vocabulary.)"""
+    small = write_tiny_gguf(tmp_path / "small-draft.gguf", seed=5)
+    entry = type("Entry", (), {"name": "tiny-draft", "size": 1})()
+    monkeypatch.setattr(drafts, "REGISTRY", (entry,))
+    monkeypatch.setattr(drafts, "model_status", lambda _entry: type("Status", (), {"packages_installed": True})())
+    real_resolve = drafts.resolve_model
+    monkeypatch.setattr(drafts, "resolve_model", lambda name: small if name == "tiny-draft" else real_resolve(name))
+    assert drafts.paired_draft(str(tiny_model_path)) == "tiny-draft"
+    remembered = json.loads((drafts.cache_dir() / drafts.MEMO_NAME).read_text())
+    assert list(remembered.values()) == ["tiny-draft"]
+    monkeypatch.setattr(drafts, "_same_vocabulary", lambda *_: pytest.fail("asked again"))
+    assert drafts.paired_draft(str(tiny_model_path)) == "tiny-draft"  # from the memo
+
+
+def test_no_draft_of_another_vocabulary(tiny_model_path: Path, small_model_path: Path, monkeypatch) -> None:
+    entry = type("Entry", (), {"name": "other-vocabulary", "size": 1})()
+    monkeypatch.setattr(drafts, "REGISTRY", (entry,))
+    monkeypatch.setattr(drafts, "model_status", lambda _entry: type("Status", (), {"packages_installed": True})())
+    real_resolve = drafts.resolve_model
+    monkeypatch.setattr(drafts, "resolve_model", lambda name: small_model_path if name == "other-vocabulary" else real_resolve(name))
+    assert drafts.paired_draft(str(tiny_model_path)) is None
+    assert list(json.loads((drafts.cache_dir() / drafts.MEMO_NAME).read_text()).values()) == [""]
