@@ -117,7 +117,8 @@ def resolve_model(name_or_path: str) -> Path:
             return path
         names = ", ".join(e.name for e in REGISTRY)
         raise ModelError(f"no model named or found at '{name_or_path}'",
-                         f"use one of: {names}, a .gguf path, ollama:NAME[:TAG] or lmstudio:PUBLISHER/MODEL (kvchat models lists them)")
+                         f"use one of: {names}, a .gguf path, ollama:NAME[:TAG], lmstudio:PUBLISHER/MODEL or "
+                         "hf:ORG/REPO[:QUANT] (kvchat models lists them)")
     target = model_path(entry)
     if not _is_assembled(entry, target):
         assemble(entry, target)

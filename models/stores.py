@@ -1,5 +1,6 @@
 """GGUF models people already have, found where their tools keep them and never downloaded:
-Ollama's store (`ollama:NAME[:TAG]`) and LM Studio's folders (`lmstudio:PUBLISHER/MODEL[/FILE]`).
+Ollama's store (`ollama:NAME[:TAG]`), LM Studio's folders (`lmstudio:PUBLISHER/MODEL[/FILE]`) and
+the Hugging Face cache (`hf:ORG/REPO[:FILE-or-QUANT]`, read with huggingface_hub's scan_cache_dir).
 
 Ollama keeps a manifest per name and tag (`manifests/registry.ollama.ai/library/qwen2.5/7b`), whose
 model layer names a blob by its sha256 (`blobs/sha256-…`): the blob is the GGUF. LM Studio keeps
@@ -13,6 +14,9 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+from huggingface_hub import scan_cache_dir
+from huggingface_hub.errors import CacheNotFound
 
 from kvchat.errors import ModelError
 
@@ -35,6 +39,13 @@ def lmstudio_roots() -> list[Path]:
     return [Path.home() / ".lmstudio" / "models", Path.home() / ".cache" / "lm-studio" / "models"]
 
 
+def hf_cache() -> Path:
+    """Where huggingface_hub keeps downloads (its HF_HUB_CACHE, HF_HOME, else ~/.cache/huggingface/hub)."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"])
+    return Path(os.environ.get("HF_HOME") or Path.home() / ".cache" / "huggingface") / "hub"
+
+
 def store_model(name: str) -> Path | None:
     """The GGUF a store name names; None for a name of no store (a registry name or a path).
     Raises ModelError, naming the command that downloads it, when the store lacks it."""
@@ -43,6 +54,8 @@ def store_model(name: str) -> Path | None:
         return _ollama(rest)
     if source == "lmstudio" and rest:
         return _lmstudio(rest)
+    if source == "hf" and rest:
+        return _hugging_face(rest)
     return None
 
 
@@ -80,6 +93,37 @@ def _lmstudio(name: str) -> Path:
     raise ModelError(f"no LM Studio model {name} in {' or '.join(map(str, lmstudio_roots()))}", f"lms get {parts[0]}/{parts[1]}")
 
 
+def _hf_ggufs() -> dict[str, list[Path]]:
+    """The GGUF files of each model repo in the Hugging Face cache, of its `main` revision (else
+    its newest)."""
+    try:
+        repos = scan_cache_dir(hf_cache()).repos
+    except CacheNotFound:
+        return {}
+    found = {}
+    for repo in sorted((repo for repo in repos if repo.repo_type == "model"), key=lambda repo: repo.repo_id):
+        revisions = sorted(repo.revisions, key=lambda revision: ("main" in revision.refs, revision.last_modified))
+        files = sorted(file.file_path for file in revisions[-1].files if file.file_name.endswith(".gguf")) if revisions else []
+        if files := [path for path in files if "mmproj" not in path.name]:
+            found[repo.repo_id] = files
+    return found
+
+
+def _hugging_face(name: str) -> Path:
+    repo, _, wanted = name.partition(":")
+    download = f"huggingface-cli download {repo}" + (f" --include '*{wanted}*'" if wanted else "")
+    files = _hf_ggufs().get(repo)
+    if not files:
+        raise ModelError(f"no GGUF of {repo} in the Hugging Face cache ({hf_cache()})", download)
+    chosen = [path for path in files if path.name == wanted] or [path for path in files if wanted.lower() in path.name.lower()]
+    if len(chosen) == 1:
+        return chosen[0]
+    if not chosen:
+        raise ModelError(f"no GGUF of {repo} matching {wanted!r} in the Hugging Face cache", download)
+    choices = ", ".join(f"hf:{repo}:{path.name}" for path in chosen)
+    raise ModelError(f"hf:{name} matches {len(chosen)} files", f"name one: {choices}")
+
+
 def found_models() -> Iterator[FoundModel]:
     """Every model in the stores that are there (an absent store lists nothing)."""
     manifests = ollama_root() / "manifests" / OLLAMA_REGISTRY
@@ -95,3 +139,6 @@ def found_models() -> Iterator[FoundModel]:
             if "mmproj" not in path.name:
                 publisher, model, file = path.relative_to(root).parts
                 yield FoundModel(f"lmstudio:{publisher}/{model}/{file}", path, "lmstudio")
+    for repo, files in _hf_ggufs().items():
+        for path in files:
+            yield FoundModel(f"hf:{repo}:{path.name}", path, "huggingface")

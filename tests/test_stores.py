@@ -1,6 +1,6 @@
-"""Models other tools keep, used where they are: Ollama's store and LM Studio's folders laid out as
-those tools write them under a temporary HOME, with the tiny GGUF as the model; and the draft
-paired with a model by vocabulary."""
+"""Models other tools keep, used where they are: Ollama's store, LM Studio's folders and the
+Hugging Face cache laid out as those tools write them under a temporary HOME, with the tiny GGUF
+as the model; and the draft paired with a model by vocabulary."""
 
 from __future__ import annotations
 
@@ -33,8 +33,20 @@ def home(tmp_path: Path, tiny_model_path: Path, monkeypatch: pytest.MonkeyPatch)
     studio = home / ".lmstudio" / "models" / "pub" / "tiny-GGUF"
     studio.mkdir(parents=True)
     shutil.copy(tiny_model_path, studio / "tiny-Q8_0.gguf")
+    repo = home / ".cache" / "huggingface" / "hub" / "models--acme--Tiny-GGUF"  # as huggingface_hub lays out a download
+    commit = "a" * 40
+    for quant in ("Q4_K_M", "Q8_0"):
+        blob = repo / "blobs" / f"{quant.lower()}{'0' * 58}"
+        blob.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(tiny_model_path, blob)
+        link = repo / "snapshots" / commit / f"tiny-{quant}.gguf"
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(Path("../..") / "blobs" / blob.name)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commit)
     monkeypatch.setenv("HOME", str(home))
-    monkeypatch.delenv("OLLAMA_MODELS", raising=False)
+    for variable in ("OLLAMA_MODELS", "HF_HOME", "HF_HUB_CACHE"):
+        monkeypatch.delenv(variable, raising=False)
     return home
 
 
@@ -48,6 +60,13 @@ def test_store_names_resolve_to_the_files_the_tools_keep(home: Path) -> None:
     with pytest.raises(ModelError) as absent:
         resolve_model("lmstudio:pub/other-GGUF")
     assert absent.value.hint == "lms get pub/other-GGUF"
+    snapshot = home / ".cache/huggingface/hub/models--acme--Tiny-GGUF/snapshots" / ("a" * 40)
+    assert resolve_model("hf:acme/Tiny-GGUF:q8_0") == resolve_model("hf:acme/Tiny-GGUF:tiny-Q8_0.gguf") == snapshot / "tiny-Q8_0.gguf"
+    with pytest.raises(ModelError, match="matches 2 files"):
+        resolve_model("hf:acme/Tiny-GGUF")
+    with pytest.raises(ModelError) as not_cached:
+        resolve_model("hf:acme/Other-GGUF:Q4_K_M")
+    assert not_cached.value.hint == "huggingface-cli download acme/Other-GGUF --include '*Q4_K_M*'"
     shutil.copy(home / ".lmstudio/models/pub/tiny-GGUF/tiny-Q8_0.gguf", home / ".lmstudio/models/pub/tiny-GGUF/tiny-Q4_0.gguf")
     with pytest.raises(ModelError, match="holds 2 models"):
         resolve_model("lmstudio:pub/tiny-GGUF")
@@ -58,7 +77,9 @@ def test_models_lists_them_and_ask_uses_them(home: Path, tmp_path: Path, isolate
     listed = run_kvchat("models", "--json", home=isolated_home, env=env)
     assert listed.returncode == 0, listed.stderr
     found = {row["name"]: row for row in json.loads(listed.stdout) if row["source"] != "registry"}
-    assert set(found) == {"ollama:tiny:latest", "lmstudio:pub/tiny-GGUF/tiny-Q8_0.gguf"}
+    assert set(found) == {"ollama:tiny:latest", "lmstudio:pub/tiny-GGUF/tiny-Q8_0.gguf", "hf:acme/Tiny-GGUF:tiny-Q4_K_M.gguf",
+                          "hf:acme/Tiny-GGUF:tiny-Q8_0.gguf"}
+    assert found["hf:acme/Tiny-GGUF:tiny-Q8_0.gguf"]["source"] == "huggingface"
     tiny = found["ollama:tiny:latest"]
     assert (tiny["source"], tiny["architecture"], tiny["context"], tiny["draft"]) == ("ollama", "qwen2", 4096, None)
     with LlamaModel(home / ".ollama/models/blobs/sha256-0123abcd") as model:
