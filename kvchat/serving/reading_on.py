@@ -14,7 +14,6 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import replace
 
 from kvchat.engine import Engine, KvLayout
 from kvchat.events import Event, Progress
@@ -31,13 +30,11 @@ def _key(request: ChatRequest) -> DocumentKey | None:
 
 
 def read_whole(engine: Engine, request: ChatRequest) -> Iterator[Event]:
-    """Read `request`'s document in full, saving the reading (Conversation.open), a batch per step."""
+    """Read `request`'s document in full and save the reading, a batch per step (Engine.read_whole:
+    under the reading's lock, so a `kvchat ask` reading it in the background is waited for, not
+    doubled). Dropped unfinished (close() of this generator), it saves nothing."""
     assert request.document is not None
-    conversation = engine.conversation(request.document, replace(request.settings, read="full"))
-    try:
-        yield from conversation.open()
-    finally:  # also when the reading is dropped unfinished (close() of this generator)
-        conversation.close()
+    yield from engine.read_whole(request.document, request.settings)
 
 
 class BackgroundReadings:
