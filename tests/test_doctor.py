@@ -88,7 +88,8 @@ def test_a_smoke_child_that_fails_quotes_its_last_line_and_a_missing_model_is_a_
     code, out = _doctor(monkeypatch, capsys, "--model", str(tmp_path / "gone.gguf"), "--json")
     smoke = json.loads(out)["smoke_test"]
     assert code == 1 and smoke == {"ok": False, "error": f"no model named or found at '{tmp_path / 'gone.gguf'}' "
-                                   "(hint: use one of: default, small, or a .gguf path)"}
+                                   "(hint: use one of: default, small, a .gguf path, ollama:NAME[:TAG], lmstudio:PUBLISHER/MODEL "
+                                   "or hf:ORG/REPO[:QUANT] (kvchat models lists them))"}
 
 
 def test_the_smoke_test_names_each_step_before_it_starts(tiny_model_path) -> None:
