@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 from kvchat.atomic import atomic_file, locked
+from kvchat.errors import ModelError
 from kvchat.llama import LlamaModel
 from kvchat.models import REGISTRY, find_entry, installed_draft, model_status, resolve_model
 from kvchat.paths import cache_dir
@@ -18,10 +19,14 @@ MEMO_NAME = "draft-pairs.json"
 
 
 def paired_draft(name: str) -> str | None:
-    """The draft for the model `name` (registry name, path or store name), or None."""
+    """The draft for the model `name` (registry name, path or store name), or None; also None for
+    a model not found (loading it says why, after the documents are read)."""
     if find_entry(name) is not None:
         return installed_draft(name)
-    path = resolve_model(name)
+    try:
+        path = resolve_model(name)
+    except ModelError:
+        return None
     stat = path.stat()
     key = f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}"
     memo_path = cache_dir() / MEMO_NAME
