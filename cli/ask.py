@@ -145,5 +145,5 @@ def _sooner_to_wait(engine: Engine, conversation: Conversation, reading: InProgr
     of a fast one when less of the other is left than the fast reading takes here."""
     if not conversation.reads_fast_first():
         return True
-    fast_s = engine.plan(conversation.document, conversation.settings).est_fast_s
-    return reading.left_s is not None and fast_s is not None and reading.left_s < fast_s
+    fast_speed = engine.speeds.measured("fast") if engine.speeds is not None else None  # tokens/s, measured here
+    return reading.left_s is not None and fast_speed is not None and reading.left_s < len(conversation.document_tokens) / fast_speed

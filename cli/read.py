@@ -103,12 +103,11 @@ def _read_job(job: Path) -> None:
     background log: one line when it begins to read, one when it ends."""
     os.nice(NICENESS)
     document, model, gpu_layers, settings = take_job(job)
-    said = set()  # the lines logged: "reading" once, when the reading (not a wait for another's) begins
 
     def log(line: str) -> None:
-        said.add(line)
         typer.echo(f"{time.strftime('%F %T')} pid {os.getpid()}: {line}", err=True)
 
+    began = False  # "reading" is logged once, when the reading (not a wait for another's) begins
     with Engine(model, gpu_layers=gpu_layers) as engine, interrupt_as_cancel(terminate=True) as cancel:
         reading = engine.read_whole(document, settings, cancel)
         try:
@@ -116,8 +115,10 @@ def _read_job(job: Path) -> None:
                 event = next(reading)
                 if isinstance(event, Notice):
                     log(event.text)
-                elif isinstance(event, Progress) and not said:
+                    began = True  # a wait: its progress is the other reader's
+                elif isinstance(event, Progress) and not began:
                     log(f"reading {document.path}")
+                    began = True
         except StopIteration as finished:
             log(f"{document.path}: {finished.value.value}")
 

@@ -16,10 +16,13 @@ import threading
 import time
 from collections.abc import Generator, Iterable, Iterator
 from dataclasses import replace
+from functools import cached_property
+
+import numpy as np
 
 from kvchat.documents import Document
 from kvchat.documents.bundle import BUNDLE_KIND, document_names, document_starts, kept_by_source
-from kvchat.engine.answering.kept import kept_text_spans, token_char_ranges
+from kvchat.engine.answering.kept import spans_of, token_char_ranges
 from kvchat.engine.answering.sources import SourceFinder
 from kvchat.engine.kvcache.states import DocumentStates
 from kvchat.engine.prompt import PromptPart, Turn, chat_messages, document_part, split_rendered
@@ -257,10 +260,14 @@ class Conversation:
     def source_finder(self) -> SourceFinder:
         """What turns the attention of this document's prompt cells into sources (built once)."""
         if self._source_finder is None:
-            text = self.document.text.strip()
-            ranges = token_char_ranges(self.model, self._document_part, text, self.document_tokens)
-            self._source_finder = SourceFinder(self.document, ranges)
+            self._source_finder = SourceFinder(self.document, self._token_ranges)
         return self._source_finder
+
+    @cached_property
+    def _token_ranges(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """The characters of the document's text each document token covers (token_char_ranges),
+        found once, at the first answer that needs them: for its kept spans or its sources."""
+        return token_char_ranges(self.model, self._document_part, self.document.text.strip(), self.document_tokens)
 
     def _answering(self, settings: AskSettings | None) -> AskSettings:
         """The settings an answer runs with: the conversation's, or `settings` as this document
@@ -277,9 +284,7 @@ class Conversation:
     def kept_spans(self, kept_positions: Iterable[int]) -> list[tuple[int, int]]:
         """Character ranges of the document's text (stripped, as the model saw it) that the
         cells at `kept_positions` hold: what a selection kept, for showing to the user."""
-        return kept_text_spans(
-            self.model, self._document_part, self.document.text.strip(), self.document_tokens, kept_positions
-        )
+        return spans_of(self._token_ranges, kept_positions)
 
     def reset(self) -> None:
         """Start a new conversation about the same document."""

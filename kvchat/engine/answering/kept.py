@@ -51,11 +51,15 @@ def kept_text_spans(
 ) -> list[tuple[int, int]]:
     """Merged [start, end) character ranges of `document_text` covered by kept token positions.
     Empty if the tokens do not spell the rendered text byte for byte."""
-    ranges = token_char_ranges(model, document_part, document_text, document_tokens)
+    return spans_of(token_char_ranges(model, document_part, document_text, document_tokens), kept_positions)
+
+
+def spans_of(ranges: tuple[np.ndarray, np.ndarray] | None, kept_positions: Iterable[int]) -> list[tuple[int, int]]:
+    """kept_text_spans from the document's token_char_ranges, already found (None: none known)."""
     if ranges is None:
         return []
     starts, stops = ranges
-    positions = np.sort(np.fromiter((p for p in kept_positions if 0 <= p < len(document_tokens)), dtype=np.int64))
+    positions = np.sort(np.fromiter((p for p in kept_positions if 0 <= p < len(starts)), dtype=np.int64))
     spans: list[tuple[int, int]] = []
     for first, last in zip(starts[positions].tolist(), stops[positions].tolist()):
         if last <= first:

@@ -16,7 +16,7 @@ import signal
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from kvchat.atomic import atomic_file
@@ -57,7 +57,7 @@ class Claim:
 
     def progress(self, done: int, total: int) -> None:
         now = time.time()
-        self._record = InProgress(**{**asdict(self._record), "done": done, "total": total, "updated": now})
+        self._record = replace(self._record, done=done, total=total, updated=now)
         if now - self._written_at >= PROGRESS_EVERY_S or done >= total:
             self._write()
 
