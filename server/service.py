@@ -13,14 +13,14 @@ import asyncio
 from collections.abc import AsyncIterator, Callable
 from dataclasses import asdict, dataclass
 
-from kvchat.documents import Document, bundle
+from kvchat.documents import bundle
 from kvchat.documents.limits import MAX_FILE_BYTES, SERVER_DOCUMENTS_BYTES
 from kvchat.engine import DEFAULT_MAX_TOKENS, AskSettings, Engine, KvLayout, Turn
 from kvchat.errors import KvchatError
 from kvchat.events import Done, Event
 from kvchat.llama import SamplerSettings
 from kvchat.policy import DEFAULT_BUDGET, MIN_BUDGET, HeadReduction, SnapKV, method_carrying, window_for
-from kvchat.server.documents import DocumentLibrary
+from kvchat.server.documents import DocumentLibrary, StoredDocument
 from kvchat.server.errors import ApiError, api_error
 from kvchat.server.schemas import ChatCompletionRequest, ChatMessage
 from kvchat.serving.requests import ChatRequest
@@ -107,26 +107,26 @@ class ChatService:
         if not ids:
             return ChatRequest(settings, messages=tuple(messages))
         field_name = "document_id" if body.document_id is not None else "document_ids"
-        document = bundle([self._stored(document_id, field_name) for document_id in ids])
+        document = bundle([self._stored(document_id, field_name).document for document_id in ids])
         turns, question = _turns(body.messages)
         return ChatRequest(settings, document=document, turns=tuple(turns), question=question)
 
     def document_text(self, document_ids: list[str]) -> dict[str, object]:
         """The text a request about these documents asks about (several: bundled, as in the
         prompt), with its pages: what a source's or a kept range's offsets point into."""
-        document = bundle([self._stored(document_id, "document_ids") for document_id in document_ids])
-        return {"object": "document.text", "ids": document_ids, "filename": ", ".join(
-                    self.documents.find(document_id).filename for document_id in document_ids),
+        stored = [self._stored(document_id, "document_ids") for document_id in document_ids]
+        document = bundle([each.document for each in stored])
+        return {"object": "document.text", "ids": document_ids, "filename": ", ".join(each.filename for each in stored),
                 "text": document.text.strip(), "pages": [asdict(page) for page in document.pages]}
 
-    def _stored(self, document_id: str, field_name: str) -> Document:
+    def _stored(self, document_id: str, field_name: str) -> StoredDocument:
         stored = self.documents.find(document_id)
         if stored is None and self.documents.was_removed(document_id):
             raise ApiError(404, f"the document {document_id!r} was removed to make room for newer uploads; upload it again "
                            "with POST /v1/documents", "document_not_found", field_name)
         if stored is None:
             raise ApiError(404, f"no document {document_id!r}; upload it with POST /v1/documents", "document_not_found", field_name)
-        return stored.document
+        return stored
 
     # ---- running it ---------------------------------------------------------------------------
 
