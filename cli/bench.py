@@ -116,7 +116,7 @@ def bench_command(
     methods: str | None = typer.Option(None, help=f"Comma-separated: {', '.join(METHODS)}."),
     questions: str | None = typer.Option(None, help="cuad: the questions asked, by id or contract, e.g. todos,corio.law."),
     cuad_data: Path | None = typer.Option(None, help="cuad: a folder with questions.json and the contracts' .txt files, instead of the shipped ones."),
-    variant: list[str] = typer.Option([], "--variant", help="Extra snapkv variant, e.g. pool=avg,kernel=5 or read=fast,fast_depth=0.4."),
+    variant: list[str] = typer.Option([], "--variant", help="Extra snapkv variant, e.g. pool=avg,kernel=5, read=fast,fast_depth=0.4, or a KV layout, read again in it: flash_attn=on,type_v=q8_0."),
     read: str | None = typer.Option(None, "--read", help="full, or full,fast: snapkv at each budget read fast too (the first layers choose)."),
     models: list[str] = typer.Option([], "--model", "-m", help="Registry name (see `kvchat models`) or a GGUF path; repeat to compare models in one run (default: default)."),
     json_path: Path | None = typer.Option(None, "--json", help="Write every record and the summary here."),

@@ -255,6 +255,23 @@ def test_a_variant_sets_a_reading_option_or_a_method_option() -> None:
     assert settings.method.kernel == 5 and settings.method.budget == 512
     assert variant.label == "snapkv@512(read=fast,fast_depth=0.25,fast_layers=3,kernel=5)"
     assert Variant("snapkv", 512, (("heads", "per-head"),)).settings(AskSettings()).method.per_head
+    quantized = Variant("snapkv", 512, (("flash_attn", "on"), ("type_k", "q8_0"), ("type_v", "q8_0"))).settings(AskSettings())
+    assert (quantized.layout.flash_attn, quantized.layout.type_k, quantized.layout.type_v) == (True, "q8_0", "q8_0")
+
+
+def test_a_layout_variant_reads_the_document_again_in_its_layout(tiny_model_path) -> None:
+    from kvchat.engine import Engine
+
+    config = BenchConfig(tasks=("needle",), lengths=(700,), depths=(0.5,), budgets=(128,), decode_tokens=4,
+                         methods=("full", "snapkv"), policy_variants=((("flash_attn", "on"),),))  # tiny heads fit no q8_0 block
+    with Engine(str(tiny_model_path), use_cache=False) as engine:
+        opened = []
+        conversation = engine.conversation
+        engine.conversation = lambda document, settings, **kw: opened.append(settings.layout) or conversation(document, settings, **kw)
+        records = [record for _, _, record in run_bench(engine, config) if record is not None]
+    assert [layout.flash_attn for layout in opened] == [False, True]  # one document, read once per layout
+    flash = [r for r in records if r["variant"] == "snapkv@128(flash_attn=on)"]
+    assert len(flash) == 1 and all(r["kept_tokens"] == 128 for r in flash)
 
 
 def test_summary_says_what_pruning_keeps_of_the_full_caches_answers() -> None:

@@ -63,6 +63,15 @@ def test_passages_are_sentences_and_lines_of_bounded_length() -> None:
     assert all(len(piece) >= MIN_PASSAGE for piece in texts[:-1])
 
 
+def test_legal_abbreviations_and_initials_do_not_end_a_passage() -> None:
+    text = ("This Agreement is made between Todos Medical Ltd. and Care G. B.\nPlus Ltd., an Israeli company. "
+            "It is governed by the laws of the U.S. and of Israel, e.g. its courts. Notices go to its office at 1 Hamada St., Rehovot, Israel.")
+    texts = [text[start:end] for start, end in passages(text)]
+    assert texts == ["This Agreement is made between Todos Medical Ltd. and Care G. B.\nPlus Ltd., an Israeli company.",
+                     "It is governed by the laws of the U.S. and of Israel, e.g. its courts.",
+                     "Notices go to its office at 1 Hamada St., Rehovot, Israel."]
+
+
 def test_the_planted_passage_is_the_first_source_and_template_and_question_never_are() -> None:
     document = Document(Path("c.txt"), "text", CONTRACT, [Page(1, 0, len(CONTRACT))])
     clause = CONTRACT.index("Either party")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from kvchat.bench.tasks import Case
 from kvchat.documents import Document
-from kvchat.engine import AskSettings, Engine
+from kvchat.engine import AskSettings, Engine, KvLayout
 from kvchat.events import Done, Event
 
 Answer = tuple[int, int, list[Event]]  # (case index, variant index, the events of that answer)
@@ -38,15 +38,17 @@ def compare(engine: Engine, cases: list[Case], variants: list[AskSettings], deco
     answer decodes its max tokens, so decode speeds compare over equal lengths (its text still
     ends where the model ended it).
 
-    Methods that prune after reading share one reading for all cases and variants, so they differ
-    only in what they keep. A method that streams reads its own way: once for all cases when the
+    Methods that prune after reading share one reading for all cases and variants (one per KV
+    layout), so they differ only in what they keep. A method that streams reads its own way: once for all cases when the
     question plays no part in what it keeps (StreamingLLM), once per case when the question observes
     the reading (SnapStream); so does a fast reading, once per case."""
     reads_fast = [settings.reads_fast(engine.cheap_pass.drafted) for settings in variants]
-    after_reading = {index: settings for index, settings in enumerate(variants)
-                     if not settings.method.streams and not reads_fast[index]}
-    if after_reading:
-        yield from _one_reading(engine, cases, after_reading, None, decode_all)
+    after_reading: dict[KvLayout, dict[int, AskSettings]] = {}
+    for index, settings in enumerate(variants):
+        if not settings.method.streams and not reads_fast[index]:
+            after_reading.setdefault(settings.layout, {})[index] = settings
+    for in_layout in after_reading.values():
+        yield from _one_reading(engine, cases, in_layout, None, decode_all)
     for index, settings in enumerate(variants):
         if reads_fast[index]:  # a fast reading is the question's own
             for case_index, case in enumerate(cases):

@@ -22,13 +22,15 @@ DEFAULT_TASKS = ("needle", "multikey", "vt")  # cuad reads whole contracts (up t
 # What a variant may set of the reading: how it reads, and a fast reading's settings (FastSettings), by their names in a variant
 READING_OPTIONS = {"read": str, "fast_depth": float, "fast_positions": str, "fast_layers": int, "fast_reread": int, "fast_spans": str,
                    "fast_heads": str}
+# What a variant may set of the KV cache's layout (KvLayout): such a variant reads the document again, in its layout
+LAYOUT_OPTIONS = {"flash_attn": lambda value: value in ("on", "true"), "type_k": str, "type_v": str}
 PROMPT_ROOM = 512  # tokens of the model's trained context left to the template and the question
 
 
 @dataclass(frozen=True)
 class Variant:
     """A method at a budget, with optional policy overrides (`pool=avg,kernel=5`), read in full
-    or fast (AskSettings.read)."""
+    or fast (AskSettings.read), in the default KV layout or another (`type_k=q8_0,flash_attn=on`)."""
 
     method: str
     budget: int
@@ -43,19 +45,21 @@ class Variant:
 
     def settings(self, base: AskSettings) -> AskSettings:
         """`base` with this variant's method, budget and read; an override names a method option
-        (kernel, heads …) or one of the reading's (READING_OPTIONS)."""
+        (kernel, heads …), one of the reading's (READING_OPTIONS) or of the layout's (LAYOUT_OPTIONS)."""
         carried = method_options(base.method)
         options: dict[str, object] = {"budget": self.budget}
-        read, fast = self.read, base.fast
+        read, fast, layout = self.read, base.fast, base.layout
         for key, value in self.overrides:
             if key == "read":
                 read = value
+            elif key in LAYOUT_OPTIONS:
+                layout = replace(layout, **{key: LAYOUT_OPTIONS[key](value)})
             elif key in READING_OPTIONS:
                 fast = replace(fast, **{key.removeprefix("fast_"): READING_OPTIONS[key](value)})
             else:
                 current = carried.get(key, getattr(METHODS[self.method](), key, value))  # typed as the option's default
                 options[key] = type(current)(value) if not isinstance(current, bool) else value == "true"
-        return replace(base, method=method_carrying(self.method, carried, **options), read=read, fast=fast)
+        return replace(base, method=method_carrying(self.method, carried, **options), read=read, fast=fast, layout=layout)
 
 
 @dataclass(frozen=True)
