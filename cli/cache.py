@@ -28,7 +28,7 @@ def list_command(as_json: bool = typer.Option(False, "--json", help="Print the l
              "tokens": e.header.n_tokens, "bytes": e.size, "last_used": e.last_used}
             for e in entries
         ] + [
-            {"state": "reading", "document": r.document, "model": r.model, "tokens": r.total, "done": r.done,
+            {"state": "queued" if r.queued else "reading", "document": r.document, "model": r.model, "tokens": r.total, "done": r.done,
              "left_s": r.left_s, "pid": r.pid, "started": r.started}
             for r in reading
         ]
@@ -57,7 +57,7 @@ def _in_progress_table(reading: list[InProgress]) -> Table:
         table.add_column(column)
     for entry in reading:
         share = f"{entry.done:,} of {entry.total:,} tokens ({entry.done / max(entry.total, 1):.0%})"
-        left = f"about {entry.left_s:.0f} s" if entry.left_s is not None else "starting"
+        left = "after the reading before it" if entry.queued else f"about {entry.left_s:.0f} s" if entry.left_s is not None else "starting"
         table.add_row(Text(entry.document), Text(entry.model), share, left, str(entry.pid))
     return table
 

@@ -17,7 +17,7 @@ from kvchat.cli.interrupt import interrupt_as_cancel, signals_stop_reading
 from kvchat.cli.options import CACHE_TYPE_K, CACHE_TYPE_V, FLASH_ATTN, GPU_LAYERS, MODEL, SYSTEM, THREADS, kv_layout
 from kvchat.cli.render import OcrBar, ReadingBar
 from kvchat.documents import DOCUMENT_SUFFIXES, SUPPORTED, Document, load_document
-from kvchat.engine import AskSettings, Engine, WholeReadingDone
+from kvchat.engine import WAITING_FOR_TURN, AskSettings, Engine, WholeReadingDone
 from kvchat.errors import CancelledError, DocumentError, SettingsError
 from kvchat.events import Notice, Progress
 
@@ -109,13 +109,13 @@ def _read_job(job: Path) -> None:
 
     began = False  # "reading" is logged once, when the reading (not a wait for another's) begins
     with Engine(model, gpu_layers=gpu_layers) as engine, interrupt_as_cancel(terminate=True) as cancel:
-        reading = engine.read_whole(document, settings, cancel)
+        reading = engine.read_whole(document, settings, cancel, in_turn=True)  # one background reading at a time
         try:
             while True:
                 event = next(reading)
                 if isinstance(event, Notice):
                     log(event.text)
-                    began = True  # a wait: its progress is the other reader's
+                    began = began or event.text != WAITING_FOR_TURN  # a wait for another process's reading: its progress is that one's
                 elif isinstance(event, Progress) and not began:
                     log(f"reading {document.path}")
                     began = True

@@ -7,13 +7,15 @@ import json
 import os
 import select
 import subprocess
+import threading
 from pathlib import Path
 
 import pytest
 
 from kvchat.cli.background import job_command, log_path, start_background_reading, write_job
 from kvchat.documents import load_document
-from kvchat.engine import AskSettings, KvLayout, readings_in_progress
+from kvchat.engine import WAITING_FOR_TURN, AskSettings, Engine, KvLayout, readings_in_progress
+from kvchat.events import Notice
 from test_cli import ask_args, run_kvchat
 from test_formats import make_docx
 from test_normalize import make_text_pdf
@@ -106,6 +108,60 @@ def test_cache_stop_ends_a_background_reading_and_saves_nothing(tmp_path, isolat
     assert list((isolated_home / "cache" / "states").glob("*")) == []  # no reading, no half-written file
     assert in_progress.entries() == [] and list(in_progress.root.glob("*.json")) == []
     assert run_kvchat("cache", "stop", home=isolated_home).stdout == "no reading in progress\n"
+
+
+def test_background_readings_of_two_documents_take_turns_and_a_waiting_one_stops_too(tmp_path, document, isolated_home) -> None:
+    """Each background reading holds a context as large as its document: the second waits for the
+    first to end (`cache list` says so) rather than reading at once beside it."""
+    model = write_tiny_gguf(tmp_path / "long-context.gguf", context_length=32768)
+    long_document = tmp_path / "ledger.txt"
+    long_document.write_text(" ".join(f"Item {i} costs {i * 3} dollars." for i in range(1000)))  # 29k tokens
+    jobs = [write_job(load_document(path), str(model), AskSettings(threads=1), 0) for path in (long_document, document)]
+    with subprocess.Popen(job_command(jobs[0]), stderr=subprocess.PIPE, text=True) as first:
+        assert first.stderr.readline().endswith(f"reading {long_document}\n")  # it holds the turn now
+        with subprocess.Popen(job_command(jobs[1]), stderr=subprocess.PIPE, text=True) as second:
+            assert second.stderr.readline().endswith(f": {WAITING_FOR_TURN}\n")
+            listed = json.loads(run_kvchat("cache", "list", "--json", home=isolated_home).stdout)
+            assert sorted((row["document"], row["state"]) for row in listed) == [
+                (str(long_document), "reading"), (str(document), "queued")]
+            shown = run_kvchat("cache", "list", home=isolated_home, env={"COLUMNS": "240"}).stdout
+            assert "after the reading before it" in shown
+            stopped = run_kvchat("cache", "stop", home=isolated_home).stdout.splitlines()
+            assert sorted(line.split(" (")[0] for line in stopped) == sorted(
+                f"stopped the reading of {path}" for path in (document, long_document))
+            assert second.wait(timeout=120) == 130 and first.wait(timeout=120) == 130
+    assert list((isolated_home / "cache" / "states").glob("*")) == [] and readings_in_progress().entries() == []
+
+
+def test_the_chat_reading_on_after_a_fast_answer_waits_for_another_process_and_loads_its_reading(
+    document, tiny_model_path, isolated_home,
+) -> None:
+    """A chat's reading after a fast answer (Engine.read_on) takes the reading's lock as `kvchat
+    read` does: while another process holds it, the chat follows that reading and then loads it."""
+    with Engine(str(tiny_model_path)) as engine:
+        chat = engine.conversation(load_document(document), AskSettings(read="fast", max_tokens=2, threads=2))
+        list(chat.open("What does item 7 cost?"))
+        list(chat.ask("What does item 7 cost?"))
+        assert chat.unread
+        other = readings_in_progress().claim(chat.reading_key, str(document), "another process", len(chat.document_tokens))
+        following, events = threading.Event(), []
+
+        def read_on() -> None:
+            for event in engine.read_on(chat):
+                events.append(event)
+                following.set()
+
+        reader = threading.Thread(target=read_on)
+        reader.start()
+        assert following.wait(timeout=60) and events[0] == Notice(f"another kvchat process is reading {document}; waiting for it")
+        saving = engine.conversation(load_document(document), AskSettings(threads=2))
+        list(saving.open())  # what the other process does: read it whole and save it
+        saving.close()
+        other.release()
+        reader.join(timeout=60)
+        assert not reader.is_alive() and not chat.unread
+        assert chat.run.loaded_upto == len(chat.document_tokens)  # loaded, not read again
+        chat.close()
 
 
 def test_background_reading_off_reads_nothing_after_the_answer(document, tiny_model_path, isolated_home) -> None:

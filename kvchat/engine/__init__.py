@@ -12,7 +12,7 @@ the installation's health (health.py). In its rooms:
 from kvchat.engine.conversation import Conversation
 from kvchat.engine.drafts import paired_draft
 from kvchat.engine.kvcache.in_progress import InProgress
-from kvchat.engine.engine import Engine, WholeReadingDone, readings_in_progress, state_store
+from kvchat.engine.engine import WAITING_FOR_TURN, Engine, WholeReadingDone, readings_in_progress, state_store
 from kvchat.engine.answering.generate import Generation, answer_stats
 from kvchat.engine.reading.plan import ReadingPlan
 from kvchat.engine.prepared import PreparedPrompt, answer_sources, prepare_chat, prepare_question
@@ -27,7 +27,7 @@ from kvchat.engine.settings import DEFAULT_MAX_TOKENS, AskSettings, FastSettings
 from kvchat.engine.reading.stream import StreamSettings
 
 __all__ = [
-    "DEFAULT_MAX_TOKENS", "SELECTIONS", "AskSettings", "ComposedReading", "Conversation", "Engine", "FastFirst",
+    "DEFAULT_MAX_TOKENS", "WAITING_FOR_TURN", "SELECTIONS", "AskSettings", "ComposedReading", "Conversation", "Engine", "FastFirst",
     "FastSettings", "Generation", "InProgress", "KvLayout", "PreparedPrompt", "Reading", "ReadingPlan", "Selection", "StreamSettings",
     "StreamedReading", "Turn", "WholeReading", "WholeReadingDone", "answer_sources", "answer_stats", "paired_draft", "prepare_chat",
     "prepare_question", "readings_in_progress", "selection_named", "selections_help", "state_store",

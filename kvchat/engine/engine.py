@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
+from contextlib import nullcontext
 from dataclasses import replace
 from enum import Enum
 from pathlib import Path
@@ -25,6 +26,9 @@ from kvchat.events import Event, Notice, Progress
 from kvchat.llama import LlamaModel
 from kvchat.models import cheap_depth, model_sha256, resolve_model
 from kvchat.paths import cache_dir
+
+
+WAITING_FOR_TURN = "waiting for the background reading before it to end"  # read_whole(in_turn=True)'s notice
 
 
 def state_store(max_bytes: int = DEFAULT_MAX_BYTES) -> StateStore:
@@ -107,12 +111,14 @@ class Engine:
             conversation.close()
 
     def read_whole(
-        self, document: Document, settings: AskSettings | None = None, cancel: threading.Event | None = None
+        self, document: Document, settings: AskSettings | None = None, cancel: threading.Event | None = None,
+        *, in_turn: bool = False,
     ) -> Generator[Event, None, WholeReadingDone]:
         """Read `document` whole and save the reading (`kvchat read`, and a fast first answer's
         reading finished in the background), unless it is saved or another process reads it:
         the reading's lock (kvcache/in_progress.py) is held while it is read, so no two processes
-        read one document at once. Needs the engine's store (use_cache)."""
+        read one document at once. `in_turn`: wait for the background readings' turn first (one
+        reads at a time). Needs the engine's store (use_cache)."""
         if self.states is None:
             raise SettingsError("reading a document to save it needs the saved readings", "leave `cache` on")
         conversation = self.conversation(document, replace(settings or AskSettings(), read="full"))
@@ -120,20 +126,42 @@ class Engine:
             key = conversation.reading_key
             if key is None:
                 return WholeReadingDone.STREAMED
-            while (claim := self._claim(conversation, key)) is None:  # another process reads it: wait for it
-                yield Notice(f"another kvchat process is reading {document.path}; waiting for it")
-                yield from self.follow_reading(key, cancel)
-                raise_if_cancelled(cancel)
-            if claim is WholeReadingDone.SAVED:
-                return WholeReadingDone.SAVED
-            with claim:
-                for event in conversation.open(cancel=cancel):
-                    if isinstance(event, Progress):
-                        claim.progress(event.done, event.total)
-                    yield event
-            return WholeReadingDone.READ
+            return (yield from self._alone(conversation, key, cancel, lambda: conversation.open(cancel=cancel), in_turn))
         finally:
             conversation.close()
+
+    def read_on(self, conversation: Conversation, cancel: threading.Event | None = None) -> Iterator[Event]:
+        """Conversation.read_on (the chat app's reading after a fast answer) under the reading's
+        lock, as read_whole: a reading of the document that another process is doing is waited
+        for and then loaded."""
+        key = conversation.reading_key if conversation.unread else None
+        if key is not None:
+            yield from self._alone(conversation, key, cancel, lambda: conversation.read_on(cancel))
+        yield from conversation.read_on(cancel)  # loads the reading another process saved (nothing if read here)
+
+    def _alone(
+        self, conversation: Conversation, key: str, cancel: threading.Event | None, read: Callable[[], Iterator[Event]],
+        in_turn: bool = False,
+    ) -> Generator[Event, None, WholeReadingDone]:
+        """`read()` the conversation's document holding its reading's lock, unless the reading is
+        saved; while another process holds the lock, follow its progress and look again."""
+        while (claim := self._claim(conversation, key)) is None:  # another process reads it: wait for it
+            yield Notice(f"another kvchat process is reading {conversation.document.path}; waiting for it")
+            yield from self.follow_reading(key, cancel)
+            raise_if_cancelled(cancel)
+        if claim is WholeReadingDone.SAVED:
+            return WholeReadingDone.SAVED
+        with claim, self.in_progress.turn() if in_turn else nullcontext() as turn:
+            if turn is not None and not turn.take():
+                yield Notice(WAITING_FOR_TURN)
+                claim.queued(True)
+                turn.wait(cancel)
+                claim.queued(False)
+            for event in read():
+                if isinstance(event, Progress):
+                    claim.progress(event.done, event.total)
+                yield event
+        return WholeReadingDone.READ
 
     def _claim(self, conversation: Conversation, key: str) -> Claim | WholeReadingDone | None:
         """The lock of the conversation's reading, SAVED if it is saved, None if another process reads it."""

@@ -5,6 +5,8 @@ one lock and one progress record per reading, so that a reading is never done tw
 The lock is an flock on `<key>.lock`, held by the reading process for as long as it reads: the
 kernel drops it when that process ends however it ends, so a record whose lock is free is stale.
 The record `<key>.json` says who reads what and how far it got; it is replaced whole each time.
+Background readings take turns (`turn.lock`): each holds a context as large as its document, so
+several asks about new documents read one after another rather than all at once.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from kvchat.atomic import atomic_file
+from kvchat.errors import raise_if_cancelled
 
 PROGRESS_EVERY_S = 0.5  # the record is rewritten at most this often
 
@@ -36,6 +39,7 @@ class InProgress:
     total: int
     started: float
     updated: float
+    queued: bool = False  # waiting for its turn (ReadingTurn)
 
     @property
     def left_s(self) -> float | None:
@@ -60,6 +64,12 @@ class Claim:
         self._record = replace(self._record, done=done, total=total, updated=now)
         if now - self._written_at >= PROGRESS_EVERY_S or done >= total:
             self._write()
+
+    def queued(self, waiting: bool) -> None:
+        """Record that the reading waits for its turn, or no longer does."""
+        now = time.time()  # the time left is told from when the reading itself began
+        self._record = replace(self._record, queued=waiting, started=now, updated=now)
+        self._write()
 
     def _write(self) -> None:
         self._written_at = time.time()
@@ -94,6 +104,11 @@ class ReadingsInProgress:
             return None
         now = time.time()
         return Claim(self.root, fd, InProgress(key, document, model, os.getpid(), 0, total, now, now))
+
+    def turn(self) -> "ReadingTurn":
+        """The background readings' turn (not yet taken): one of them reads at a time."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        return ReadingTurn(os.open(self.root / "turn.lock", os.O_RDWR | os.O_CREAT, 0o600))
 
     def find(self, key: str) -> InProgress | None:
         """Reading `key` if a live process is reading it."""
@@ -156,6 +171,37 @@ class ReadingsInProgress:
                 continue
             stopped.append(entry)
         return stopped
+
+
+class ReadingTurn:
+    """The flock on `turn.lock` that background readings take turns holding; released on exit."""
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+
+    def take(self) -> bool:
+        """Take the turn if no other reading holds it; whether it was taken."""
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        return True
+
+    def wait(self, cancel: threading.Event | None = None) -> None:
+        """Take the turn when the reading that holds it ends. The lock is awaited in a thread, so
+        that a set `cancel` is seen meanwhile (a wait stopped so ends the process, and the thread's
+        wait with it)."""
+        taken = threading.Event()
+        threading.Thread(target=lambda: (fcntl.flock(self._fd, fcntl.LOCK_EX), taken.set()), name="kvchat-turn",
+                         daemon=True).start()
+        while not taken.wait(PROGRESS_EVERY_S):
+            raise_if_cancelled(cancel)
+
+    def __enter__(self) -> "ReadingTurn":
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        os.close(self._fd)
 
 
 def _record(path: Path) -> InProgress | None:
