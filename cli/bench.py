@@ -16,7 +16,7 @@ from rich.text import Text
 from kvchat.bench.cuad import cuad_contracts, cuad_ids_named
 from kvchat.bench.report import summarize, write_json
 from kvchat.cli.options import DEFAULTS, DRAFT, check_draft, draft_for
-from kvchat.bench.runner import QUICK, READING_OPTIONS, TASKS, BenchConfig, run_bench
+from kvchat.bench.runner import LAYOUT_OPTIONS, QUICK, READING_OPTIONS, TASKS, BenchConfig, run_bench
 from kvchat.engine import AskSettings, Engine
 from kvchat.errors import SettingsError
 from kvchat.models import resolve_model
@@ -36,8 +36,9 @@ def _overrides(text: str) -> tuple[tuple[str, str], ...]:
     pairs = []
     for item in _split(text):
         key, _, value = item.partition("=")
-        if key not in ("pool", "kernel", "window", "heads", "spans", "sinks", *READING_OPTIONS) or not value:
-            raise SettingsError(f"bad variant {item!r}", "use e.g. --variant pool=avg,kernel=5 or --variant read=fast,fast_depth=0.4")
+        if key not in ("pool", "kernel", "window", "heads", "spans", "sinks", *READING_OPTIONS, *LAYOUT_OPTIONS) or not value:
+            raise SettingsError(f"bad variant {item!r}", "use e.g. --variant pool=avg,kernel=5, --variant read=fast,fast_depth=0.4 "
+                                "or --variant flash_attn=on,type_k=q8_0,type_v=q8_0")
         pairs.append((key, value))
     return tuple(pairs)
 

@@ -255,7 +255,10 @@ def test_a_variant_sets_a_reading_option_or_a_method_option() -> None:
     assert settings.method.kernel == 5 and settings.method.budget == 512
     assert variant.label == "snapkv@512(read=fast,fast_depth=0.25,fast_layers=3,kernel=5)"
     assert Variant("snapkv", 512, (("heads", "per-head"),)).settings(AskSettings()).method.per_head
-    quantized = Variant("snapkv", 512, (("flash_attn", "on"), ("type_k", "q8_0"), ("type_v", "q8_0"))).settings(AskSettings())
+    from kvchat.cli.bench import _overrides
+
+    assert _overrides("flash_attn=on,type_k=q8_0,type_v=q8_0") == (("flash_attn", "on"), ("type_k", "q8_0"), ("type_v", "q8_0"))
+    quantized = Variant("snapkv", 512, _overrides("flash_attn=on,type_k=q8_0,type_v=q8_0")).settings(AskSettings())
     assert (quantized.layout.flash_attn, quantized.layout.type_k, quantized.layout.type_v) == (True, "q8_0", "q8_0")
 
 
