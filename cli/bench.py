@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
-
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import typer
@@ -14,6 +13,8 @@ from rich.table import Table
 from rich.text import Text
 
 from kvchat.bench.cuad import cuad_contracts, cuad_ids_named
+from kvchat.bench.leval import LEVAL_TASKS, PARTS, leval_folder, task_file
+from kvchat.bench.leval_metrics import require_rouge
 from kvchat.bench.report import summarize, write_json
 from kvchat.cli.options import DEFAULTS, DRAFT, check_draft, draft_for
 from kvchat.bench.runner import LAYOUT_OPTIONS, QUICK, READING_OPTIONS, TASKS, BenchConfig, run_bench
@@ -45,7 +46,7 @@ def _overrides(text: str) -> tuple[tuple[str, str], ...]:
 
 def _config(quick: bool, tasks: str | None, lengths: str | None, depths: str | None, budgets: list[int],
             methods: str | None, variants: list[str], questions: str | None, cuad_data: Path | None,
-            reads: str | None = None) -> BenchConfig:
+            reads: str | None = None, leval: LevalOptions | None = None) -> BenchConfig:
     config = QUICK if quick else BenchConfig()
     changes: dict[str, object] = {"budgets": tuple(budgets) or config.budgets,
                                   "policy_variants": tuple(_overrides(v) for v in variants)}
@@ -72,7 +73,34 @@ def _config(quick: bool, tasks: str | None, lengths: str | None, depths: str | N
         changes["cuad_data"] = str(cuad_data)
     if questions:
         changes["cuad_ids"] = cuad_ids_named(tuple(_split(questions)), cuad_data)
-    return replace(config, **changes)  # type: ignore[arg-type]
+    config = replace(config, **changes)  # type: ignore[arg-type]
+    return _with_leval(config, leval or LevalOptions())
+
+
+@dataclass(frozen=True)
+class LevalOptions:
+    data: Path | None = None
+    part: str | None = None
+    documents: int | None = None
+    questions: int | None = None
+
+
+def _with_leval(config: BenchConfig, options: LevalOptions) -> BenchConfig:
+    """The config with the L-Eval options; its task files are found (and summaries' scorer too)
+    before any model is loaded."""
+    tasks = [task for task in config.tasks if task in LEVAL_TASKS]
+    if options.part is not None and options.part not in PARTS:
+        raise SettingsError(f"unknown --leval-part {options.part!r}", f"use {', '.join(PARTS)}")
+    if not tasks:
+        return config
+    folder = leval_folder(None if options.data is None else str(options.data))
+    for task in tasks:
+        task_file(folder, LEVAL_TASKS[task])
+    if any(LEVAL_TASKS[task].scoring == "leval-rouge" for task in tasks):
+        require_rouge()
+    selection = replace(config.leval, **{key: value for key, value in asdict(options).items()
+                                         if key != "data" and value is not None})
+    return replace(config, leval_data=str(folder), leval=selection)
 
 
 def _table(summary: list[dict]) -> Table:
@@ -124,9 +152,14 @@ def bench_command(
     plot: Path | None = typer.Option(None, "--plot", help="Write PNG figures into this folder."),
     quick: bool = typer.Option(False, help="A small grid that finishes in a few minutes."),
     draft: str | None = DRAFT,
+    leval_data: Path | None = typer.Option(None, help="L-Eval: its data folder (LEval-data of a clone of https://github.com/OpenLMLab/LEval)."),
+    leval_part: str | None = typer.Option(None, help="L-Eval: dev (the first half of each task's documents), held-out (the rest) or all (default; dev with --quick)."),
+    leval_docs: int | None = typer.Option(None, min=1, help="L-Eval: the first N documents of the part, per task."),
+    leval_questions: int | None = typer.Option(None, min=1, help="L-Eval: the first N questions of each document."),
 ) -> None:
     """Measure accuracy, decode speed and KV memory of each method side by side, in one run."""
-    config = _config(quick, tasks, lengths, depths, budget, methods, variant, questions, cuad_data, read)
+    leval = LevalOptions(leval_data, leval_part, leval_docs, leval_questions)
+    config = _config(quick, tasks, lengths, depths, budget, methods, variant, questions, cuad_data, read, leval)
     readings = {each.settings(AskSettings()).read for each in config.variants()}  # refuses bad settings before loading anything
     reading = "fast" if "fast" in readings else "full"
     check_draft(draft, reading, "add --read full,fast")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 from kvchat.bench.tasks import Case
@@ -17,18 +18,26 @@ def case_document(case: Case) -> Document:
     return Document(path=Path(f"{case.task}.txt"), kind="text", text=case.document)
 
 
+def for_case(settings: AskSettings, case: Case) -> AskSettings:
+    """`settings` with the case's own system prompt and answer length, where it has them."""
+    return replace(settings, system=case.system or settings.system, max_tokens=case.max_tokens or settings.max_tokens)
+
+
 def _one_reading(engine: Engine, cases: list[Case], variants: dict[int, AskSettings], observer: str | None,
                  decode_all: bool) -> Iterator[Answer]:
     """Read the cases' document once, then answer every case under every variant, each from the
-    restored reading. An answer's events include the reading's (a streamed reading prunes there)."""
-    widest = max(variants.values(), key=lambda settings: settings.max_tokens)
+    restored reading. An answer's events include the reading's (a streamed reading prunes there).
+    A task with its own answer length (L-Eval's) ends each answer where the model ends it."""
+    widest = max((for_case(settings, case) for settings in variants.values() for case in cases), key=lambda s: s.max_tokens)
+    decode_all = decode_all and all(case.max_tokens is None for case in cases)
     conversation = engine.conversation(case_document(cases[0]), widest, decode_all=decode_all)
     try:
         reading = list(conversation.open(question=observer))
         for case_index, case in enumerate(cases):
             for variant_index, settings in variants.items():
                 conversation.reset()
-                yield case_index, variant_index, reading + list(conversation.ask(case.question, settings=settings))
+                asked = conversation.ask(case.question, settings=for_case(settings, case))
+                yield case_index, variant_index, reading + list(asked)
     finally:
         conversation.close()
 

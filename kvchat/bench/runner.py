@@ -10,6 +10,7 @@ from pathlib import Path
 
 from kvchat.bench.compare import answer_of, compare
 from kvchat.bench.cuad import cuad_cases
+from kvchat.bench.leval import LEVAL_TASKS, LevalSelection, leval_cases, leval_folder
 from kvchat.bench.tasks import (
     MULTIKEY_TASKS, Case, CountTokens, case_score, multikey_case, needle_case, variable_tracking_case,
 )
@@ -17,8 +18,8 @@ from kvchat.engine import AskSettings, Engine
 from kvchat.events import Pruned
 from kvchat.policy import DEFAULT_BUDGET, METHODS, SnapKV, method_carrying, method_options
 
-TASKS = ("needle", "multikey", "multikey16", "vt", "cuad")
-DEFAULT_TASKS = ("needle", "multikey", "vt")  # cuad reads whole contracts (up to 32K tokens): asked for by name
+TASKS = ("needle", "multikey", "multikey16", "vt", "cuad", *LEVAL_TASKS)
+DEFAULT_TASKS = ("needle", "multikey", "vt")  # cuad and L-Eval read whole documents (up to 32K tokens): asked for by name
 # What a variant may set of the reading: how it reads, and a fast reading's settings (FastSettings), by their names in a variant
 READING_OPTIONS = {"read": str, "fast_depth": float, "fast_positions": str, "fast_layers": int, "fast_reread": int, "fast_spans": str,
                    "fast_heads": str}
@@ -75,6 +76,8 @@ class BenchConfig:
     cuad_ids: tuple[str, ...] | None = None  # the cuad questions asked; None: all of them
     cuad_data: str | None = None  # a folder of cuad questions and contracts; None: the shipped ones
     reads: tuple[str, ...] = ("full",)  # with "fast": snapkv at each budget read fast too
+    leval_data: str | None = None  # the folder of L-Eval's task files (leval.py)
+    leval: LevalSelection = LevalSelection()  # which of their documents and questions are asked
 
     def variants(self) -> list[Variant]:
         found = [Variant("full", max(self.budgets))] if "full" in self.methods else []
@@ -89,8 +92,9 @@ class BenchConfig:
 # full and snapkv, once for streamingllm and once per question for snapstream (whose question
 # observes the reading): seven readings; 12 min 38 s with the default model on 2 cores.
 QUICK_CUAD = ("todos.reseller", "todos.initial_term", "todos.notice", "todos.law", "todos.warranty")
+# L-Eval's quick subset: the first three questions of the first document of each task's dev part.
 QUICK = BenchConfig(tasks=("needle", "multikey"), lengths=(2000,), depths=(0.5,), decode_tokens=16,
-                    cuad_ids=QUICK_CUAD)
+                    cuad_ids=QUICK_CUAD, leval=LevalSelection(part="dev", documents=1, questions=3))
 
 
 def build_cases(config: BenchConfig, count_tokens: CountTokens, max_document_tokens: int) -> list[Case]:
@@ -108,6 +112,9 @@ def build_cases(config: BenchConfig, count_tokens: CountTokens, max_document_tok
     if "cuad" in config.tasks:
         folder = None if config.cuad_data is None else Path(config.cuad_data)
         cases += cuad_cases(count_tokens, max_document_tokens, config.cuad_ids, folder)
+    leval_tasks = tuple(task for task in config.tasks if task in LEVAL_TASKS)
+    if leval_tasks:
+        cases += leval_cases(count_tokens, max_document_tokens, leval_tasks, leval_folder(config.leval_data), config.leval)
     return cases
 
 

@@ -15,6 +15,7 @@ from functools import cache
 from importlib import resources
 
 from kvchat.bench.answers import answer_matches
+from kvchat.bench.leval_metrics import leval_score
 
 CountTokens = Callable[[str], int]
 SENTENCE_END = re.compile(r"[.!?]\s+")
@@ -23,7 +24,9 @@ SENTENCE_END = re.compile(r"[.!?]\s+")
 @dataclass(frozen=True)
 class Case:
     """`scoring` "ruler": every answer string is wanted (see `score`); "normalized": `answers` are
-    alternatives and `refuse` strings make an answer wrong (see `kvchat.bench.answers`)."""
+    alternatives and `refuse` strings make an answer wrong (see `kvchat.bench.answers`); "leval-…":
+    L-Eval's metric against the one reference (`kvchat.bench.leval_metrics`). `system` and
+    `max_tokens`, when set, are the task's own (L-Eval's prompt, its answers' length)."""
 
     task: str
     document: str
@@ -32,6 +35,8 @@ class Case:
     meta: dict[str, object] = field(default_factory=dict)
     scoring: str = "ruler"
     refuse: tuple[str, ...] = ()
+    system: str | None = None
+    max_tokens: int | None = None
 
 
 def score(answer: str, golds: tuple[str, ...]) -> float:
@@ -46,6 +51,8 @@ def case_score(case: Case, answer: str) -> float:
     """The answer's score on this case, 0..1, by the case's own scoring."""
     if case.scoring == "normalized":
         return float(answer_matches(answer, case.answers, case.refuse))
+    if case.scoring.startswith("leval-"):
+        return leval_score(case.scoring, answer, case.answers[0])
     return score(answer, case.answers)
 
 
