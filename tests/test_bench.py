@@ -277,6 +277,24 @@ def test_a_layout_variant_reads_the_document_again_in_its_layout(tiny_model_path
     assert len(flash) == 1 and all(r["kept_tokens"] == 128 for r in flash)
 
 
+def test_a_system_prompt_variant_reads_again_with_it_and_wins_over_a_tasks_own(tiny_model_path) -> None:
+    from kvchat.bench.compare import for_case
+    from kvchat.bench.instructions import INSTRUCTIONS
+    from kvchat.engine import AskSettings, Engine
+
+    config = BenchConfig(tasks=("needle",), lengths=(700,), depths=(0.5,), budgets=(128,), decode_tokens=4,
+                         methods=("snapkv",), policy_variants=((("system", "only"),),))
+    with Engine(str(tiny_model_path), use_cache=False) as engine:
+        opened = []
+        conversation = engine.conversation
+        engine.conversation = lambda document, settings, **kw: opened.append(settings.system) or conversation(document, settings, **kw)
+        records = [record for _, _, record in run_bench(engine, config) if record is not None]
+    assert opened == [None, INSTRUCTIONS["only"]] and [r["variant"] for r in records] == ["snapkv@128", "snapkv@128(system=only)"]
+    case = replace(needle_case(len, 100, 0.5, seed=1), system="the task's", max_tokens=7)
+    assert (for_case(AskSettings(), case).system, for_case(AskSettings(), case).max_tokens) == ("the task's", 7)
+    assert for_case(AskSettings(system=INSTRUCTIONS["only"]), case).system == INSTRUCTIONS["only"]
+
+
 def test_summary_says_what_pruning_keeps_of_the_full_caches_answers() -> None:
     def record(model: str, variant: str, case: int, accuracy: float) -> dict:
         return {"model": model, "task": "cuad", "meta": {"id": case}, "method": variant.split("@")[0], "variant": variant,

@@ -19,8 +19,9 @@ def case_document(case: Case) -> Document:
 
 
 def for_case(settings: AskSettings, case: Case) -> AskSettings:
-    """`settings` with the case's own system prompt and answer length, where it has them."""
-    return replace(settings, system=case.system or settings.system, max_tokens=case.max_tokens or settings.max_tokens)
+    """`settings` with the case's own system prompt (unless the settings name one: a variant's)
+    and answer length, where it has them."""
+    return replace(settings, system=settings.system or case.system, max_tokens=case.max_tokens or settings.max_tokens)
 
 
 def _one_reading(engine: Engine, cases: list[Case], variants: dict[int, AskSettings], observer: str | None,
@@ -48,14 +49,14 @@ def compare(engine: Engine, cases: list[Case], variants: list[AskSettings], deco
     ends where the model ended it).
 
     Methods that prune after reading share one reading for all cases and variants (one per KV
-    layout), so they differ only in what they keep. A method that streams reads its own way: once for all cases when the
+    layout and system prompt), so they differ only in what they keep. A method that streams reads its own way: once for all cases when the
     question plays no part in what it keeps (StreamingLLM), once per case when the question observes
     the reading (SnapStream); so does a fast reading, once per case."""
     reads_fast = [settings.reads_fast(engine.cheap_pass.drafted) for settings in variants]
-    after_reading: dict[KvLayout, dict[int, AskSettings]] = {}
-    for index, settings in enumerate(variants):
+    after_reading: dict[tuple[KvLayout, str | None], dict[int, AskSettings]] = {}
+    for index, settings in enumerate(variants):  # the layout and the system prompt are part of the reading
         if not settings.method.streams and not reads_fast[index]:
-            after_reading.setdefault(settings.layout, {})[index] = settings
+            after_reading.setdefault((settings.layout, settings.system), {})[index] = settings
     for in_layout in after_reading.values():
         yield from _one_reading(engine, cases, in_layout, None, decode_all)
     for index, settings in enumerate(variants):

@@ -10,11 +10,13 @@ from pathlib import Path
 
 from kvchat.bench.compare import answer_of, compare
 from kvchat.bench.cuad import cuad_cases
+from kvchat.bench.instructions import INSTRUCTIONS
 from kvchat.bench.leval import LEVAL_TASKS, LevalSelection, leval_cases, leval_folder
 from kvchat.bench.tasks import (
     MULTIKEY_TASKS, Case, CountTokens, case_score, multikey_case, needle_case, variable_tracking_case,
 )
 from kvchat.engine import AskSettings, Engine
+from kvchat.errors import SettingsError
 from kvchat.events import Pruned
 from kvchat.policy import DEFAULT_BUDGET, METHODS, SnapKV, method_carrying, method_options
 
@@ -28,10 +30,17 @@ LAYOUT_OPTIONS = {"flash_attn": lambda value: value in ("on", "true"), "type_k":
 PROMPT_ROOM = 512  # tokens of the model's trained context left to the template and the question
 
 
+def instruction_named(name: str) -> str:
+    if name not in INSTRUCTIONS:
+        raise SettingsError(f"unknown instruction {name!r}", f"use system={', system='.join(INSTRUCTIONS)}")
+    return INSTRUCTIONS[name]
+
+
 @dataclass(frozen=True)
 class Variant:
     """A method at a budget, with optional policy overrides (`pool=avg,kernel=5`), read in full
-    or fast (AskSettings.read), in the default KV layout or another (`type_k=q8_0,flash_attn=on`)."""
+    or fast (AskSettings.read), in the default KV layout or another (`type_k=q8_0,flash_attn=on`),
+    with kvchat's system prompt or a candidate's (`system=quote`, instructions.py)."""
 
     method: str
     budget: int
@@ -46,13 +55,16 @@ class Variant:
 
     def settings(self, base: AskSettings) -> AskSettings:
         """`base` with this variant's method, budget and read; an override names a method option
-        (kernel, heads …), one of the reading's (READING_OPTIONS) or of the layout's (LAYOUT_OPTIONS)."""
+        (kernel, heads …), one of the reading's (READING_OPTIONS) or of the layout's (LAYOUT_OPTIONS),
+        or the system prompt's (`system`)."""
         carried = method_options(base.method)
         options: dict[str, object] = {"budget": self.budget}
-        read, fast, layout = self.read, base.fast, base.layout
+        read, fast, layout, system = self.read, base.fast, base.layout, base.system
         for key, value in self.overrides:
             if key == "read":
                 read = value
+            elif key == "system":
+                system = instruction_named(value)
             elif key in LAYOUT_OPTIONS:
                 layout = replace(layout, **{key: LAYOUT_OPTIONS[key](value)})
             elif key in READING_OPTIONS:
@@ -60,7 +72,8 @@ class Variant:
             else:
                 current = carried.get(key, getattr(METHODS[self.method](), key, value))  # typed as the option's default
                 options[key] = type(current)(value) if not isinstance(current, bool) else value == "true"
-        return replace(base, method=method_carrying(self.method, carried, **options), read=read, fast=fast, layout=layout)
+        return replace(base, method=method_carrying(self.method, carried, **options), read=read, fast=fast, layout=layout,
+                       system=system)
 
 
 @dataclass(frozen=True)
