@@ -38,14 +38,14 @@ class CuadQuestion:
 Folder = Traversable | Path
 
 
-def _data_folder(folder: Folder | None) -> Folder:
+def data_folder(folder: Folder | None) -> Folder:
     return resources.files("kvchat.bench") / "data" / "cuad" if folder is None else folder
 
 
 @cache
 def cuad_questions(folder: Folder | None = None) -> tuple[CuadQuestion, ...]:
     """The questions of `folder` (default: the shipped ones), in the file's order."""
-    path = _data_folder(folder) / "questions.json"
+    path = data_folder(folder) / "questions.json"
     try:
         spec = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as error:
@@ -75,7 +75,7 @@ def _named(question_id: str, name: str) -> bool:
 
 @cache
 def contract_text(contract: str, folder: Folder | None = None) -> str:
-    path = _data_folder(folder) / f"{contract}.txt"
+    path = data_folder(folder) / f"{contract}.txt"
     try:
         return path.read_text(encoding="utf-8")
     except (OSError, ValueError) as error:

@@ -11,6 +11,7 @@ from pathlib import Path
 from kvchat.bench.compare import answer_of, compare
 from kvchat.bench.cuad import cuad_cases
 from kvchat.bench.instructions import INSTRUCTIONS
+from kvchat.bench.lists import list_cases
 from kvchat.bench.leval import LEVAL_TASKS, LevalSelection, leval_cases, leval_folder
 from kvchat.bench.tasks import (
     MULTIKEY_TASKS, Case, CountTokens, case_score, multikey_case, needle_case, variable_tracking_case,
@@ -20,7 +21,7 @@ from kvchat.errors import SettingsError
 from kvchat.events import Pruned
 from kvchat.policy import DEFAULT_BUDGET, METHODS, SnapKV, method_carrying, method_options
 
-TASKS = ("needle", "multikey", "multikey16", "vt", "cuad", *LEVAL_TASKS)
+TASKS = ("needle", "multikey", "multikey16", "vt", "cuad", "cuad-lists", *LEVAL_TASKS)
 DEFAULT_TASKS = ("needle", "multikey", "vt")  # cuad and L-Eval read whole documents (up to 32K tokens): asked for by name
 # What a variant may set of the reading: how it reads, and a fast reading's settings (FastSettings), by their names in a variant
 READING_OPTIONS = {"read": str, "fast_depth": float, "fast_positions": str, "fast_layers": int, "fast_reread": int, "fast_spans": str,
@@ -125,6 +126,10 @@ def build_cases(config: BenchConfig, count_tokens: CountTokens, max_document_tok
     if "cuad" in config.tasks:
         folder = None if config.cuad_data is None else Path(config.cuad_data)
         cases += cuad_cases(count_tokens, max_document_tokens, config.cuad_ids, folder)
+    if "cuad-lists" in config.tasks:  # about the contracts --questions names, or all
+        folder = None if config.cuad_data is None else Path(config.cuad_data)
+        contracts = None if config.cuad_ids is None else tuple(dict.fromkeys(i.split(".")[0] for i in config.cuad_ids))
+        cases += list_cases(count_tokens, max_document_tokens, contracts, folder)
     leval_tasks = tuple(task for task in config.tasks if task in LEVAL_TASKS)
     if leval_tasks:
         cases += leval_cases(count_tokens, max_document_tokens, leval_tasks, leval_folder(config.leval_data), config.leval)

@@ -15,6 +15,7 @@ from functools import cache
 from importlib import resources
 
 from kvchat.bench.answers import answer_matches
+from kvchat.bench.clauses import clauses_quoted
 from kvchat.bench.leval_metrics import leval_score
 
 CountTokens = Callable[[str], int]
@@ -25,7 +26,8 @@ SENTENCE_END = re.compile(r"[.!?]\s+")
 class Case:
     """`scoring` "ruler": every answer string is wanted (see `score`); "normalized": `answers` are
     alternatives and `refuse` strings make an answer wrong (see `kvchat.bench.answers`); "leval-…":
-    L-Eval's metric against the one reference (`kvchat.bench.leval_metrics`). `system` and
+    L-Eval's metric against the one reference (`kvchat.bench.leval_metrics`); "clauses": the share
+    of the `answers` (clauses) the answer quotes (`kvchat.bench.clauses`). `system` and
     `max_tokens`, when set, are the task's own (L-Eval's prompt, its answers' length)."""
 
     task: str
@@ -53,6 +55,8 @@ def case_score(case: Case, answer: str) -> float:
         return float(answer_matches(answer, case.answers, case.refuse))
     if case.scoring.startswith("leval-"):
         return leval_score(case.scoring, answer, case.answers[0])
+    if case.scoring == "clauses":
+        return clauses_quoted(answer, case.answers)
     return score(answer, case.answers)
 
 

@@ -1,0 +1,29 @@
+"""Whether an answer quotes a clause: the `cuad-lists` task's score (lists.py)."""
+
+from __future__ import annotations
+
+import re
+
+QUOTED_WORDS = 6  # words of a clause in a row that make an answer's quote of it
+_WORD = re.compile(r"[a-z0-9]+")
+
+
+def _words(text: str) -> list[str]:
+    return _WORD.findall(text.lower())
+
+
+def quotes(answer: str, clause: str) -> bool:
+    """Whether `answer` quotes `clause`: QUOTED_WORDS of its words in a row (all, if fewer), in
+    one of its fragments (CUAD marks the text it left out of a clause with <omitted>)."""
+    said = f" {' '.join(_words(answer))} "
+    for fragment in clause.split("<omitted>"):
+        words = _words(fragment)
+        run = min(QUOTED_WORDS, len(words))
+        if run and any(f" {' '.join(words[i:i + run])} " in said for i in range(len(words) - run + 1)):
+            return True
+    return False
+
+
+def clauses_quoted(answer: str, clauses: tuple[str, ...]) -> float:
+    """The share of `clauses` the answer quotes."""
+    return sum(quotes(answer, clause) for clause in clauses) / len(clauses) if clauses else 0.0
