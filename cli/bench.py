@@ -37,7 +37,7 @@ def _overrides(text: str) -> tuple[tuple[str, str], ...]:
     pairs = []
     for item in _split(text):
         key, _, value = item.partition("=")
-        if key not in ("pool", "kernel", "window", "heads", "spans", "sinks", "system", *READING_OPTIONS, *LAYOUT_OPTIONS) or not value:
+        if key not in ("pool", "kernel", "window", "heads", "spans", "sinks", "system", "whole", *READING_OPTIONS, *LAYOUT_OPTIONS) or not value:
             raise SettingsError(f"bad variant {item!r}", "use e.g. --variant pool=avg,kernel=5, --variant read=fast,fast_depth=0.4 "
                                 "or --variant flash_attn=on,type_k=q8_0,type_v=q8_0")
         pairs.append((key, value))
@@ -145,7 +145,7 @@ def bench_command(
     methods: str | None = typer.Option(None, help=f"Comma-separated: {', '.join(METHODS)}."),
     questions: str | None = typer.Option(None, help="cuad: the questions asked, by id or contract, e.g. todos,corio.law."),
     cuad_data: Path | None = typer.Option(None, help="cuad: a folder with questions.json and the contracts' .txt files, instead of the shipped ones."),
-    variant: list[str] = typer.Option([], "--variant", help="Extra snapkv variant, e.g. pool=avg,kernel=5, read=fast,fast_depth=0.4, a KV layout, read again in it: flash_attn=on,type_v=q8_0, or another system prompt: system=quote (kvchat/bench/instructions.py)."),
+    variant: list[str] = typer.Option([], "--variant", help="Extra snapkv variant, e.g. pool=avg,kernel=5, read=fast,fast_depth=0.4, a KV layout, read again in it: flash_attn=on,type_v=q8_0, another system prompt: system=quote (kvchat/bench/instructions.py), or answers from the whole document in parts of N tokens: whole=2048."),
     read: str | None = typer.Option(None, "--read", help="full, or full,fast: snapkv at each budget read fast too (the first layers choose)."),
     models: list[str] = typer.Option([], "--model", "-m", help="Registry name (see `kvchat models`) or a GGUF path; repeat to compare models in one run (default: default)."),
     json_path: Path | None = typer.Option(None, "--json", help="Write every record and the summary here."),

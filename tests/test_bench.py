@@ -295,6 +295,17 @@ def test_a_system_prompt_variant_reads_again_with_it_and_wins_over_a_tasks_own(t
     assert for_case(AskSettings(system=INSTRUCTIONS["only"]), case).system == INSTRUCTIONS["only"]
 
 
+def test_a_whole_document_variant_answers_each_case_from_the_parts(tiny_model_path) -> None:
+    from kvchat.engine import Engine
+
+    config = BenchConfig(tasks=("needle",), lengths=(700,), depths=(0.5,), budgets=(128,), decode_tokens=4,
+                         methods=("snapkv",), policy_variants=((("whole", "256"),),))
+    with Engine(str(tiny_model_path), use_cache=False) as engine:
+        records = [record for _, _, record in run_bench(engine, config) if record is not None]
+    parts = [r for r in records if r["variant"] == "snapkv@128(whole=256)"]
+    assert len(parts) == 1 and parts[0]["read"].startswith("in ") and parts[0]["read"].endswith(" parts")
+
+
 def test_summary_says_what_pruning_keeps_of_the_full_caches_answers() -> None:
     def record(model: str, variant: str, case: int, accuracy: float) -> dict:
         return {"model": model, "task": "cuad", "meta": {"id": case}, "method": variant.split("@")[0], "variant": variant,

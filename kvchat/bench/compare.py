@@ -51,15 +51,21 @@ def compare(engine: Engine, cases: list[Case], variants: list[AskSettings], deco
     Methods that prune after reading share one reading for all cases and variants (one per KV
     layout and system prompt), so they differ only in what they keep. A method that streams reads its own way: once for all cases when the
     question plays no part in what it keeps (StreamingLLM), once per case when the question observes
-    the reading (SnapStream); so does a fast reading, once per case."""
+    the reading (SnapStream); so does a fast reading, once per case, and an answer from the
+    document's parts (settings.whole) reads the parts once per case."""
     reads_fast = [settings.reads_fast(engine.cheap_pass.drafted) for settings in variants]
+    in_parts = [settings.whole is not None for settings in variants]
     after_reading: dict[tuple[KvLayout, str | None], dict[int, AskSettings]] = {}
     for index, settings in enumerate(variants):  # the layout and the system prompt are part of the reading
-        if not settings.method.streams and not reads_fast[index]:
+        if not settings.method.streams and not reads_fast[index] and not in_parts[index]:
             after_reading.setdefault((settings.layout, settings.system), {})[index] = settings
     for in_layout in after_reading.values():
         yield from _one_reading(engine, cases, in_layout, None, decode_all)
     for index, settings in enumerate(variants):
+        if in_parts[index]:  # answered from the document's parts, each case on its own (in_parts.py)
+            for case_index, case in enumerate(cases):
+                yield case_index, index, list(engine.ask(case_document(case), case.question, for_case(settings, case)))
+            continue
         if reads_fast[index]:  # a fast reading is the question's own
             for case_index, case in enumerate(cases):
                 for _, variant_index, events in _one_reading(engine, [case], {index: settings}, None, decode_all):

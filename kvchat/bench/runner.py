@@ -41,7 +41,8 @@ def instruction_named(name: str) -> str:
 class Variant:
     """A method at a budget, with optional policy overrides (`pool=avg,kernel=5`), read in full
     or fast (AskSettings.read), in the default KV layout or another (`type_k=q8_0,flash_attn=on`),
-    with kvchat's system prompt or a candidate's (`system=quote`, instructions.py)."""
+    with kvchat's system prompt or a candidate's (`system=quote`, instructions.py), answered from
+    the entries kept or from the whole document in parts (`whole=2048`, engine/in_parts.py)."""
 
     method: str
     budget: int
@@ -57,15 +58,17 @@ class Variant:
     def settings(self, base: AskSettings) -> AskSettings:
         """`base` with this variant's method, budget and read; an override names a method option
         (kernel, heads …), one of the reading's (READING_OPTIONS) or of the layout's (LAYOUT_OPTIONS),
-        or the system prompt's (`system`)."""
+        the system prompt's (`system`) or the parts' size of a whole-document answer (`whole`)."""
         carried = method_options(base.method)
         options: dict[str, object] = {"budget": self.budget}
-        read, fast, layout, system = self.read, base.fast, base.layout, base.system
+        read, fast, layout, system, whole = self.read, base.fast, base.layout, base.system, base.whole
         for key, value in self.overrides:
             if key == "read":
                 read = value
             elif key == "system":
                 system = instruction_named(value)
+            elif key == "whole":
+                whole = int(value)
             elif key in LAYOUT_OPTIONS:
                 layout = replace(layout, **{key: LAYOUT_OPTIONS[key](value)})
             elif key in READING_OPTIONS:
@@ -74,7 +77,7 @@ class Variant:
                 current = carried.get(key, getattr(METHODS[self.method](), key, value))  # typed as the option's default
                 options[key] = type(current)(value) if not isinstance(current, bool) else value == "true"
         return replace(base, method=method_carrying(self.method, carried, **options), read=read, fast=fast, layout=layout,
-                       system=system)
+                       system=system, whole=whole)
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from kvchat.documents import Document
 from kvchat.engine.conversation import Conversation
+from kvchat.engine.in_parts import answer_in_parts
 from kvchat.engine.kvcache.in_progress import Claim, ReadingsInProgress
 from kvchat.engine.kvcache.states import DocumentStates
 from kvchat.engine.kvcache.store import DEFAULT_MAX_BYTES, StateStore
@@ -80,11 +81,14 @@ class Engine:
         stream: StreamSettings | None = None,
         reading: Reading | None = None,
         decode_all: bool = False,
+        saves: bool = True,
     ) -> Conversation:
         """A conversation about `document`; call open() on it before asking. `reading` and
-        `decode_all` are the bench's (see Conversation); by default the settings choose the reading."""
+        `decode_all` are the bench's (see Conversation); by default the settings choose the reading.
+        `saves` False: its reading is not saved (a document made for one answer)."""
         settings = settings or AskSettings()
-        return Conversation(self.model, self.model_name, document, settings, selection=selection, states=self.states,
+        states = self.states if saves else None
+        return Conversation(self.model, self.model_name, document, settings, selection=selection, states=states,
                             stream=stream, speeds=self.speeds, cheap_pass=self.cheap_pass, reading=reading,
                             decode_all=decode_all)
 
@@ -102,7 +106,12 @@ class Engine:
         selection: Selection = PerQuestion(),
         stream: StreamSettings | None = None,
     ) -> Iterator[Event]:
-        """Stream events for one question: Progress…, Notice?, Evicted…, Pruned?, Token…, Done."""
+        """Stream events for one question: Progress…, Notice?, Evicted…, Pruned?, Token…, Done. A
+        question about the whole document (settings.whole) is answered from its parts (in_parts.py)."""
+        if settings is not None and settings.whole is not None:
+            conversation_for = lambda part, part_settings, saves: self.conversation(part, part_settings, saves=saves)  # noqa: E731
+            yield from answer_in_parts(conversation_for, document, question, settings, self.model.count_tokens, cancel)
+            return
         conversation = self.conversation(document, settings, selection=selection, stream=stream)
         try:
             yield from conversation.open(question, cancel=cancel)

@@ -73,6 +73,9 @@ class FastSettings:
             raise SettingsError(f"unknown fast reading heads {self.heads!r}", f"use one of {', '.join(REDUCTIONS)}")
 
 
+MIN_PART_TOKENS = 256  # a part smaller than this says too little to be worth its note
+
+
 @dataclass(frozen=True)
 class AskSettings:
     """Built by the CLI, the TUI and the server alike: errors name settings, never one front end's flags."""
@@ -102,6 +105,10 @@ class AskSettings:
     # The system prompt; None: kvchat's (answer from the document only, quote exactly, keep it
     # short). It is part of the document's prompt, so each one has its own saved reading.
     system: str | None = None
+    # A question about the whole document (a summary, a list): answered from all of it, in parts
+    # of this many tokens, each asked the question, then their notes together (in_parts.py).
+    # None: from the entries the question keeps, as every other question.
+    whole: int | None = None
 
     def __post_init__(self) -> None:
         if self.max_tokens < 1:
@@ -112,6 +119,9 @@ class AskSettings:
             raise SettingsError(f"context size must be at least 1, got {self.n_ctx}", "leave it unset to fit the prompt")
         if self.system is not None and not self.system.strip():
             raise SettingsError("the system prompt is empty", "leave `system` out for kvchat's, or give one")
+        if self.whole is not None and self.whole < MIN_PART_TOKENS:
+            raise SettingsError(f"a whole-document answer reads parts of at least {MIN_PART_TOKENS} tokens, got {self.whole}",
+                                f"use parts of {MIN_PART_TOKENS} tokens or more")
         if self.read not in READS:
             raise SettingsError(f"unknown reading {self.read!r}", "read auto, full or fast")
         if self.read == "fast" and not self.method_reads_fast:

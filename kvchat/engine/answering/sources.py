@@ -179,6 +179,10 @@ class SourceFinder:
         total = float(scores.sum())
         return (positions, scores / total) if total > 0 else None
 
+    def source_at(self, start: int, end: int, score: float) -> Source:
+        """The passage text[start:end] as a source (an answer about a part of the document found it)."""
+        return self._source(start, end, score)
+
     def _source(self, start: int, end: int, score: float) -> Source:
         start, end = int(start), int(end)
         quote = " ".join(self.document.text[start:end].split())
