@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = ROOT / "kvchat" / "bench" / "data" / "cuad"
 HELD_OUT = ROOT / "bench" / "cuad_heldout"
 SOURCE = ("Questions for kvchat's cuad-lists task, derived mechanically from CUAD v1's expert annotations (CC BY 4.0, "
-          "The Atticus Project) by bench/cuad_lists.py: every category with two clauses or more, the parties left out.")
+          "The Atticus Project) by bench/cuad_lists.py: every category with two clauses or more (a clause inside another counted once), the parties left out.")
 
 
 def _short(contract: str) -> str:
@@ -27,10 +27,19 @@ def _short(contract: str) -> str:
     return {"digital": "cinema", "tom": "tomonline", "buffalo": "bww", "mrs": "mrsfields", "manufacturers": "msl"}.get(words[0], words[0])
 
 
+def _flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _outermost(clauses: list[str]) -> list[str]:
+    """The clauses, those that lie inside another left out (one quote would count for both)."""
+    return [clause for clause in clauses if not any(_flat(clause) in _flat(other) and other != clause for other in clauses)]
+
+
 def lists_of(contract: dict) -> list[dict]:
     questions = []
     for category in contract["categories"]:
-        clauses = [clause["text"] for clause in category.get("clauses") or []]
+        clauses = _outermost([clause["text"] for clause in category.get("clauses") or []])
         if len(clauses) < 2 or category["category"] == "Parties":
             continue
         name = category["category"]

@@ -142,7 +142,10 @@ def _answer(engine: Engine, conversation: Conversation, question: str, cancel: t
 def _sooner_to_wait(engine: Engine, conversation: Conversation, reading: InProgress) -> bool:
     """Whether awaiting another process's whole reading of the document answers sooner than this
     ask's own reading: always instead of a whole reading (the other has a head start); instead
-    of a fast one when less of the other is left than the fast reading takes here."""
+    of a fast one when less of the other is left than the fast reading takes here. A reading that
+    waits for its turn behind others has no head start: never."""
+    if reading.queued:
+        return False
     if not conversation.reads_fast_first():
         return True
     fast_speed = engine.speeds.measured("fast") if engine.speeds is not None else None  # tokens/s, measured here

@@ -65,10 +65,13 @@ def _in_progress_table(reading: list[InProgress]) -> Table:
 @cache_app.command("stop")
 def stop_command() -> None:
     """Stop the readings in progress in the background (those saved stay)."""
-    stopped = readings_in_progress().stop()
+    readings = readings_in_progress()
+    stopped = readings.stop()
     for entry in stopped:
         typer.echo(f"stopped the reading of {entry.document} ({entry.done:,} of {entry.total:,} tokens read)")
-    if not stopped:
+    for entry in (entry for entry in readings.entries() if not entry.stoppable):
+        typer.echo(f"left the reading of {entry.document} to the chat or server reading it (process {entry.pid})")
+    if not stopped and not readings.entries():
         typer.echo("no reading in progress")
 
 

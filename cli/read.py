@@ -73,12 +73,12 @@ def read_documents(engine: Engine, documents: list[Document], settings: AskSetti
         said = ""
     console.print(f"{len(documents)} document{'s' * (len(documents) != 1)}, {total_tokens:,} tokens{said}", highlight=False)
     ended = dict.fromkeys(WholeReadingDone, 0)
-    with interrupt_as_cancel() as cancel:
+    with interrupt_as_cancel(terminate=True) as cancel:  # `kvchat cache stop` stops it too
         for document, plan in zip(documents, plans):
             started = time.perf_counter()
             bar = ReadingBar(console)
             try:
-                reading = engine.read_whole(document, settings, cancel)
+                reading = engine.read_whole(document, settings, cancel, stoppable=True)
                 while True:
                     event = next(reading)
                     if isinstance(event, Progress):
@@ -109,7 +109,7 @@ def _read_job(job: Path) -> None:
 
     began = False  # "reading" is logged once, when the reading (not a wait for another's) begins
     with Engine(model, gpu_layers=gpu_layers) as engine, interrupt_as_cancel(terminate=True) as cancel:
-        reading = engine.read_whole(document, settings, cancel, in_turn=True)  # one background reading at a time
+        reading = engine.read_whole(document, settings, cancel, in_turn=True, stoppable=True)  # one background reading at a time
         try:
             while True:
                 event = next(reading)

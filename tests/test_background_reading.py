@@ -3,6 +3,7 @@ saved once, loaded by the next question, one reader per document, stoppable, and
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
@@ -15,7 +16,8 @@ import pytest
 from kvchat.cli.background import job_command, log_path, start_background_reading, write_job
 from kvchat.documents import load_document
 from kvchat.engine import WAITING_FOR_TURN, AskSettings, Engine, KvLayout, readings_in_progress
-from kvchat.events import Notice
+from kvchat.errors import CancelledError
+from kvchat.events import Notice, Progress
 from test_cli import ask_args, run_kvchat
 from test_formats import make_docx
 from test_normalize import make_text_pdf
@@ -133,21 +135,28 @@ def test_background_readings_of_two_documents_take_turns_and_a_waiting_one_stops
     assert list((isolated_home / "cache" / "states").glob("*")) == [] and readings_in_progress().entries() == []
 
 
+def _fast_answer(engine: Engine, path: Path):
+    """A conversation about `path` whose first answer came from a fast reading (the document unread)."""
+    chat = engine.conversation(load_document(path), AskSettings(read="fast", max_tokens=2, threads=2))
+    list(chat.open("What does item 7 cost?"))
+    list(chat.ask("What does item 7 cost?"))
+    assert chat.unread
+    return chat
+
+
 def test_the_chat_reading_on_after_a_fast_answer_waits_for_another_process_and_loads_its_reading(
     document, tiny_model_path, isolated_home,
 ) -> None:
-    """A chat's reading after a fast answer (Engine.read_on) takes the reading's lock as `kvchat
-    read` does: while another process holds it, the chat follows that reading and then loads it."""
+    """A chat's reading after a fast answer (Conversation.read_on, and a follow-up that reads on)
+    takes the reading's lock as `kvchat read` does: while another process holds it, the chat
+    follows that reading and then loads it."""
     with Engine(str(tiny_model_path)) as engine:
-        chat = engine.conversation(load_document(document), AskSettings(read="fast", max_tokens=2, threads=2))
-        list(chat.open("What does item 7 cost?"))
-        list(chat.ask("What does item 7 cost?"))
-        assert chat.unread
+        chat = _fast_answer(engine, document)
         other = readings_in_progress().claim(chat.reading_key, str(document), "another process", len(chat.document_tokens))
         following, events = threading.Event(), []
 
         def read_on() -> None:
-            for event in engine.read_on(chat):
+            for event in chat.read_on():
                 events.append(event)
                 following.set()
 
@@ -161,6 +170,54 @@ def test_the_chat_reading_on_after_a_fast_answer_waits_for_another_process_and_l
         reader.join(timeout=60)
         assert not reader.is_alive() and not chat.unread
         assert chat.run.loaded_upto == len(chat.document_tokens)  # loaded, not read again
+        chat.close()
+
+
+def test_a_reading_queued_behind_others_is_not_waited_for(document, tiny_model_path, isolated_home) -> None:
+    """A queued background reading holds its document's lock but has no head start: the chat reads
+    the document itself, and `kvchat ask` does not wait for it either."""
+    from kvchat.cli.ask import _sooner_to_wait
+
+    with Engine(str(tiny_model_path)) as engine:
+        chat = _fast_answer(engine, document)
+        queued = readings_in_progress().claim(chat.reading_key, str(document), "a queued job", len(chat.document_tokens))
+        queued.queued(True)
+        events = list(chat.read_on())
+        assert not any(isinstance(event, Notice) for event in events) and not chat.unread
+        assert chat.run.loaded_upto == 0 and chat.saved  # read here, and saved: the queued job will find it
+        (record,) = readings_in_progress().entries()
+        assert record.queued and _sooner_to_wait(engine, chat, record) is False
+        queued.release()
+        chat.close()
+
+
+def test_cache_stop_leaves_a_chats_own_reading_to_the_chat(tmp_path, isolated_home) -> None:
+    """The chat's reading is listed, but `cache stop` does not send its process SIGTERM (which
+    would end the chat, its terminal left in raw mode): the chat stops it itself."""
+    model = write_tiny_gguf(tmp_path / "long-context.gguf", context_length=32768)
+    long_document = tmp_path / "ledger.txt"
+    long_document.write_text(" ".join(f"Item {i} costs {i * 3} dollars." for i in range(1000)))
+    with Engine(str(model)) as engine:
+        chat = _fast_answer(engine, long_document)
+        cancel, reading = threading.Event(), threading.Event()
+
+        def read_on() -> None:
+            with contextlib.suppress(CancelledError):  # the test stops it
+                for event in chat.read_on(cancel):
+                    if isinstance(event, Progress):
+                        reading.set()
+
+        reader = threading.Thread(target=read_on)
+        reader.start()
+        try:
+            assert reading.wait(timeout=60)
+            (listed,) = readings_in_progress().entries()
+            assert listed.pid == os.getpid() and not listed.stoppable
+            stopped = run_kvchat("cache", "stop", home=isolated_home)
+            assert stopped.stdout == f"left the reading of {long_document} to the chat or server reading it (process {os.getpid()})\n"
+        finally:
+            cancel.set()
+            reader.join(timeout=60)
         chat.close()
 
 

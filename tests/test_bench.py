@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import os
 import subprocess
 import sys
@@ -260,6 +261,12 @@ def test_a_variant_sets_a_reading_option_or_a_method_option() -> None:
     assert _overrides("flash_attn=on,type_k=q8_0,type_v=q8_0") == (("flash_attn", "on"), ("type_k", "q8_0"), ("type_v", "q8_0"))
     quantized = Variant("snapkv", 512, _overrides("flash_attn=on,type_k=q8_0,type_v=q8_0")).settings(AskSettings())
     assert (quantized.layout.flash_attn, quantized.layout.type_k, quantized.layout.type_v) == (True, "q8_0", "q8_0")
+    either_order = Variant("snapkv", 512, _overrides("type_v=q8_0,type_k=q8_0,flash_attn=on")).settings(AskSettings())
+    assert either_order.layout == quantized.layout
+    for bad, said in (("flash_attn=yes", "bad variant value flash_attn='yes'"), ("whole=abc", "bad variant value whole='abc'"),
+                      ("kernel=big", "bad variant value kernel='big'"), ("system=wise", "unknown instruction 'wise'")):
+        with pytest.raises(SettingsError, match=re.escape(said)):
+            Variant("snapkv", 512, _overrides(bad)).settings(AskSettings())
 
 
 def test_a_layout_variant_reads_the_document_again_in_its_layout(tiny_model_path) -> None:

@@ -18,6 +18,8 @@ def test_a_clause_is_quoted_by_six_of_its_words_in_a_row_case_and_punctuation_as
     assert quotes("... escrow account in California a copy of the source code ...",
                   "The Escrow Agent shall require Commerce One to place in an<omitted>escrow account in California a copy")
     assert clauses_quoted(f"{CLAUSE} And nothing else.", (CLAUSE, "Either party may terminate on notice.")) == 0.5
+    tail = "Each delivery shall be inspected by the buyer within ten days<omitted>be deemed accepted."
+    assert not quotes("Goods not rejected shall be deemed accepted.", tail)  # a short fragment is no quote of the clause
 
 
 def test_list_questions_ask_for_every_clause_the_experts_marked() -> None:

@@ -12,6 +12,7 @@ from kvchat.engine import AskSettings, Engine, state_store
 from kvchat.engine.in_parts import part_of, part_ranges
 from kvchat.errors import SettingsError
 from kvchat.events import Done, Notice, Progress, Token
+from kvchat.policy import SnapKV
 
 TEXT = " ".join(f"Clause {i}: the supplier delivers {i * 7} boxes in week {i}." for i in range(1, 121))
 
@@ -40,15 +41,19 @@ def test_a_whole_document_question_is_asked_of_each_part_then_of_the_notes(tiny_
     document = Document(Path("deliveries.txt"), "text", TEXT, [Page(1, 0, len(TEXT))])
     with Engine(str(tiny_model_path)) as engine:
         n_parts = len(part_ranges(document, engine.model.count_tokens, 512))
-        events = list(engine.ask(document, "List every delivery.", AskSettings(whole=512, max_tokens=6, threads=2)))
+        settings = AskSettings(whole=512, max_tokens=6, threads=2, method=SnapKV(budget=128))  # parts larger than the budget
+        events = list(engine.ask(document, "List every delivery.", settings))
     assert n_parts >= 3
     assert events[0] == Notice(f"a question about the whole document: asking each of its {n_parts} parts, then their notes together")
     progress = [event for event in events if isinstance(event, Progress)]
     assert [p.done for p in progress] == sorted(p.done for p in progress) and progress[-1].done == progress[-1].total
     done = events[-1]
     assert isinstance(done, Done) and done.stats.read == f"in {n_parts} parts"
+    assert done.stats.kept_tokens == done.stats.prompt_tokens > len(TEXT.split())  # every part and the notes whole, none pruned
     assert done.answer == "".join(event.text for event in events if isinstance(event, Token))
-    assert done.sources and all(source.text == " ".join(TEXT[source.start:source.end].split()) for source in done.sources)
+    assert 0 < len(done.sources) <= n_parts and all(source.text == " ".join(TEXT[source.start:source.end].split())
+                                                    for source in done.sources)
+    assert [source.score for source in done.sources] == sorted((source.score for source in done.sources), reverse=True)
     saved = sorted(entry.header.document for entry in state_store().entries())
     assert saved == sorted(f"deliveries.txt (part {n} of {n_parts})" for n in range(1, n_parts + 1))  # the notes are not kept
 

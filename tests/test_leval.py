@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 
 from kvchat.bench.leval import EXAM_MAX_TOKENS, LEVAL_TASKS, LevalSelection, head_to_tokens, leval_cases, leval_documents
-from kvchat.bench.leval_metrics import f1_score, judgement, loyalty_score, mc_answer, mc_reference, mc_score, rouge_l
+from kvchat.bench.leval_metrics import (
+    f1_score, judgement, leval_score, loyalty_score, mc_answer, mc_reference, mc_score, rouge_l,
+)
 from kvchat.bench.runner import QUICK
 
 
@@ -47,6 +49,8 @@ def test_loyalty_f1_and_rouge_l() -> None:
     assert f1_score("The cat sat", "a cat sat down") == pytest.approx(0.8)
     assert f1_score("Nothing alike", "cat") == 0.0
     assert rouge_l("the cat is on the mat", "the cat sat on the mat") == pytest.approx(5 / 6)
+    with pytest.raises(ValueError, match="no L-Eval scoring 'leval-f2'"):
+        leval_score("leval-f2", "a", "b")
 
 
 def write_leval_data(folder: Path) -> Path:
@@ -86,8 +90,9 @@ def test_documents_parts_prompts_and_lengths(tmp_path: Path) -> None:
     assert exam.system == LEVAL_TASKS["leval-tpo"].system and exam.max_tokens == EXAM_MAX_TOKENS
     assert open_ended.question == "What is fact 0 about? \nAnswer this question with 2 words."
     assert open_ended.max_tokens == 19 and open_ended.scoring == "leval-f1"
-    cut = leval_cases(count, 50, ("leval-tpo",), folder, LevalSelection(documents=1, questions=1))[0]
-    assert cut.meta["cut"] and cut.document == head_to_tokens(legal[0].text, count, 50) and count(cut.document) == 50
+    cut = leval_cases(count, 150, ("leval-tpo",), folder, LevalSelection(documents=1, questions=1))[0]
+    room = 150 - count(LEVAL_TASKS["leval-tpo"].system) - EXAM_MAX_TOKENS  # the system prompt and the answer have room
+    assert cut.meta["cut"] and cut.document == head_to_tokens(legal[0].text, count, room) and count(cut.document) == room
     assert QUICK.leval == LevalSelection(part="dev", documents=1, questions=3)
 
 

@@ -58,8 +58,7 @@ class SessionFactory(Protocol):
 class EngineSession:
     """A ChatSession on a real engine conversation."""
 
-    def __init__(self, engine: Engine, conversation: Conversation) -> None:
-        self.engine = engine
+    def __init__(self, conversation: Conversation) -> None:
         self.conversation = conversation
         self.document = conversation.document
         self.token_count = len(conversation.document_tokens)
@@ -72,7 +71,7 @@ class EngineSession:
         return self.conversation.open(cancel=cancel)
 
     def read_on(self, cancel: threading.Event) -> Iterator[Event]:
-        return self.engine.read_on(self.conversation, cancel)  # waits for, then loads, another process's reading of it
+        return self.conversation.read_on(cancel)
 
     def ask(self, question: str, settings: AskSettings, cancel: threading.Event) -> Iterator[Event]:
         return self.conversation.ask(question, settings, cancel=cancel)
@@ -104,7 +103,7 @@ class EngineSessions:
         document = bundle([load_document(path, ocr_progress, cancel) for path in paths])
         if self._engine is None:
             self._engine = Engine(self.model, gpu_layers=self.gpu_layers, use_cache=self.use_cache, draft=self.draft)
-        return EngineSession(self._engine, self._engine.conversation(document, settings))
+        return EngineSession(self._engine.conversation(document, settings))
 
     def close(self) -> None:
         if self._engine is not None:

@@ -13,15 +13,13 @@ def _words(text: str) -> list[str]:
 
 
 def quotes(answer: str, clause: str) -> bool:
-    """Whether `answer` quotes `clause`: QUOTED_WORDS of its words in a row (all, if fewer), in
-    one of its fragments (CUAD marks the text it left out of a clause with <omitted>)."""
+    """Whether `answer` quotes `clause`: QUOTED_WORDS of its words in a row (all of them, if the
+    clause is shorter), within one of its fragments (CUAD marks the text it left out of a clause
+    with <omitted>; a fragment shorter than that run cannot be quoted alone)."""
+    fragments = [_words(fragment) for fragment in clause.split("<omitted>")]
+    run = min(QUOTED_WORDS, sum(len(words) for words in fragments))
     said = f" {' '.join(_words(answer))} "
-    for fragment in clause.split("<omitted>"):
-        words = _words(fragment)
-        run = min(QUOTED_WORDS, len(words))
-        if run and any(f" {' '.join(words[i:i + run])} " in said for i in range(len(words) - run + 1)):
-            return True
-    return False
+    return any(f" {' '.join(words[i:i + run])} " in said for words in fragments for i in range(len(words) - run + 1))
 
 
 def clauses_quoted(answer: str, clauses: tuple[str, ...]) -> float:

@@ -17,7 +17,7 @@ before the question, where L-Eval writes "Question: " or "Instruction: "); no "A
 template; answers are cut at 32 tokens for the exam tasks and at about 1.5 tokens a reference word
 (at most L-Eval's 512) for the open-ended ones; SFiction is scored on its loyalty half alone (its
 fact half asks without the document). A document longer than the model reads whole keeps its
-head, as L-Eval truncates.
+head, as L-Eval truncates, leaving room for the system prompt and the longest answer.
 
 Every decision is made on the `dev` part (the first half of each task's documents, in file
 order); the `held-out` part (the rest) is for reporting once.
@@ -174,8 +174,11 @@ def leval_cases(count_tokens: CountTokens, max_document_tokens: int, names: tupl
     for name in names:
         task = LEVAL_TASKS[name]
         documents = in_part(leval_documents(folder, name), selection.part)[: selection.documents]
+        system_tokens = count_tokens(task.system)
         for document in documents:
-            text = head_to_tokens(document.text, count_tokens, max_document_tokens)
+            longest_answer = max((answer_tokens(task, reference) for _, reference in document.questions), default=0)
+            room = max_document_tokens - system_tokens - longest_answer  # as L-Eval leaves its answers room
+            text = head_to_tokens(document.text, count_tokens, room)
             for number, (instruction, reference) in enumerate(document.questions[: selection.questions]):
                 cases.append(Case(
                     task=name, document=text, question=question_text(task, instruction, reference), answers=(reference,),

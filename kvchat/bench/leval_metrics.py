@@ -3,8 +3,8 @@
 
 - multiple choice (QuALITY, TOEFL, Coursera): the letters are read from the answer as L-Eval reads
   them (for single-answer tasks the first capital A-D anywhere in it, so an answer should start
-  with its letter); the same letters score 1, and for Coursera's several-letter answers a proper
-  subset of the right letters scores 0.25;
+  with its letter); the same letters score 1, and for Coursera's several-letter answers other
+  letters that are all right ones (a subset, as L-Eval's set test has it) score 0.25;
 - SFiction's loyalty: the first word that holds "true" or "false" against the reference's;
 - token F1 after SQuAD's normalization (lower case, no punctuation or articles);
 - ROUGE-L F-measure from Google's rouge_score, without stemming.
@@ -129,4 +129,6 @@ def leval_score(scoring: str, answer: str, reference: str) -> float:
         return loyalty_score(answer, reference)
     if scoring == "leval-f1":
         return f1_score(answer, reference)
-    return rouge_l(answer, reference)
+    if scoring == "leval-rouge":
+        return rouge_l(answer, reference)
+    raise ValueError(f"no L-Eval scoring {scoring!r}")

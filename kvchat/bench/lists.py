@@ -41,10 +41,9 @@ def list_questions(folder: Folder | None = None) -> tuple[ListQuestion, ...]:
                             "write them with python bench/cuad_lists.py, or leave cuad-lists out") from None
 
 
-def _in(document: str, clause: str) -> bool:
-    """Whether each fragment of the clause's text is in the document, whitespace aside."""
-    flat = " ".join(document.split())
-    return all(" ".join(fragment.split()) in flat for fragment in clause.split("<omitted>"))
+def _in(flat_document: str, clause: str) -> bool:
+    """Whether each fragment of the clause's text is in the document (its words joined by single spaces)."""
+    return all(" ".join(fragment.split()) in flat_document for fragment in clause.split("<omitted>"))
 
 
 def list_cases(count_tokens: CountTokens, max_document_tokens: int, contracts: tuple[str, ...] | None = None,
@@ -56,8 +55,9 @@ def list_cases(count_tokens: CountTokens, max_document_tokens: int, contracts: t
     for contract in dict.fromkeys(item.contract for item in asked):
         full = contract_text(contract, folder)
         document = cut_to_tokens(full, count_tokens, max_document_tokens)
+        flat = " ".join(document.split())
         for item in (item for item in asked if item.contract == contract):
-            clauses = tuple(clause for clause in item.clauses if _in(document, clause))
+            clauses = tuple(clause for clause in item.clauses if _in(flat, clause))
             if len(clauses) >= 2:
                 cases.append(Case("cuad-lists", document, item.question, clauses,
                                   {"contract": contract, "category": item.category, "id": item.id, "cut": document != full},

@@ -3,12 +3,13 @@
 JSON schema (version 2): {"schema": "kvchat-bench/2", "models": [str...], "config": {...},
 "records": [record...], "summary": [summary...]}. A record is one variant of one model on one
 case: model, task, meta, method, variant, budget, accuracy (0..1, by the task's scoring: RULER's
-substring match, cuad's normalized match), answer, golds, prompt_tokens, kept_tokens,
+substring match, cuad's normalized match, L-Eval's metrics, the share of clauses quoted), answer, golds, prompt_tokens, kept_tokens,
 compression, kv_bytes_full, kv_bytes_kept, prefill_tokens_per_s, decode_tokens_per_s, ttft_s,
 read_s (the prompt's reading time), snapkv_overhead (observe + compact time / reading time),
 peak_cells, peak_rss_mib. A summary is one variant of one model over all cases: model, variant,
 method, budget, cases, accuracy, accuracy_by_task, kept_of_full (of the cases the full cache
-answered right, the share this variant answered right too), compression, kv_bytes_kept,
+answered right, scoring 1, the share this variant answered right too: for scores that are rarely
+whole, as F1, ROUGE-L or clauses quoted, compare accuracy_by_task instead), compression, kv_bytes_kept,
 decode_tokens_per_s, decode_speedup (mean over cases of decode tok/s / full's on the same case
 and model), kv_saving (kv_bytes_full / kv_bytes_kept), ttft_s, read_s, snapkv_overhead.
 """

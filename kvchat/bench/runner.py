@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import resource
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -27,8 +28,22 @@ DEFAULT_TASKS = ("needle", "multikey", "vt")  # cuad and L-Eval read whole docum
 READING_OPTIONS = {"read": str, "fast_depth": float, "fast_positions": str, "fast_layers": int, "fast_reread": int, "fast_spans": str,
                    "fast_heads": str}
 # What a variant may set of the KV cache's layout (KvLayout): such a variant reads the document again, in its layout
-LAYOUT_OPTIONS = {"flash_attn": lambda value: value in ("on", "true"), "type_k": str, "type_v": str}
+def _on_off(value: str) -> bool:
+    if value not in ("on", "off"):
+        raise SettingsError(f"bad variant value flash_attn={value!r}", "use flash_attn=on or flash_attn=off")
+    return value == "on"
+
+
+LAYOUT_OPTIONS = {"flash_attn": _on_off, "type_k": str, "type_v": str}
 PROMPT_ROOM = 512  # tokens of the model's trained context left to the template and the question
+
+
+def _typed(key: str, value: str, kind: Callable[[str], object]) -> Any:
+    """A variant's `key=value`, as the option's type; a value that is not one is refused."""
+    try:
+        return kind(value)
+    except ValueError:
+        raise SettingsError(f"bad variant value {key}={value!r}", "give each option a value of its kind, e.g. whole=2048 or kernel=5") from None
 
 
 def instruction_named(name: str) -> str:
@@ -61,23 +76,24 @@ class Variant:
         the system prompt's (`system`) or the parts' size of a whole-document answer (`whole`)."""
         carried = method_options(base.method)
         options: dict[str, object] = {"budget": self.budget}
-        read, fast, layout, system, whole = self.read, base.fast, base.layout, base.system, base.whole
+        read, fast, system, whole = self.read, base.fast, base.system, base.whole
+        layout: dict[str, object] = {}  # applied together: a q8_0 V needs flash attention, in whatever order they come
         for key, value in self.overrides:
             if key == "read":
                 read = value
             elif key == "system":
                 system = instruction_named(value)
             elif key == "whole":
-                whole = int(value)
+                whole = _typed(key, value, int)
             elif key in LAYOUT_OPTIONS:
-                layout = replace(layout, **{key: LAYOUT_OPTIONS[key](value)})
+                layout[key] = _typed(key, value, LAYOUT_OPTIONS[key])
             elif key in READING_OPTIONS:
-                fast = replace(fast, **{key.removeprefix("fast_"): READING_OPTIONS[key](value)})
+                fast = replace(fast, **{key.removeprefix("fast_"): _typed(key, value, READING_OPTIONS[key])})
             else:
                 current = carried.get(key, getattr(METHODS[self.method](), key, value))  # typed as the option's default
-                options[key] = type(current)(value) if not isinstance(current, bool) else value == "true"
-        return replace(base, method=method_carrying(self.method, carried, **options), read=read, fast=fast, layout=layout,
-                       system=system, whole=whole)
+                options[key] = _typed(key, value, type(current)) if not isinstance(current, bool) else value == "true"
+        return replace(base, method=method_carrying(self.method, carried, **options), read=read, fast=fast,
+                       layout=replace(base.layout, **layout), system=system, whole=whole)
 
 
 @dataclass(frozen=True)

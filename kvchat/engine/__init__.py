@@ -11,8 +11,8 @@ the installation's health (health.py). In its rooms:
 
 from kvchat.engine.conversation import Conversation
 from kvchat.engine.drafts import paired_draft
-from kvchat.engine.kvcache.in_progress import InProgress
-from kvchat.engine.engine import WAITING_FOR_TURN, Engine, WholeReadingDone, readings_in_progress, state_store
+from kvchat.engine.kvcache.in_progress import WAITING_FOR_TURN, InProgress, WholeReadingDone
+from kvchat.engine.engine import Engine, readings_in_progress, state_store
 from kvchat.engine.answering.generate import Generation, answer_stats
 from kvchat.engine.reading.plan import ReadingPlan
 from kvchat.engine.prepared import PreparedPrompt, answer_sources, prepare_chat, prepare_question

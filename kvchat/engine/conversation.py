@@ -24,6 +24,7 @@ from kvchat.documents import Document
 from kvchat.documents.bundle import BUNDLE_KIND, document_names, document_starts, kept_by_source
 from kvchat.engine.answering.kept import spans_of, token_char_ranges
 from kvchat.engine.answering.sources import SourceFinder
+from kvchat.engine.kvcache.in_progress import ReadingsInProgress, WholeReadingDone, read_alone
 from kvchat.engine.kvcache.states import DocumentStates
 from kvchat.engine.prompt import PromptPart, Turn, chat_messages, document_part, split_rendered
 from kvchat.engine.reading.fast import CheapPass, pays, reread_tokens
@@ -61,10 +62,12 @@ class Conversation:
         cheap_pass: CheapPass = CheapPass(),
         reading: Reading | None = None,
         decode_all: bool = False,
+        in_progress: ReadingsInProgress | None = None,
     ) -> None:
         """`reading`: a way of reading asked for (the bench's); by default reading_for() chooses.
         `decode_all`: every answer decodes its max tokens, its text ending where the model ended it
-        (the bench's: decode speeds compare over equal lengths)."""
+        (the bench's: decode speeds compare over equal lengths). `in_progress`: the readings other
+        processes are doing, so that read_on() never reads the document beside one of them."""
         self.model = model
         self.model_name = model_name
         self.document = document
@@ -72,6 +75,7 @@ class Conversation:
         self.stream = stream or StreamSettings()
         self.speeds = speeds  # what a reading measures, remembered for `kvchat inspect`
         self._decode_all = decode_all
+        self._in_progress = in_progress
         self.turns: list[Turn] = []
         self._system = settings.system  # the conversation's: its document part (and saved reading) holds it
         part = document_part(model, document.text, self._system)
@@ -151,6 +155,12 @@ class Conversation:
         return self.states.key_of(self.document_tokens) if self.states is not None else None
 
     @property
+    def claimant(self) -> tuple[str, str, str, int] | None:
+        """(reading key, document, model, tokens): who reads the whole document (read_alone)."""
+        key = self.reading_key
+        return None if key is None else (key, str(self.document.path), self.model_name, len(self.document_tokens))
+
+    @property
     def saved(self) -> bool:
         """Whether the document's whole reading is saved (open() will load it)."""
         return self.states is not None and self.states.has(self.document_tokens)
@@ -169,12 +179,19 @@ class Conversation:
     def read_on(self, cancel: threading.Event | None = None) -> Iterator[Event]:
         """After a fast first answer, read the whole document (and save it): a follow-up is
         selected from that reading. The chat and the server run it in the background; stopped by
-        `cancel`, it goes on from where it stopped at the next call or follow-up."""
+        `cancel`, it goes on from where it stopped at the next call or follow-up. While another
+        process reads the document, its reading is awaited and loaded (in_progress.read_alone)."""
         if not self._unread:
             return
         if self.run.holds_fast_answer:
             self.run.clear()  # its reading goes on from where it stopped, if stopped
-        yield from self._read(cancel)
+        claimant = self.claimant
+        if self._in_progress is not None and claimant is not None:
+            how = yield from read_alone(self._in_progress, claimant, lambda: self.saved, lambda: self._read(cancel), cancel)
+            if how is WholeReadingDone.SAVED:
+                yield from self._read(cancel)  # another process's reading: loaded
+        else:
+            yield from self._read(cancel)
         self._unread = False
 
     def ask(

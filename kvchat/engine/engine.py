@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Generator, Iterator
-from contextlib import nullcontext
+from collections.abc import Generator, Iterator
 from dataclasses import replace
-from enum import Enum
 from pathlib import Path
 
 from kvchat.documents import Document
 from kvchat.engine.conversation import Conversation
 from kvchat.engine.in_parts import answer_in_parts
-from kvchat.engine.kvcache.in_progress import Claim, ReadingsInProgress
+from kvchat.engine.kvcache.in_progress import ReadingsInProgress, WholeReadingDone, read_alone
 from kvchat.engine.kvcache.states import DocumentStates
 from kvchat.engine.kvcache.store import DEFAULT_MAX_BYTES, StateStore
 from kvchat.engine.reading.fast import CheapPass
@@ -22,14 +20,11 @@ from kvchat.engine.reading.stream import StreamSettings
 from kvchat.engine.reading.way import Reading
 from kvchat.engine.selections import PerQuestion, Selection
 from kvchat.engine.settings import AskSettings
-from kvchat.errors import SettingsError, raise_if_cancelled
-from kvchat.events import Event, Notice, Progress
+from kvchat.errors import SettingsError
+from kvchat.events import Event, Progress
 from kvchat.llama import LlamaModel
 from kvchat.models import cheap_depth, model_sha256, resolve_model
 from kvchat.paths import cache_dir
-
-
-WAITING_FOR_TURN = "waiting for the background reading before it to end"  # read_whole(in_turn=True)'s notice
 
 
 def state_store(max_bytes: int = DEFAULT_MAX_BYTES) -> StateStore:
@@ -40,14 +35,6 @@ def state_store(max_bytes: int = DEFAULT_MAX_BYTES) -> StateStore:
 def readings_in_progress() -> ReadingsInProgress:
     """The whole readings other kvchat processes are doing (kvcache/in_progress.py)."""
     return ReadingsInProgress(cache_dir() / "reading")
-
-
-class WholeReadingDone(Enum):
-    """How Engine.read_whole ended."""
-
-    READ = "read"  # read and saved
-    SAVED = "already saved"
-    STREAMED = "too long for the model's context: read streamed for each question, never saved"
 
 
 class Engine:
@@ -89,6 +76,7 @@ class Engine:
         settings = settings or AskSettings()
         states = self.states if saves else None
         return Conversation(self.model, self.model_name, document, settings, selection=selection, states=states,
+                            in_progress=self.in_progress if states is not None else None,
                             stream=stream, speeds=self.speeds, cheap_pass=self.cheap_pass, reading=reading,
                             decode_all=decode_all)
 
@@ -107,7 +95,8 @@ class Engine:
         stream: StreamSettings | None = None,
     ) -> Iterator[Event]:
         """Stream events for one question: Progress…, Notice?, Evicted…, Pruned?, Token…, Done. A
-        question about the whole document (settings.whole) is answered from its parts (in_parts.py)."""
+        question about the whole document (settings.whole) is answered from its parts
+        (in_parts.py), each read whole: `selection` and `stream` play no part in it."""
         if settings is not None and settings.whole is not None:
             conversation_for = lambda part, part_settings, saves: self.conversation(part, part_settings, saves=saves)  # noqa: E731
             yield from answer_in_parts(conversation_for, document, question, settings, self.model.count_tokens, cancel)
@@ -121,71 +110,28 @@ class Engine:
 
     def read_whole(
         self, document: Document, settings: AskSettings | None = None, cancel: threading.Event | None = None,
-        *, in_turn: bool = False,
+        *, in_turn: bool = False, stoppable: bool = False,
     ) -> Generator[Event, None, WholeReadingDone]:
-        """Read `document` whole and save the reading (`kvchat read`, and a fast first answer's
-        reading finished in the background), unless it is saved or another process reads it:
-        the reading's lock (kvcache/in_progress.py) is held while it is read, so no two processes
-        read one document at once. `in_turn`: wait for the background readings' turn first (one
-        reads at a time). Needs the engine's store (use_cache)."""
+        """Read `document` whole and save the reading (`kvchat read`, a fast first answer's
+        reading finished in the background, the server's), unless it is saved or another process
+        reads it: the reading's lock is held while it is read (kvcache/in_progress.read_alone).
+        `in_turn`: wait for the background readings' turn first; `stoppable`: this process turns
+        SIGTERM into stopping (`kvchat cache stop` may ask it). Needs the engine's store (use_cache)."""
         if self.states is None:
             raise SettingsError("reading a document to save it needs the saved readings", "leave `cache` on")
         conversation = self.conversation(document, replace(settings or AskSettings(), read="full"))
         try:
-            key = conversation.reading_key
-            if key is None:
+            claimant = conversation.claimant
+            if claimant is None:
                 return WholeReadingDone.STREAMED
-            return (yield from self._alone(conversation, key, cancel, lambda: conversation.open(cancel=cancel), in_turn))
+            return (yield from read_alone(self.in_progress, claimant, lambda: conversation.saved,
+                                          lambda: conversation.open(cancel=cancel), cancel, in_turn=in_turn, stoppable=stoppable))
         finally:
             conversation.close()
 
-    def read_on(self, conversation: Conversation, cancel: threading.Event | None = None) -> Iterator[Event]:
-        """Conversation.read_on (the chat app's reading after a fast answer) under the reading's
-        lock, as read_whole: a reading of the document that another process is doing is waited
-        for and then loaded."""
-        key = conversation.reading_key if conversation.unread else None
-        if key is not None:
-            yield from self._alone(conversation, key, cancel, lambda: conversation.read_on(cancel))
-        yield from conversation.read_on(cancel)  # loads the reading another process saved (nothing if read here)
-
-    def _alone(
-        self, conversation: Conversation, key: str, cancel: threading.Event | None, read: Callable[[], Iterator[Event]],
-        in_turn: bool = False,
-    ) -> Generator[Event, None, WholeReadingDone]:
-        """`read()` the conversation's document holding its reading's lock, unless the reading is
-        saved; while another process holds the lock, follow its progress and look again."""
-        while (claim := self._claim(conversation, key)) is None:  # another process reads it: wait for it
-            yield Notice(f"another kvchat process is reading {conversation.document.path}; waiting for it")
-            yield from self.follow_reading(key, cancel)
-            raise_if_cancelled(cancel)
-        if claim is WholeReadingDone.SAVED:
-            return WholeReadingDone.SAVED
-        with claim, self.in_progress.turn() if in_turn else nullcontext() as turn:
-            if turn is not None and not turn.take():
-                yield Notice(WAITING_FOR_TURN)
-                claim.queued(True)
-                turn.wait(cancel)
-                claim.queued(False)
-            for event in read():
-                if isinstance(event, Progress):
-                    claim.progress(event.done, event.total)
-                yield event
-        return WholeReadingDone.READ
-
-    def _claim(self, conversation: Conversation, key: str) -> Claim | WholeReadingDone | None:
-        """The lock of the conversation's reading, SAVED if it is saved, None if another process reads it."""
-        if conversation.saved:
-            return WholeReadingDone.SAVED
-        claim = self.in_progress.claim(key, str(conversation.document.path), self.model_name, len(conversation.document_tokens))
-        if claim is not None and conversation.saved:  # saved just before the lock was taken
-            claim.release()
-            return WholeReadingDone.SAVED
-        return claim
-
     def follow_reading(self, key: str, cancel: threading.Event | None = None) -> Iterator[Progress]:
         """The progress of another process's reading of `key` (its reading_key), until it ends."""
-        for record in self.in_progress.follow(key, cancel):
-            yield Progress(done=record.done, total=record.total, elapsed_s=record.updated - record.started)
+        return self.in_progress.progress_of(key, cancel)
 
     def close(self) -> None:
         if self.cheap_pass.draft is not None:

@@ -4,11 +4,12 @@ drew on), then the question asked once more of the notes together (map-reduce).
 
 An answer otherwise comes from the entries the question's attention keeps (1,024 by default):
 right for a lookup, where the answer sits in a few passages, but a summary or a list needs what
-is spread over all of the text. Each part is read as a document of its own, so that all of it is
-in the cache when its note is written, and saved as such, so that the next whole-document
-question about the document loads the parts. The sources are each note's, in the parts' order.
-Whether this beats answering from the kept entries, and for which questions, is measured in
-`kvchat bench` (`--variant whole=2048`).
+is spread over all of the text. Each part is read whole as a document of its own and nothing of
+it is pruned, so all of it is in the cache when its note is written; its reading is saved, so
+the next whole-document question about the document loads the parts. The notes are answered
+from whole too. The sources are each note's first, most drawn on first. Whether this beats
+answering from the kept entries, and for which questions, is measured in `kvchat bench`
+(`--variant whole=2048`).
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ from kvchat.documents import Document, Page
 from kvchat.engine.answering.sources import SourceFinder, passages
 from kvchat.engine.conversation import Conversation
 from kvchat.engine.settings import AskSettings
-from kvchat.events import Done, Event, Notice, Progress, Source, Token
+from kvchat.events import Done, Event, Notice, Progress, Stats, Token
+from kvchat.policy import Full
 
 NOTE_TOKENS = 192  # a part's note: what it says on the question, with room for a short list
 NOTES_INTRO = "Notes on each part of the document, each answering the question from that part alone:"
@@ -63,24 +65,27 @@ def answer_in_parts(
     conversation_for: ConversationFor, document: Document, question: str, settings: AskSettings,
     count_tokens: Callable[[str], int], cancel: threading.Event | None = None,
 ) -> Iterator[Event]:
-    """A Notice, Progress over the parts' reading, then the answer's Tokens and its Done (its stats
-    the last answer's, its time to first token from the start; its sources the notes'). The
-    parts are `settings.whole` tokens at most."""
+    """A Notice, Progress over the parts' reading, then the answer's Tokens and its Done: its
+    sources the notes' first ones, its stats over every part and the notes (tokens read and
+    kept, the largest cache), its time to first token from the start. A part holds up to
+    `settings.whole` tokens of the text (one sentence longer than that is a part alone)."""
     assert settings.whole is not None
     started = time.perf_counter()
     ranges = part_ranges(document, count_tokens, settings.whole)
     yield Notice(f"a question about the whole document: asking each of its {len(ranges)} parts, then their notes together")
-    notes, sources = [], []
+    whole = replace(settings, method=Full(), read="full", auto_stream=False, whole=None)  # nothing pruned
+    notes, sources, stats = [], [], []
     finder = SourceFinder(document, None)  # tells where a part's passage is in the whole document
     sizes = [tokens for _, _, tokens in ranges]
     for number, (start, end, _) in enumerate(ranges, start=1):
         part = conversation_for(part_of(document, start, end, f"part {number} of {len(ranges)}"),
-                                replace(settings, max_tokens=NOTE_TOKENS, whole=None), True)
+                                replace(whole, max_tokens=NOTE_TOKENS), True)
         note = yield from _note(part, question, cancel, (sum(sizes[: number - 1]), sizes[number - 1], sum(sizes)), started)
         notes.append(f"Part {number} of {len(ranges)}:\n{note.answer.strip()}")
-        sources += [finder.source_at(source.start + start, source.end + start, source.score) for source in note.sources]
+        sources += [finder.source_at(source.start + start, source.end + start, source.score) for source in note.sources[:1]]
+        stats.append(note.stats)
     notes_document = Document(_named(document, "notes"), "text", "\n\n".join([NOTES_INTRO, *notes]))
-    final = conversation_for(notes_document, replace(settings, sources=False, read="full", whole=None), False)
+    final = conversation_for(notes_document, replace(whole, sources=False), False)
     try:
         for event in final.open(question, cancel=cancel):
             if isinstance(event, Notice):
@@ -91,12 +96,28 @@ def answer_in_parts(
                 first_token_at = time.perf_counter()
             if isinstance(event, Done):
                 ttft = (first_token_at or time.perf_counter()) - started
-                stats = replace(event.stats, ttft_s=ttft, total_s=time.perf_counter() - started, read=f"in {len(ranges)} parts")
-                event = Done(event.answer, stats, tuple(sources))
+                event = Done(event.answer, _over_all([*stats, event.stats], ttft, time.perf_counter() - started),
+                             tuple(sorted(sources, key=lambda source: -source.score)))
             if isinstance(event, (Token, Done, Notice)):
                 yield event
     finally:
         final.close()
+
+
+def _over_all(stats: list[Stats], ttft_s: float, total_s: float) -> Stats:
+    """The stats of an answer in parts: the last answer's (the notes'), with the tokens read and
+    kept over every part and the notes, the largest cache any held, and the reading speed over all."""
+    last = stats[-1]
+    prompt_tokens = sum(each.prompt_tokens for each in stats)
+    read_s = sum(each.read_tokens / each.prefill_tokens_per_s for each in stats if each.prefill_tokens_per_s)
+    read_tokens = sum(each.read_tokens for each in stats)
+    return replace(
+        last, prompt_tokens=prompt_tokens, kept_tokens=sum(each.kept_tokens for each in stats),
+        loaded_tokens=sum(each.loaded_tokens for each in stats), kv_bytes_full=max(each.kv_bytes_full for each in stats),
+        kv_bytes_kept=max(each.kv_bytes_kept for each in stats), peak_cells=max(each.peak_cells for each in stats),
+        prefill_tokens_per_s=read_tokens / read_s if read_s else 0.0, ttft_s=ttft_s, total_s=total_s,
+        read=f"in {len(stats) - 1} parts",
+    )
 
 
 def _note(conversation: Conversation, question: str, cancel: threading.Event | None, share: tuple[int, int, int],

@@ -1,6 +1,7 @@
-"""Whole readings in progress in other processes (a reading `kvchat ask` finishes in the background):
-one lock and one progress record per reading, so that a reading is never done twice at once and
-`kvchat cache list|stop` can show and stop it.
+"""Whole readings in progress in other processes (a reading `kvchat ask` finishes in the background,
+`kvchat read`, a chat's or a server's reading after a fast answer): one lock and one progress
+record per reading, so that a reading is never done twice at once and `kvchat cache list|stop`
+can show and stop it (read_alone).
 
 The lock is an flock on `<key>.lock`, held by the reading process for as long as it reads: the
 kernel drops it when that process ends however it ends, so a record whose lock is free is stale.
@@ -11,20 +12,32 @@ several asks about new documents read one after another rather than all at once.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
 import signal
 import threading
 import time
-from collections.abc import Iterator
-from dataclasses import asdict, dataclass, replace
+from collections.abc import Callable, Generator, Iterator
+from dataclasses import asdict, dataclass, fields, replace
+from enum import Enum
 from pathlib import Path
 
 from kvchat.atomic import atomic_file
 from kvchat.errors import raise_if_cancelled
+from kvchat.events import Event, Notice, Progress
 
 PROGRESS_EVERY_S = 0.5  # the record is rewritten at most this often
+WAITING_FOR_TURN = "waiting for the background reading before it to end"  # read_alone(in_turn=True)'s notice
+
+
+class WholeReadingDone(Enum):
+    """How a whole reading ended (read_alone, Engine.read_whole)."""
+
+    READ = "read"  # read and saved
+    SAVED = "already saved"
+    STREAMED = "too long for the model's context: read streamed for each question, never saved"
 
 
 @dataclass(frozen=True)
@@ -40,6 +53,7 @@ class InProgress:
     started: float
     updated: float
     queued: bool = False  # waiting for its turn (ReadingTurn)
+    stoppable: bool = True  # `kvchat cache stop` may stop it (SIGTERM): not a chat's or a server's
 
     @property
     def left_s(self) -> float | None:
@@ -93,8 +107,9 @@ class ReadingsInProgress:
     def __init__(self, root: Path) -> None:
         self.root = root
 
-    def claim(self, key: str, document: str, model: str, total: int) -> Claim | None:
-        """The lock of reading `key`, or None when another process holds it (it is reading it)."""
+    def claim(self, key: str, document: str, model: str, total: int, stoppable: bool = True) -> Claim | None:
+        """The lock of reading `key`, or None when another process holds it (it is reading it).
+        `stoppable`: this process turns SIGTERM into stopping the reading (see stop())."""
         self.root.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.root / f"{key}.lock", os.O_RDWR | os.O_CREAT, 0o600)
         try:
@@ -103,7 +118,7 @@ class ReadingsInProgress:
             os.close(fd)
             return None
         now = time.time()
-        return Claim(self.root, fd, InProgress(key, document, model, os.getpid(), 0, total, now, now))
+        return Claim(self.root, fd, InProgress(key, document, model, os.getpid(), 0, total, now, now, stoppable=stoppable))
 
     def turn(self) -> "ReadingTurn":
         """The background readings' turn (not yet taken): one of them reads at a time."""
@@ -160,11 +175,16 @@ class ReadingsInProgress:
             if (record := _record(self.root / f"{key}.json")) is not None:
                 yield record
 
+    def progress_of(self, key: str, cancel: threading.Event | None = None) -> Iterator[Progress]:
+        """Another process's reading of `key` as Progress events (follow())."""
+        for record in self.follow(key, cancel):
+            yield Progress(done=record.done, total=record.total, elapsed_s=record.updated - record.started)
+
     def stop(self) -> list[InProgress]:
-        """Ask every reading process to stop (SIGTERM: it stops between batches and saves
-        nothing); the readings asked."""
+        """Ask every stoppable reading's process to stop (SIGTERM: it stops between batches and
+        saves nothing); the readings asked. A chat's or a server's reading is its own to stop."""
         stopped = []
-        for entry in self.entries():
+        for entry in (entry for entry in self.entries() if entry.stoppable):
             try:
                 os.kill(entry.pid, signal.SIGTERM)
             except ProcessLookupError:
@@ -188,14 +208,11 @@ class ReadingTurn:
         return True
 
     def wait(self, cancel: threading.Event | None = None) -> None:
-        """Take the turn when the reading that holds it ends. The lock is awaited in a thread, so
-        that a set `cancel` is seen meanwhile (a wait stopped so ends the process, and the thread's
-        wait with it)."""
-        taken = threading.Event()
-        threading.Thread(target=lambda: (fcntl.flock(self._fd, fcntl.LOCK_EX), taken.set()), name="kvchat-turn",
-                         daemon=True).start()
-        while not taken.wait(PROGRESS_EVERY_S):
-            raise_if_cancelled(cancel)
+        """Take the turn when the reading that holds it ends, trying every PROGRESS_EVERY_S; a set
+        `cancel` stops the wait."""
+        while not self.take():
+            if (cancel or threading.Event()).wait(PROGRESS_EVERY_S):
+                raise_if_cancelled(cancel)
 
     def __enter__(self) -> "ReadingTurn":
         return self
@@ -204,9 +221,55 @@ class ReadingTurn:
         os.close(self._fd)
 
 
+def read_alone(
+    readings: ReadingsInProgress, claimant: tuple[str, str, str, int], saved: Callable[[], bool],
+    read: Callable[[], Iterator[Event]], cancel: threading.Event | None = None, *, in_turn: bool = False,
+    stoppable: bool = False,
+) -> Generator[Event, None, WholeReadingDone]:
+    """`read()` a document whole holding its reading's lock, unless `saved()`: so no two
+    processes read it at once. `claimant`: (key, document, model, tokens) of the reading. While
+    another process holds the lock, its progress is followed and the lock tried again; one that
+    only waits for its turn is not waited for (it finds the reading saved when its turn comes).
+    `in_turn`: wait for the background readings' turn before reading (one reads at a time)."""
+    key = claimant[0]
+    while not saved():
+        claim = readings.claim(*claimant, stoppable=stoppable)
+        if claim is not None:
+            with claim:
+                return (yield from _claimed(readings, claim, saved, read, cancel, in_turn))
+        other = readings.find(key)
+        if other is not None and other.queued:
+            yield from read()
+            return WholeReadingDone.READ
+        yield Notice(f"another kvchat process is reading {claimant[1]}; waiting for it")
+        yield from readings.progress_of(key, cancel)
+        raise_if_cancelled(cancel)
+    return WholeReadingDone.SAVED
+
+
+def _claimed(readings: ReadingsInProgress, claim: Claim, saved: Callable[[], bool], read: Callable[[], Iterator[Event]],
+             cancel: threading.Event | None, in_turn: bool) -> Generator[Event, None, WholeReadingDone]:
+    """read_alone's reading, its lock taken: in its turn if asked, and unless it was saved meanwhile."""
+    with readings.turn() if in_turn else contextlib.nullcontext() as turn:
+        if turn is not None and not turn.take():
+            claim.queued(True)
+            yield Notice(WAITING_FOR_TURN)
+            turn.wait(cancel)
+            claim.queued(False)
+        if saved():  # saved before the lock was taken, or while this one waited for its turn
+            return WholeReadingDone.SAVED
+        for event in read():
+            if isinstance(event, Progress):
+                claim.progress(event.done, event.total)
+            yield event
+    return WholeReadingDone.READ
+
+
 def _record(path: Path) -> InProgress | None:
+    """The record at `path`; fields it does not know (a newer kvchat's) are left aside."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-        return InProgress(**data)
-    except (OSError, ValueError, TypeError):
+        known = {field.name for field in fields(InProgress)}
+        return InProgress(**{name: value for name, value in data.items() if name in known})
+    except (OSError, ValueError, TypeError, AttributeError):
         return None
