@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from kvchat.bench.leval import EXAM_MAX_TOKENS, LEVAL_TASKS, LevalSelection, head_to_tokens, leval_cases, leval_documents
+from kvchat.bench.leval import (
+    EXAM_MAX_TOKENS, LEVAL_TASKS, LevalSelection, head_to_tokens, in_part, leval_cases, leval_documents,
+)
 from kvchat.bench.leval_metrics import (
     f1_score, judgement, leval_score, loyalty_score, mc_answer, mc_reference, mc_score, rouge_l,
 )
@@ -93,7 +95,10 @@ def test_documents_parts_prompts_and_lengths(tmp_path: Path) -> None:
     cut = leval_cases(count, 150, ("leval-tpo",), folder, LevalSelection(documents=1, questions=1))[0]
     room = 150 - count(LEVAL_TASKS["leval-tpo"].system) - EXAM_MAX_TOKENS  # the system prompt and the answer have room
     assert cut.meta["cut"] and cut.document == head_to_tokens(legal[0].text, count, room) and count(cut.document) == room
-    assert QUICK.leval == LevalSelection(part="dev", documents=1, questions=3)
+    assert QUICK.leval == LevalSelection(part="dev", documents=1, questions=3, shortest_first=True)
+    (shortest,) = {case.meta["document"] for case in leval_cases(count, 10_000, ("leval-tpo",), folder, QUICK.leval)}
+    dev = in_part(leval_documents(folder, "leval-tpo"), "dev")
+    assert len(dev[shortest].text) == min(len(document.text) for document in dev)
 
 
 def test_quick_leval_run_on_the_small_model(small_model_path: Path, tmp_path: Path, isolated_home: Path) -> None:

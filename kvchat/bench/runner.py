@@ -125,9 +125,9 @@ class BenchConfig:
 # full and snapkv, once for streamingllm and once per question for snapstream (whose question
 # observes the reading): seven readings; 12 min 38 s with the default model on 2 cores.
 QUICK_CUAD = ("todos.reseller", "todos.initial_term", "todos.notice", "todos.law", "todos.warranty")
-# L-Eval's quick subset: the first three questions of the first document of each task's dev part.
+# L-Eval's quick subset: the first three questions of the shortest document of each task's dev part.
 QUICK = BenchConfig(tasks=("needle", "multikey"), lengths=(2000,), depths=(0.5,), decode_tokens=16,
-                    cuad_ids=QUICK_CUAD, leval=LevalSelection(part="dev", documents=1, questions=3))
+                    cuad_ids=QUICK_CUAD, leval=LevalSelection(part="dev", documents=1, questions=3, shortest_first=True))
 
 
 def build_cases(config: BenchConfig, count_tokens: CountTokens, max_document_tokens: int) -> list[Case]:
