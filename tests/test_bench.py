@@ -133,7 +133,7 @@ def test_cuad_questions_ship_with_their_contracts() -> None:
     assert list(counts.items()) == list(QUESTIONS_PER_CONTRACT.items())
     assert len({q.id for q in questions}) == len(questions) == 49
     shipped = {entry.name for entry in (resources.files("kvchat.bench") / "data" / "cuad").iterdir()}
-    assert shipped == {f"{c}.txt" for c in QUESTIONS_PER_CONTRACT} | {"questions.json", "SOURCE.md"}
+    assert shipped == {f"{c}.txt" for c in QUESTIONS_PER_CONTRACT} | {"questions.json", "lists.json", "SOURCE.md"}
     assert "CC BY 4.0" in (resources.files("kvchat.bench") / "data" / "cuad" / "SOURCE.md").read_text()
 
 

@@ -174,13 +174,14 @@ def test_a_larger_re_reading_keeps_the_budget_at_the_chosen_tokens_own_positions
 
 
 def test_chunk_spans_re_read_whole_passages(tiny_model) -> None:
-    """The cheap pass chooses runs of CHUNK_TOKENS tokens to read again (Speculative Prefill's
-    chunk selection, the default), so its best-voted token comes back with its chunk."""
+    """The cheap pass may choose runs of CHUNK_TOKENS tokens to read again (Speculative Prefill's
+    chunk selection), so its best-voted token comes back with its chunk; by default it chooses
+    whole sentences, each by its strongest head."""
     tokens, budget = _tokens(), 4 + WINDOW + 2 * CHUNK_TOKENS
+    assert (FastSettings().spans, FastSettings().heads) == ("sentences", "max")
     cache = _cache(tiny_model)
     with cache.ctx:
-        settings = AskSettings(method=SnapKV(budget=budget, window=WINDOW), read="fast")
-        assert (settings.fast.spans, settings.fast.heads) == ("chunks", "max")
+        settings = AskSettings(method=SnapKV(budget=budget, window=WINDOW), read="fast", fast=FastSettings(spans="chunks"))
         _, selected = _run(cache, tokens, settings)
         chosen = set(cache.origins.tolist())
         assert cache.cells == budget == selected.kept
@@ -333,7 +334,7 @@ def draft_path(tmp_path_factory) -> Path:
 @pytest.mark.parametrize(("depth", "read"), [(1.0, "draft draft, 2/2 layers"), (0.5, "draft draft, 1/2 layers")])
 def test_a_draft_model_chooses_and_the_model_reads_only_what_it_chose(tiny_model, draft_path: Path, depth, read: str) -> None:
     tokens, method = _tokens(), SnapKV(budget=96, window=WINDOW)
-    as_fast_chooses = replace(method, spans="chunks", heads=HeadReduction.MAX)
+    as_fast_chooses = replace(method, spans="sentences", heads=HeadReduction.MAX)
     with LlamaModel(draft_path) as draft_model:
         assert tiny_model.same_vocabulary(draft_model) and draft_model.shape.n_layer == 2
         alone = _cache(draft_model)
@@ -363,7 +364,7 @@ def test_a_draft_reads_with_its_share_of_layers_and_the_model_keeps_the_budget_o
         with alone.ctx:  # what the draft's first layer chooses at four times the budget
             alone.ctx.cut_after_layer(0)
             alone.decode(tokens[:-WINDOW])
-            as_fast_chooses = replace(method, budget=4 * 96, spans="chunks", heads=HeadReduction.MAX)
+            as_fast_chooses = replace(method, budget=4 * 96, spans="sentences", heads=HeadReduction.MAX)
             chosen = alone.plan(as_fast_chooses, WINDOW, alone.observe(tokens[-WINDOW:])).kept
         cache = _cache(tiny_model)
         with cache.ctx:

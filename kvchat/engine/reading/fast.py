@@ -18,8 +18,8 @@ The cheap pass may choose more than the budget (`reread`; with a draft, four tim
 unless told): the whole model then reads those, the question's window observes that reading with
 every layer, and SnapKV keeps the budget's of them, so the tokens kept were written having read
 more than themselves. The cheap pass chooses what to re-read otherwise than the method keeps: in
-whole chunks of the text (`spans`), each scored by its strongest head (`heads`), as
-Speculative Prefill does, so that the model re-reads passages, not scattered words.
+whole sentences or clauses of the text (`spans`), each scored by its strongest head (`heads`), as
+Speculative Prefill scores its chunks, so that the model re-reads passages, not scattered words.
 """
 
 from __future__ import annotations
