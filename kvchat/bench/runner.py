@@ -142,11 +142,10 @@ def build_cases(config: BenchConfig, count_tokens: CountTokens, max_document_tok
             cases.append(multikey_case(count_tokens, longest, n_keys, config.seed))
     if "vt" in config.tasks:
         cases.append(variable_tracking_case(count_tokens, longest, config.seed))
+    folder = None if config.cuad_data is None else Path(config.cuad_data)
     if "cuad" in config.tasks:
-        folder = None if config.cuad_data is None else Path(config.cuad_data)
         cases += cuad_cases(count_tokens, max_document_tokens, config.cuad_ids, folder)
     if "cuad-lists" in config.tasks:  # about the contracts --questions names, or all
-        folder = None if config.cuad_data is None else Path(config.cuad_data)
         contracts = None if config.cuad_ids is None else tuple(dict.fromkeys(i.split(".")[0] for i in config.cuad_ids))
         cases += list_cases(count_tokens, max_document_tokens, contracts, folder)
     leval_tasks = tuple(task for task in config.tasks if task in LEVAL_TASKS)

@@ -210,8 +210,9 @@ class ReadingTurn:
     def wait(self, cancel: threading.Event | None = None) -> None:
         """Take the turn when the reading that holds it ends, trying every PROGRESS_EVERY_S; a set
         `cancel` stops the wait."""
+        stopped = cancel or threading.Event()  # waited on between tries: a set cancel ends the wait at once
         while not self.take():
-            if (cancel or threading.Event()).wait(PROGRESS_EVERY_S):
+            if stopped.wait(PROGRESS_EVERY_S):
                 raise_if_cancelled(cancel)
 
     def __enter__(self) -> "ReadingTurn":
