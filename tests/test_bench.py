@@ -30,7 +30,7 @@ from kvchat.errors import SettingsError
 RECORD_KEYS = {
     "model", "read_s", "task", "meta", "method", "variant", "budget", "accuracy", "answer", "golds", "prompt_tokens", "kept_tokens",
     "compression", "kv_bytes_full", "kv_bytes_kept", "prefill_tokens_per_s", "decode_tokens_per_s", "ttft_s",
-    "snapkv_overhead", "peak_cells", "peak_rss_mib", "compact_s", "read",
+    "snapkv_overhead", "peak_cells", "peak_rss_mib", "compact_s", "read", "kept_histogram",
 }
 
 
@@ -225,6 +225,8 @@ def test_records_and_summary_on_the_tiny_model(tiny_model_path) -> None:
         assert record["kept_tokens"] <= record["prompt_tokens"] and record["read"] == "full"
         if record["method"] in ("snapkv", "full"):  # the full cache is never compacted; snapkv once
             assert (record["compact_s"] > 0) == (record["method"] == "snapkv")
+        if record["method"] in ("snapkv", "snapstream"):  # every kept token in one of the prompt's parts
+            assert len(record["kept_histogram"]) == 32 and sum(record["kept_histogram"]) == record["kept_tokens"]
     kept = {r["method"]: r["kept_tokens"] for r in records}
     assert kept["snapkv"] == kept["snapstream"] == 128
     assert kept["streamingllm"] < kept["full"] == records[0]["prompt_tokens"]

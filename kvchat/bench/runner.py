@@ -5,9 +5,11 @@ from __future__ import annotations
 import resource
 import sys
 from collections.abc import Callable, Iterator
-from typing import Any
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
+
+import numpy as np
 
 from kvchat.bench.compare import answer_of, compare
 from kvchat.bench.cuad import cuad_cases
@@ -175,7 +177,18 @@ def _record(model: str, case: Case, variant: Variant, events: list) -> dict[str,
         "read_s": round(read_s, 3), "snapkv_overhead": round(overhead, 4), "peak_cells": stats.peak_cells,
         "compact_s": round(sum(e.compact_s for e in pruned), 4), "read": stats.read,
         "peak_rss_mib": round(_peak_rss_mib(), 1),
+        "kept_histogram": _kept_histogram(pruned[-1]) if pruned else None,
     }
+
+
+HISTOGRAM_BINS = 32
+
+
+def _kept_histogram(pruned: Pruned) -> list[int]:
+    """How many of the kept tokens fall in each of the prompt's HISTOGRAM_BINS equal parts: how
+    thin the question's votes spread over the document (a lookup's cluster, a summary's spread)."""
+    bins = np.minimum(np.asarray(pruned.kept_positions) * HISTOGRAM_BINS // max(pruned.prompt_tokens, 1), HISTOGRAM_BINS - 1)
+    return np.bincount(bins, minlength=HISTOGRAM_BINS).tolist()
 
 
 def _by_document(cases: list[Case]) -> list[list[Case]]:
