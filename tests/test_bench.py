@@ -407,3 +407,13 @@ def test_bench_refuses_bad_settings_with_one_line(extra, tiny_model_path, isolat
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("kvchat: error:")
+
+
+def test_reading_fast_alone_leaves_out_the_full_readings() -> None:
+    config = BenchConfig(methods=("full", "snapkv", "streamingllm"), reads=("fast",),
+                         policy_variants=((("read", "fast"), ("fast_spans", "chunks")), (("kernel", "5"),)))
+    assert [variant.label for variant in config.variants()] == ["snapkv@1024(read=fast,fast_spans=chunks)", "snapkv@1024 fast"]
+    both = replace(config, reads=("full", "fast"))
+    assert [variant.label for variant in both.variants()] == [
+        "full", "snapkv@1024", "streamingllm@1024", "snapkv@1024(read=fast,fast_spans=chunks)", "snapkv@1024(kernel=5)",
+        "snapkv@1024 fast"]

@@ -110,15 +110,17 @@ class BenchConfig:
     seed: int = 0
     cuad_ids: tuple[str, ...] | None = None  # the cuad questions asked; None: all of them
     cuad_data: str | None = None  # a folder of cuad questions and contracts; None: the shipped ones
-    reads: tuple[str, ...] = ("full",)  # with "fast": snapkv at each budget read fast too
+    reads: tuple[str, ...] = ("full",)  # with "fast": snapkv at each budget read fast too; "fast" alone: read fast only
     leval_data: str | None = None  # the folder of L-Eval's task files (leval.py)
     leval: LevalSelection = LevalSelection()  # which of their documents and questions are asked
 
     def variants(self) -> list[Variant]:
-        found = [Variant("full", max(self.budgets))] if "full" in self.methods else []
+        read_full = "full" in self.reads  # without it, only what is read fast: the variants that say so, and snapkv
+        found = [Variant("full", max(self.budgets))] if "full" in self.methods and read_full else []
         for budget in self.budgets:
-            found += [Variant(m, budget) for m in self.methods if m != "full"]
-            found += [Variant("snapkv", budget, overrides) for overrides in self.policy_variants]
+            found += [Variant(m, budget) for m in self.methods if m != "full"] if read_full else []
+            found += [Variant("snapkv", budget, overrides) for overrides in self.policy_variants
+                      if read_full or ("read", "fast") in overrides]
             found += [Variant("snapkv", budget, read="fast")] if "fast" in self.reads else []
         return found
 
