@@ -83,8 +83,8 @@ def main() -> None:
     for name, (whole, lookups) in sets.items():
         found, false = [q for q in whole if about_whole(q)], [q for q in lookups if about_whole(q)]
         print(f"| {name} | {len(found)} / {len(whole)} | {len(false)} / {len(lookups)} |")
-        for line in [f"  missed: {q}" for q in whole if q not in found] + [f"  taken for whole: {q}" for q in false]:
-            if args.show:
+        if args.show:
+            for line in [f"  missed: {q}" for q in whole if q not in found] + [f"  taken for whole: {q}" for q in false]:
                 print(line)
 
 
