@@ -12,7 +12,7 @@ from rich.console import Console
 from kvchat.cli.background import background_reading_on, start_background_reading
 from kvchat.cli.interrupt import interrupt_as_cancel, signals_stop_reading
 from kvchat.cli.options import (
-    ADVANCED, BUDGET, CACHE_TYPE_K, N_BATCH, SYSTEM, CACHE_TYPE_V, DRAFT, FLASH_ATTN, GPU_LAYERS, HEADS, MAX_TOKENS, METHOD, MODEL, READ,
+    ADVANCED, BUDGET, CACHE_TYPE_K, N_BATCH, SYSTEM, CACHE_TYPE_V, DRAFT, FLASH_ATTN, GPU_LAYERS, HEADS, MAX_TOKENS, METHOD, MODEL, READ, WHOLE,
     SAVE_READINGS, SOURCES, TEMPERATURE, THREADS, WINDOW, ask_settings, check_draft, draft_for, kv_layout,
     warn_about_gpu_layers,
 )
@@ -87,6 +87,7 @@ def ask_command(
     cache: bool = SAVE_READINGS,
     sources: bool = SOURCES,
     read: str = READ,
+    whole: str = WHOLE,
     draft: str | None = DRAFT,
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object with the answer and stats."),
 ) -> None:
@@ -97,7 +98,7 @@ def ask_command(
     warn_about_gpu_layers(gpu_layers, console)
     layout = kv_layout(flash_attn, gpu_layers, cache_type_k, cache_type_v)
     settings = ask_settings(method, layout, max_tokens, temperature, threads, seed, n_ctx, sources, read, n_batch, system,
-                            budget=budget, window=window, kernel=kernel, pool=pool, heads=heads, spans=spans)
+                            whole, budget=budget, window=window, kernel=kernel, pool=pool, heads=heads, spans=spans)
     check_draft(draft, settings.read)
     draft = draft_for(model, draft, settings.read)
     stream = StreamSettings(chunk=chunk, recent=recent)
@@ -109,7 +110,8 @@ def ask_command(
         try:
             done = render(_answer(engine, conversation, question, cancel), as_json, console)
             key = conversation.reading_key  # None: nothing is saved (no cache, or read streamed)
-            read_on = done is not None and conversation.unread and key is not None and engine.in_progress.find(key) is None
+            read_on = (done is not None and conversation.unread and not conversation.saved and key is not None
+                       and engine.in_progress.find(key) is None)
         finally:
             conversation.close()
     if cancel.is_set():
@@ -127,9 +129,11 @@ def ask_command(
 
 def _answer(engine: Engine, conversation: Conversation, question: str, cancel: threading.Event) -> Iterator[Event]:
     """The conversation's answer. While another process reads the document whole (a background
-    reading), that reading is awaited with its progress and loaded, when that is sooner."""
+    reading), that reading is awaited with its progress and loaded, when that is sooner (not
+    for a question the document's parts answer: they are read on their own)."""
     key = conversation.reading_key
-    reading = engine.in_progress.find(key) if key is not None and not conversation.saved else None
+    waits = key is not None and not conversation.saved and not conversation.answers_in_parts(question)
+    reading = engine.in_progress.find(key) if waits else None
     if key is not None and reading is not None and _sooner_to_wait(engine, conversation, reading):
         left = f", about {reading.left_s:.0f} s left" if reading.left_s is not None else ""
         yield Notice(f"waiting for the whole reading of this document in another kvchat process{left}")

@@ -8,7 +8,7 @@ import typer
 
 from kvchat.cli.options import (
     BUDGET, N_BATCH, SYSTEM, CACHE_TYPE_K, CACHE_TYPE_V, DRAFT, FLASH_ATTN, GPU_LAYERS, HEADS, MAX_TOKENS, METHOD, MODEL, READ,
-    SAVE_READINGS, TEMPERATURE, THREADS, WINDOW, ask_settings, check_draft, draft_for, gpu_layers_warning, kv_layout,
+    SAVE_READINGS, WHOLE, TEMPERATURE, THREADS, WINDOW, ask_settings, check_draft, draft_for, gpu_layers_warning, kv_layout,
 )
 from kvchat.documents import SUPPORTED
 from kvchat.policy import HeadReduction
@@ -35,11 +35,13 @@ def chat_command(
     cache_type_v: str = CACHE_TYPE_V,
     cache: bool = SAVE_READINGS,
     read: str = READ,
+    whole: str = WHOLE,
     draft: str | None = DRAFT,
 ) -> None:
     """Chat with a document in a terminal UI (F1 inside lists the keys)."""
     layout = kv_layout(flash_attn, gpu_layers, cache_type_k, cache_type_v)
-    settings = ask_settings(method, layout, max_tokens, temperature, threads, read=read, n_batch=n_batch, system=system, budget=budget, window=window, heads=heads)
+    settings = ask_settings(method, layout, max_tokens, temperature, threads, read=read, n_batch=n_batch, system=system, whole=whole,
+                            budget=budget, window=window, heads=heads)
     from kvchat.tui.app import KvchatApp  # Textual is imported only for this command
     from kvchat.tui.sessions import EngineSessions
 

@@ -43,6 +43,12 @@ READ = typer.Option(
     "the tokens and the whole model reads only those for the first answer; follow-ups are selected from a whole "
     "reading (docs/how-it-works.md: Reading fast).",
 )
+WHOLE = typer.Option(
+    DEFAULTS.whole, help="Questions about the whole document (a summary, every clause of a kind, a comparison) are "
+    "answered from all of it, in parts, each part asked, then their notes together. auto: the questions whose wording "
+    "asks about the whole (\"Summarize this agreement\", \"List every …\"); on: every question; off: none, each "
+    "answered from the entries its question keeps (docs/how-it-works.md: Questions about the whole document).",
+)
 HEADS = typer.Option(
     None, show_default=False, rich_help_panel=ADVANCED,
     help="snapkv, snapstream: how the heads choose: sum (one ranking of their votes, the default), normalized, "
@@ -87,6 +93,7 @@ def ask_settings(
     read: str = DEFAULTS.read,
     n_batch: int = DEFAULTS.n_batch,
     system: str | None = None,
+    whole: str = DEFAULTS.whole,
     **method_options: object,
 ) -> AskSettings:
     """AskSettings from a command's options; `method_options` (budget, window, kernel …) go to
@@ -106,6 +113,7 @@ def ask_settings(
         layout=layout,
         sources=sources,
         read=read,
+        whole=whole,
     )
 
 

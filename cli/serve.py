@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.text import Text
 
 from kvchat.cli.options import (
-    CACHE_TYPE_K, CACHE_TYPE_V, DEFAULTS, DRAFT, FLASH_ATTN, GPU_LAYERS, HEADS, MAX_TOKENS, MODEL, READ, SAVE_READINGS,
+    CACHE_TYPE_K, CACHE_TYPE_V, DEFAULTS, DRAFT, FLASH_ATTN, GPU_LAYERS, HEADS, MAX_TOKENS, MODEL, READ, SAVE_READINGS, WHOLE,
     THREADS, draft_for, kv_layout, warn_about_gpu_layers,
 )
 from kvchat.documents.limits import SERVER_DOCUMENTS_BYTES
@@ -72,6 +72,7 @@ def serve_command(
     cache_type_v: str = CACHE_TYPE_V,
     cache: bool = SAVE_READINGS,
     read: str = READ,
+    whole: str = WHOLE,
     draft: str | None = DRAFT,
     system: str | None = typer.Option(None, "--system", "-s", show_default=False,
                                       help="The system prompt of a request that sends none (default: kvchat's)."),
@@ -90,7 +91,7 @@ def serve_command(
             "--room >= 16", "see kvchat serve --help",
         )
     SnapKV(budget=budget, window=window_for(budget))  # refuses a budget as a request's would be refused
-    AskSettings(threads=threads, read=read, system=system)  # refuses bad settings now: requests build theirs later
+    AskSettings(threads=threads, read=read, system=system, whole=whole)  # refuses bad settings now: requests build theirs later
     draft = draft_for(model, draft, read)  # a named one whatever --read says: a request may read fast (kv_read)
     layout = kv_layout(flash_attn, gpu_layers, cache_type_k, cache_type_v)
     _check_port(host, port)
@@ -98,7 +99,8 @@ def serve_command(
     warn_about_gpu_layers(gpu_layers, console)
     limits = ServerLimits(model_id=model, budget=budget, max_tokens=max_tokens, sequences=max_sessions,
                           max_waiting=max_waiting, max_readings=max_readings, max_document_bytes=documents_memory * 2**20,
-                          room=room, layout=layout, heads=heads or SnapKV().heads, read=read, system=system)
+                          room=room, layout=layout, heads=heads or SnapKV().heads, read=read, system=system,
+                          whole=whole)
     service = ChatService(Engine(model, gpu_layers=gpu_layers, use_cache=cache, draft=draft), limits, threads)
     try:
         url = f"http://{'127.0.0.1' if host == '0.0.0.0' else host}:{port}"

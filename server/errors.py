@@ -17,7 +17,7 @@ from kvchat.serving.scheduler import ShuttingDown
 
 LOGGER = logging.getLogger(__name__)
 # The settings a request sets, by their request fields; an error's hint naming another is left out.
-REQUEST_FIELDS = {"budget": "kv_budget", "method": "kv_method", "read": "kv_read", "sources": "kv_sources",
+REQUEST_FIELDS = {"budget": "kv_budget", "method": "kv_method", "read": "kv_read", "whole": "kv_whole", "sources": "kv_sources",
                   "max_tokens": "max_tokens", "temperature": "temperature", "seed": "seed"}
 PROMPT_TOO_LONG_HINT = (
     "send a shorter conversation, or long text as a document (POST /v1/documents) without kv_method: it is then read streamed"

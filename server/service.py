@@ -48,6 +48,7 @@ class ServerLimits:
     heads: HeadReduction = SnapKV().heads  # how snapkv's heads choose
     read: str = AskSettings().read  # how a request that does not say (kv_read) reads a new document
     system: str | None = None  # the system prompt of a request that sends none (None: kvchat's)
+    whole: str = AskSettings().whole  # which questions about a document a request that does not say (kv_whole) answers in parts
 
     @property
     def sequence_cells(self) -> int:
@@ -93,7 +94,8 @@ class ChatService:
             method = method_carrying(body.kv_method or SnapKV.name, {"heads": limits.heads}, budget=budget, window=window_for(budget))
             return AskSettings(method=method, max_tokens=max_tokens, sampler=sampler, threads=self.threads,
                                layout=limits.layout, auto_stream=body.kv_method is None, sources=body.kv_sources,
-                               read=body.kv_read or limits.read, system=_system(body.messages) or limits.system)
+                               read=body.kv_read or limits.read, system=_system(body.messages) or limits.system,
+                               whole=body.kv_whole or limits.whole)
         except KvchatError as error:
             raise api_error(error) from None
 

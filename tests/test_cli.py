@@ -86,6 +86,20 @@ def test_sources_follow_the_answer_on_stderr_and_in_the_json(document, tiny_mode
     assert json.loads(off.stdout)["sources"] == [] and not [line for line in off.stderr.splitlines() if line.startswith("line ")]
 
 
+def test_a_summary_is_answered_from_the_parts_unless_whole_is_off(document, tiny_model_path, isolated_home) -> None:
+    args = ask_args(document, tiny_model_path, "--json")
+    args[2] = "Summarize this document."
+    parts = run_kvchat(*args, home=isolated_home)
+    off = run_kvchat(*args, "--whole", "off", home=isolated_home)
+    lookup_on = run_kvchat(*ask_args(document, tiny_model_path, "--json", "--whole", "on"), home=isolated_home)
+    assert parts.returncode == off.returncode == lookup_on.returncode == 0, parts.stderr + off.stderr + lookup_on.stderr
+    assert json.loads(parts.stdout)["read"] == json.loads(lookup_on.stdout)["read"] == "in 2 parts"  # of 2,048 tokens
+    assert "a question about the whole document" in parts.stderr
+    assert json.loads(off.stdout)["read"] == "full" and json.loads(off.stdout)["kept_tokens"] == 64
+    bad = run_kvchat(*args, "--whole", "always", home=isolated_home)
+    assert bad.returncode == 2 and bad.stderr == "kvchat: error: unknown whole-document answering 'always' (hint: use auto, on or off)\n"
+
+
 def test_full_method_keeps_everything(document, tiny_model_path, isolated_home) -> None:
     result = run_kvchat(*ask_args(document, tiny_model_path, "--json", "--method", "full"), home=isolated_home)
     record = json.loads(result.stdout)

@@ -77,6 +77,24 @@ def test_upload_ask_and_open_a_source_at_its_passage(browser, tiny_model_path: P
         screenshot(page, "page-dark")
 
 
+def test_a_summary_is_answered_from_the_parts_unless_the_settings_say_off(browser, tiny_model_path: Path, tmp_path: Path) -> None:
+    notes = tmp_path / "notes.txt"
+    notes.write_text("The boat was named the Grey Heron. The radio failed on day four.\n" * 12)
+    with running_server(tiny_model_path, budget=64, max_tokens=8, sequences=2) as (url, _):
+        page = new_page(browser, url)
+        page.wait_for_selector("body[data-ready=yes]")
+        page.set_input_files("#file", str(notes))
+        page.wait_for_selector("#documents li:has-text('notes.txt') input:checked")
+        ask_on(page, "Summarize this document.")
+        summary = page.locator("#messages li.assistant").last
+        assert "a question about the whole document" in summary.inner_text()
+        page.click("#settings summary")
+        page.select_option("#set-whole", "off")
+        ask_on(page, "Summarize this document.")
+        page.locator("#messages li.assistant .stats").nth(1).wait_for()  # the second answer's final chunk
+        assert "a question about the whole document" not in page.locator("#messages li.assistant").last.inner_text()
+
+
 def test_the_page_asks_for_the_api_key_once(browser, tiny_model_path: Path, tmp_path: Path) -> None:
     notes = tmp_path / "notes.txt"
     notes.write_text("The boat was named the Grey Heron. The budget was 4,350 euros.\n" * 10)

@@ -85,6 +85,19 @@ def test_streaming_sends_the_same_answer_in_chunks(client: openai.OpenAI) -> Non
     assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == whole.usage.completion_tokens
 
 
+def test_a_question_about_the_whole_document_is_answered_from_its_parts(client: openai.OpenAI, server) -> None:
+    url, _ = server
+    uploaded = httpx.post(f"{url}/v1/documents", files={"file": ("notes.txt", NOTES, "text/plain")}).json()
+    summary = ask(client, "Summarize this document.", extra_body={"document_id": uploaded["id"]})
+    off = ask(client, "Summarize this document.", extra_body={"document_id": uploaded["id"], "kv_whole": "off"})
+    kv, kv_off = summary.model_extra["kv"], off.model_extra["kv"]
+    assert kv["read"] == "in 1 part" and kv["notices"][0].startswith("a question about the whole document")
+    assert summary.usage.prompt_tokens > uploaded["tokens"]  # the part, then the notes
+    text = " ".join(NOTES.decode().split())
+    assert all(source["text"] in text for source in kv["sources"]) and len(kv["sources"]) <= 1  # the part's first
+    assert kv_off["read"] == "full" and kv_off["kept_tokens"] <= 64 + 1 and not kv_off["notices"]
+
+
 def test_upload_list_chat_and_delete_a_document(client: openai.OpenAI, server) -> None:
     url, _ = server
     uploaded = httpx.post(f"{url}/v1/documents", files={"file": ("notes.txt", NOTES, "text/plain")}).json()

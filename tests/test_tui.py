@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 from textual.message import Message
-from textual.widgets import Input, Label
+from textual.widgets import Input, Label, Select
 
 from fake_sessions import PRUNED_PER_HEAD, SOURCES, FakeSessions
 from kvchat.engine import AskSettings
@@ -227,14 +227,15 @@ async def test_settings_refuse_a_budget_smaller_than_the_window() -> None:
         assert isinstance(app.screen, SettingsScreen)
         assert "budget 20 is smaller than window 32" in error.visual.plain
         app.screen.query_one("#budget", Input).value = "256"
+        app.screen.query_one("#whole", Select).value = "off"
         kernel = app.screen.query_one("#kernel", Input)
         kernel.value = "5"
         kernel.focus()
         await pilot.press("enter")  # enter in a field saves, like the button
         await wait_for(pilot, lambda: not isinstance(app.screen, SettingsScreen))
-        assert (app.settings.method.budget, app.settings.method.kernel) == (256, 5)
+        assert (app.settings.method.budget, app.settings.method.kernel, app.settings.whole) == (256, 5, "off")
         await ask(pilot, app, "Again?")
-        assert sessions.opened[0].asked[0][1].method.budget == 256
+        assert (sessions.opened[0].asked[0][1].method.budget, sessions.opened[0].asked[0][1].whole) == (256, "off")
 
 
 async def test_settings_refuse_an_even_kernel_and_text_in_a_number() -> None:

@@ -15,6 +15,7 @@ from textual.widgets import Button, DirectoryTree, Input, Label, Select, Static
 
 from kvchat.documents import DOCUMENT_SUFFIXES
 from kvchat.engine import AskSettings
+from kvchat.engine.settings import WHOLES
 from kvchat.errors import SettingsError
 from kvchat.policy import METHODS, SnapKV, method_carrying, method_options
 
@@ -74,6 +75,8 @@ class SettingsScreen(ModalScreen[AskSettings | None]):
                 yield Input(str(sampler.temperature), type="number", compact=True, id="temperature")
                 yield Label("max tokens")
                 yield Input(str(self.settings.max_tokens), type="integer", compact=True, id="max-tokens")
+                yield Label("whole document")  # questions about it (a summary, a list) answered in parts
+                yield Select([(way, way) for way in WHOLES], value=self.settings.whole, allow_blank=False, compact=True, id="whole")
             yield Label("", id="settings-error")
             with Horizontal(classes="buttons"):
                 yield Button("Save", variant="primary", id="save")
@@ -101,6 +104,7 @@ class SettingsScreen(ModalScreen[AskSettings | None]):
             method=method,
             sampler=replace(self.settings.sampler, temperature=temperature),
             max_tokens=int(self._number("max-tokens", int)),
+            whole=str(self.query_one("#whole", Select).value),
         )
 
     def on_button_pressed(self, event: Button.Pressed) -> None:

@@ -52,9 +52,9 @@ def compare(engine: Engine, cases: list[Case], variants: list[AskSettings], deco
     layout and system prompt), so they differ only in what they keep. A method that streams reads its own way: once for all cases when the
     question plays no part in what it keeps (StreamingLLM), once per case when the question observes
     the reading (SnapStream); so does a fast reading, once per case, and an answer from the
-    document's parts (settings.whole) reads the parts once per case."""
+    document's parts (settings.whole "on") reads the parts once per case."""
     reads_fast = [settings.reads_fast(engine.cheap_pass.drafted) for settings in variants]
-    in_parts = [settings.whole is not None for settings in variants]
+    in_parts = [settings.whole == "on" for settings in variants]
     after_reading: dict[tuple[KvLayout, str | None], dict[int, AskSettings]] = {}
     for index, settings in enumerate(variants):  # the layout and the system prompt are part of the reading
         if not settings.method.streams and not reads_fast[index] and not in_parts[index]:

@@ -78,15 +78,15 @@ class Variant:
         the system prompt's (`system`) or the parts' size of a whole-document answer (`whole`)."""
         carried = method_options(base.method)
         options: dict[str, object] = {"budget": self.budget}
-        read, fast, system, whole = self.read, base.fast, base.system, base.whole
+        read, fast, system, whole, part_tokens = self.read, base.fast, base.system, base.whole, base.part_tokens
         layout: dict[str, object] = {}  # applied together: a q8_0 V needs flash attention, in whatever order they come
         for key, value in self.overrides:
             if key == "read":
                 read = value
             elif key == "system":
                 system = instruction_named(value)
-            elif key == "whole":
-                whole = _typed(key, value, int)
+            elif key == "whole":  # every question answered in parts of this many tokens
+                whole, part_tokens = "on", _typed(key, value, int)
             elif key in LAYOUT_OPTIONS:
                 layout[key] = _typed(key, value, LAYOUT_OPTIONS[key])
             elif key in READING_OPTIONS:
@@ -95,7 +95,7 @@ class Variant:
                 current = carried.get(key, getattr(METHODS[self.method](), key, value))  # typed as the option's default
                 options[key] = _typed(key, value, type(current)) if not isinstance(current, bool) else value == "true"
         return replace(base, method=method_carrying(self.method, carried, **options), read=read, fast=fast,
-                       layout=replace(base.layout, **layout), system=system, whole=whole)
+                       layout=replace(base.layout, **layout), system=system, whole=whole, part_tokens=part_tokens)
 
 
 @dataclass(frozen=True)
@@ -207,7 +207,8 @@ def run_bench(engine: Engine, config: BenchConfig) -> Iterator[tuple[int, int, d
     cases = build_cases(config, engine.model.count_tokens,
                         engine.model.shape.n_ctx_train - PROMPT_ROOM)
     variants = config.variants()
-    base = AskSettings(max_tokens=config.decode_tokens, method=SnapKV(), auto_stream=False, sources=False)
+    # every question answered from the entries kept, unless a variant says `whole=N`
+    base = AskSettings(max_tokens=config.decode_tokens, method=SnapKV(), auto_stream=False, sources=False, whole="off")
     all_settings = [variant.settings(base) for variant in variants]
     total, done = len(cases) * len(variants), 0
     yield done, total, None

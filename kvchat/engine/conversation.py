@@ -16,21 +16,18 @@ import threading
 import time
 from collections.abc import Generator, Iterable, Iterator
 from dataclasses import replace
-from functools import cached_property
-
-import numpy as np
 
 from kvchat.documents import Document
-from kvchat.documents.bundle import BUNDLE_KIND, document_names, document_starts, kept_by_source
-from kvchat.engine.answering.kept import spans_of, token_char_ranges
+from kvchat.documents.bundle import document_names, document_starts
+from kvchat.engine.answering.kept import DocumentText
 from kvchat.engine.answering.sources import SourceFinder
+from kvchat.engine.in_parts import ConversationFor, answer_in_parts
 from kvchat.engine.kvcache.in_progress import ReadingsInProgress, WholeReadingDone, read_alone
 from kvchat.engine.kvcache.states import DocumentStates
 from kvchat.engine.prompt import PromptPart, Turn, chat_messages, document_part, split_rendered
 from kvchat.engine.reading.fast import CheapPass, pays, reread_tokens
 from kvchat.engine.reading.prompt_run import PromptRun
 from kvchat.engine.reading.registry import reading_for
-from kvchat.engine.reading.selected import Selected
 from kvchat.engine.reading.sizing import RING_MIN, context_size, reading_settings, round_up
 from kvchat.engine.reading.speeds import ReadingSpeeds
 from kvchat.engine.reading.stream import StreamSettings, stream_context_size
@@ -38,7 +35,7 @@ from kvchat.engine.reading.way import DocumentPrompt, Reading
 from kvchat.engine.selections import PerQuestion, Selection
 from kvchat.engine.settings import AskSettings
 from kvchat.errors import KvchatError
-from kvchat.events import Done, Event, Notice, Pruned
+from kvchat.events import Done, Event, Notice
 from kvchat.llama import LlamaModel
 
 CONVERSATION_ROOM = 1024
@@ -63,8 +60,11 @@ class Conversation:
         reading: Reading | None = None,
         decode_all: bool = False,
         in_progress: ReadingsInProgress | None = None,
+        parts: ConversationFor | None = None,
     ) -> None:
         """`reading`: a way of reading asked for (the bench's); by default reading_for() chooses.
+        `parts`: makes the conversations that answer a question about the whole document, one per
+        part and one for their notes (in_parts.py); None: every question is answered here.
         `decode_all`: every answer decodes its max tokens, its text ending where the model ended it
         (the bench's: decode speeds compare over equal lengths). `in_progress`: the readings other
         processes are doing, so that read_on() never reads the document beside one of them."""
@@ -76,10 +76,10 @@ class Conversation:
         self.speeds = speeds  # what a reading measures, remembered for `kvchat inspect`
         self._decode_all = decode_all
         self._in_progress = in_progress
+        self._parts = parts
         self.turns: list[Turn] = []
         self._system = settings.system  # the conversation's: its document part (and saved reading) holds it
         part = document_part(model, document.text, self._system)
-        self._document_part = part.text
         self._runs = self._document_runs(part)
         self.document_tokens = [token for run in self._runs for token in run] if self._runs else part.tokens(model)
         self.settings, self._notice = reading_settings(model, len(self.document_tokens), settings)
@@ -93,7 +93,7 @@ class Conversation:
         self.prompt_tokens: list[int] = []  # the last question's whole prompt
         self._reading_s = 0.0
         self._unread = False  # open() left the reading to the first question (a fast reading)
-        self._source_finder: SourceFinder | None = None  # built at the first answer's sources
+        self._text = DocumentText(model, document, part.text, self.document_tokens)
 
     def _document_runs(self, part: PromptPart) -> list[list[int]] | None:
         """Several documents: the document part's tokens as [prefix, one run per document,
@@ -130,6 +130,9 @@ class Conversation:
 
         `question`, when known, observes a streamed reading (query-aware streaming).
         """
+        if question is not None and self.answers_in_parts(question):
+            self._unread = True  # the parts answer; a follow-up reads the document first
+            return
         if self._notice:
             yield Notice(self._notice)
         if self.reading.defers(self.saved):
@@ -203,14 +206,24 @@ class Conversation:
         TUI's settings change); a document read streamed by itself is answered streamed.
         """
         settings = self._answering(settings)
-        selected = yield from self.select(question, cancel, settings)
         done: Done | None = None
-        for event in self.run.answer(settings, selected, cancel, decode_all=self._decode_all):
-            if isinstance(event, Done):
-                event = done = yield from self._with_answer_sources(event, selected.kept, settings)
-            yield event
+        if self._parts is not None and settings.answers_in_parts(question):
+            for event in answer_in_parts(self._parts, self.document, question, settings, self.model.count_tokens, cancel):
+                done = event if isinstance(event, Done) else done
+                yield event
+        else:
+            selected = yield from self.select(question, cancel, settings)
+            for event in self.run.answer(settings, selected, cancel, decode_all=self._decode_all):
+                if isinstance(event, Done):
+                    event = done = yield from self._with_answer_sources(event, selected.kept, settings)
+                yield event
         if done is not None:
             self.turns.append(Turn(question, done.answer))
+
+    def answers_in_parts(self, question: str, settings: AskSettings | None = None) -> bool:
+        """Whether `question` is answered from the whole document in parts (in_parts.py), on
+        contexts of their own, rather than from this conversation's reading."""
+        return self._parts is not None and self._answering(settings).answers_in_parts(question)
 
     def select(self, question: str, cancel: threading.Event | None, settings: AskSettings) -> Iterator[Event]:
         """Everything of ask() but the answer: the run's cache then holds the kept prompt and the
@@ -227,7 +240,7 @@ class Conversation:
             if settings.reads_fast(with_draft) and not self.turns and self.run.read_upto == 0:
                 if pays(len(tokens), settings, with_draft):
                     self.prompt_tokens = tokens
-                    selected = yield from self._with_kept_text(self.run.read_fast(tokens, settings, cancel))
+                    selected = yield from self._text.with_kept_text(self.run.read_fast(tokens, settings, cancel))
                     if self.speeds is not None:
                         self.speeds.record("fast", len(tokens), time.perf_counter() - selected.started)
                     return selected
@@ -240,23 +253,9 @@ class Conversation:
         start = self.selection.before_question(self.run, tokens, len(earlier_tokens), self.prompt_tokens if self.turns else None)
         self._make_room(len(tokens) - self.run.read_upto, settings.max_tokens)
         selection = self.run.select(tokens, settings, start.pinned, cancel, start.prunes, reading_s)
-        selected = yield from self._with_kept_text(selection)
+        selected = yield from self._text.with_kept_text(selection)
         self.prompt_tokens = tokens
         return selected
-
-    def _with_kept_text(self, selection: Generator[Event, None, Selected]) -> Generator[Event, None, Selected]:
-        """The selection's events, its Pruned saying which of the document's text it kept (and
-        how much of each, about several documents)."""
-        while True:
-            try:
-                event = next(selection)
-            except StopIteration as finished:
-                return finished.value
-            if isinstance(event, Pruned):
-                spans = self.kept_spans(event.kept_positions)
-                kept = kept_by_source(self.document, spans) if self.document.kind == BUNDLE_KIND else {}
-                event = replace(event, kept_spans=tuple(spans), kept_by_document=tuple(kept.items()))
-            yield event
 
     def _with_answer_sources(self, done: Done, n_prompt_cells: int, settings: AskSettings) -> Generator[Event, None, Done]:
         """`done` with the passages the answer drew on (answering/sources.py), unless sources are off. If
@@ -271,20 +270,12 @@ class Conversation:
             return done
         if attention is None:
             return done
-        finder = self.source_finder()
+        finder = self._text.source_finder
         return replace(done, sources=finder.sources(*attention), attention=finder.strip(*attention))
 
     def source_finder(self) -> SourceFinder:
-        """What turns the attention of this document's prompt cells into sources (built once)."""
-        if self._source_finder is None:
-            self._source_finder = SourceFinder(self.document, self._token_ranges)
-        return self._source_finder
-
-    @cached_property
-    def _token_ranges(self) -> tuple[np.ndarray, np.ndarray] | None:
-        """The characters of the document's text each document token covers (token_char_ranges),
-        found once, at the first answer that needs them: for its kept spans or its sources."""
-        return token_char_ranges(self.model, self._document_part, self.document.text.strip(), self.document_tokens)
+        """What turns the attention of this document's prompt cells into sources."""
+        return self._text.source_finder
 
     def _answering(self, settings: AskSettings | None) -> AskSettings:
         """The settings an answer runs with: the conversation's, or `settings` as this document
@@ -301,7 +292,7 @@ class Conversation:
     def kept_spans(self, kept_positions: Iterable[int]) -> list[tuple[int, int]]:
         """Character ranges of the document's text (stripped, as the model saw it) that the
         cells at `kept_positions` hold: what a selection kept, for showing to the user."""
-        return spans_of(self._token_ranges, kept_positions)
+        return self._text.kept_spans(kept_positions)
 
     def reset(self) -> None:
         """Start a new conversation about the same document."""

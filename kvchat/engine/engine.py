@@ -9,7 +9,6 @@ from pathlib import Path
 
 from kvchat.documents import Document
 from kvchat.engine.conversation import Conversation
-from kvchat.engine.in_parts import answer_in_parts
 from kvchat.engine.kvcache.in_progress import ReadingsInProgress, WholeReadingDone, read_alone
 from kvchat.engine.kvcache.states import DocumentStates
 from kvchat.engine.kvcache.store import DEFAULT_MAX_BYTES, StateStore
@@ -78,7 +77,11 @@ class Engine:
         return Conversation(self.model, self.model_name, document, settings, selection=selection, states=states,
                             in_progress=self.in_progress if states is not None else None,
                             stream=stream, speeds=self.speeds, cheap_pass=self.cheap_pass, reading=reading,
-                            decode_all=decode_all)
+                            decode_all=decode_all, parts=self.conversation_for_part)
+
+    def conversation_for_part(self, document: Document, settings: AskSettings, saves: bool) -> Conversation:
+        """A conversation about a part of a document, or the parts' notes (in_parts.py)."""
+        return self.conversation(document, settings, saves=saves)
 
     def plan(self, document: Document, settings: AskSettings | None = None) -> ReadingPlan:
         """How `document` would be read with `settings`, and how long that would take here."""
@@ -95,12 +98,8 @@ class Engine:
         stream: StreamSettings | None = None,
     ) -> Iterator[Event]:
         """Stream events for one question: Progress…, Notice?, Evicted…, Pruned?, Token…, Done. A
-        question about the whole document (settings.whole) is answered from its parts
-        (in_parts.py), each read whole: `selection` and `stream` play no part in it."""
-        if settings is not None and settings.whole is not None:
-            conversation_for = lambda part, part_settings, saves: self.conversation(part, part_settings, saves=saves)  # noqa: E731
-            yield from answer_in_parts(conversation_for, document, question, settings, self.model.count_tokens, cancel)
-            return
+        question about the whole document is answered from its parts (AskSettings.whole,
+        in_parts.py), each read whole: `selection` and `stream` play no part in it."""
         conversation = self.conversation(document, settings, selection=selection, stream=stream)
         try:
             yield from conversation.open(question, cancel=cancel)

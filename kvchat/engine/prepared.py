@@ -15,7 +15,9 @@ from dataclasses import dataclass, replace
 
 from kvchat.documents import Document
 from kvchat.engine.kvcache.cache import KvCache, SavedCells
+from kvchat.engine.conversation import Conversation
 from kvchat.engine.engine import Engine
+from kvchat.engine.in_parts import Notes, notes_on_parts, notes_settings
 from kvchat.engine.prompt import Turn, chat_tokens
 from kvchat.engine.reading.prompt_run import PromptRun
 from kvchat.engine.reading.selected import Selected
@@ -37,6 +39,7 @@ class PreparedPrompt:
     settings: AskSettings  # those it was read with: the request's, or streamed for a long document
     finder: SourceFinder | None = None  # about a document, with sources on: what names an answer's sources
     unread: bool = False  # a fast reading answered: the document is still to be read whole (Conversation.read_on)
+    notes: Notes | None = None  # a question about the whole document: the prompt is its parts' notes (in_parts.py)
 
 
 def prepare_question(
@@ -50,12 +53,32 @@ def prepare_question(
     conversation = engine.conversation(document, settings)
     try:
         conversation.resume(turns)
+        if conversation.answers_in_parts(question):
+            return (yield from _prepare_in_parts(engine, conversation, question, cancel, sampler))
         yield from conversation.open(cancel=cancel)
         selected = yield from conversation.select(question, cancel, settings)
         finder = conversation.source_finder() if settings.sources else None
         return replace(_taken(conversation.run, selected, sampler, conversation.settings, finder), unread=conversation.unread)
     finally:
         conversation.close()
+
+
+def _prepare_in_parts(
+    engine: Engine, conversation: Conversation, question: str, cancel: threading.Event, sampler: Sampler
+) -> Iterator[Event]:
+    """As prepare_question, for a question about the whole document: each part asked it on a
+    context of its own (in_parts.py), then the prompt of their notes and the question prepared
+    (nothing pruned: the notes are within the budget). The earlier turns play no part."""
+    settings = conversation.settings
+    notes = yield from notes_on_parts(engine.conversation_for_part, conversation.document, question, settings,
+                                      engine.model.count_tokens, cancel)
+    final = engine.conversation_for_part(notes.document, notes_settings(settings), False)
+    try:
+        yield from final.open(cancel=cancel)
+        selected = yield from final.select(question, cancel, final.settings)
+        return replace(_taken(final.run, selected, sampler, final.settings), unread=not conversation.saved, notes=notes)
+    finally:
+        final.close()
 
 
 def prepare_chat(
@@ -93,6 +116,8 @@ def answer_sources(
     the prompt's kept cells loaded on a context of their own, and the answer's tokens its
     sequence decoded (all but the last one taken; at most a batch) read after them with the
     attention probe on. Empty for a plain chat, with sources off, or for a one-token answer."""
+    if prompt.notes is not None:  # an answer from the parts' notes: the passages the parts drew on
+        return prompt.notes.sources, ()
     settings = prompt.settings
     answer_tokens = answer_tokens[:-1][: settings.n_batch]
     if prompt.finder is None or not answer_tokens:

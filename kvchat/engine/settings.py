@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from kvchat.engine.whole_question import about_whole
 from kvchat.errors import SettingsError
 from kvchat.llama import CACHE_TYPES, ContextSettings, SamplerSettings
 from kvchat.policy import SPAN_MODES, HeadReduction, Method, SnapKV
@@ -75,6 +76,8 @@ class FastSettings:
 
 
 MIN_PART_TOKENS = 256  # a part smaller than this says too little to be worth its note
+DEFAULT_PART_TOKENS = 2048
+WHOLES = ("auto", "on", "off")
 
 
 @dataclass(frozen=True)
@@ -106,10 +109,12 @@ class AskSettings:
     # The system prompt; None: kvchat's (answer from the document only, quote exactly, keep it
     # short). It is part of the document's prompt, so each one has its own saved reading.
     system: str | None = None
-    # A question about the whole document (a summary, a list): answered from all of it, in parts
-    # of this many tokens, each asked the question, then their notes together (in_parts.py).
-    # None: from the entries the question keeps, as every other question.
-    whole: int | None = None
+    # A question about the whole document (a summary, a list, a comparison): answered from all of
+    # it, in parts of `part_tokens` tokens, each asked the question, then their notes together
+    # (in_parts.py). "auto": the questions whose wording asks about the whole (whole_question.py);
+    # "on": every question; "off": none, each answered from the entries its question keeps.
+    whole: str = "auto"
+    part_tokens: int = DEFAULT_PART_TOKENS
 
     def __post_init__(self) -> None:
         if self.max_tokens < 1:
@@ -120,8 +125,10 @@ class AskSettings:
             raise SettingsError(f"context size must be at least 1, got {self.n_ctx}", "leave it unset to fit the prompt")
         if self.system is not None and not self.system.strip():
             raise SettingsError("the system prompt is empty", "leave `system` out for kvchat's, or give one")
-        if self.whole is not None and self.whole < MIN_PART_TOKENS:
-            raise SettingsError(f"a whole-document answer reads parts of at least {MIN_PART_TOKENS} tokens, got {self.whole}",
+        if self.whole not in WHOLES:
+            raise SettingsError(f"unknown whole-document answering {self.whole!r}", "use auto, on or off")
+        if self.part_tokens < MIN_PART_TOKENS:
+            raise SettingsError(f"a whole-document answer reads parts of at least {MIN_PART_TOKENS} tokens, got {self.part_tokens}",
                                 f"use parts of {MIN_PART_TOKENS} tokens or more")
         if self.read not in READS:
             raise SettingsError(f"unknown reading {self.read!r}", "read auto, full or fast")
@@ -153,3 +160,7 @@ class AskSettings:
         if self.read == "auto":
             return with_draft and self.method_reads_fast
         return self.read == "fast"
+
+    def answers_in_parts(self, question: str) -> bool:
+        """Whether `question` is answered from the whole document in parts (in_parts.py)."""
+        return self.whole == "on" or (self.whole == "auto" and about_whole(question))

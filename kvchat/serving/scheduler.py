@@ -317,6 +317,8 @@ class Scheduler:
         stats = answer_stats(  # before the release: it counts the sequence's cells
             self.engine.model, self.engine.model_name, settings, prompt, generation, answer.job.submitted, answer.slot.cells
         )
+        if answer.prompt.notes is not None:  # answered from the parts' notes: count every part
+            stats = answer.prompt.notes.with_parts(stats)
         self.decoder.release(answer.slot)
         self._answers.remove(answer)
         sources, attention = ((), ()) if generation.stop_reason == "cancelled" else self._sources(answer.prompt, generation.token_ids)

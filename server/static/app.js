@@ -165,7 +165,8 @@ function open(conversation) {
   renderMessages();
 }
 
-const SETTINGS = [["kv_budget", "set-budget"], ["kv_read", "set-read"], ["temperature", "set-temperature"], ["max_tokens", "set-max-tokens"]];
+const SETTINGS = [["kv_budget", "set-budget"], ["kv_read", "set-read"], ["kv_whole", "set-whole"], ["temperature", "set-temperature"], ["max_tokens", "set-max-tokens"]];
+const CHOICES = ["kv_read", "kv_whole"]; // sent as they are; the other settings are numbers
 
 function renderConversations() {
   const list = $("conversations");
@@ -248,7 +249,7 @@ function requestBody(conversation) {
   for (const [field] of SETTINGS) {
     const value = conversation.settings[field];
     if (value === undefined || value === "") continue;
-    body[field] = field === "kv_read" ? value : Number(value);
+    body[field] = CHOICES.includes(field) ? value : Number(value);
   }
   return body;
 }

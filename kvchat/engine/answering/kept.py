@@ -7,10 +7,16 @@ are that string's UTF-8 bytes: a token's byte range maps back to the document's 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Generator, Iterable
+from dataclasses import replace
+from functools import cached_property
 
 import numpy as np
 
+from kvchat.documents import Document
+from kvchat.documents.bundle import BUNDLE_KIND, kept_by_source
+from kvchat.engine.answering.sources import SourceFinder
+from kvchat.events import Event, Pruned
 from kvchat.llama import LlamaModel
 
 
@@ -69,3 +75,43 @@ def spans_of(ranges: tuple[np.ndarray, np.ndarray] | None, kept_positions: Itera
         else:
             spans.append((first, last))
     return spans
+
+
+class DocumentText:
+    """A conversation's document as its prompt holds it: which of its text the kept cells hold
+    (the kept view, Pruned's spans) and what names an answer's sources. The tokens' character
+    ranges are found once, at the first answer that needs them."""
+
+    def __init__(self, model: LlamaModel, document: Document, document_part: str, document_tokens: list[int]) -> None:
+        self.model = model
+        self.document = document
+        self.document_part = document_part  # the rendered prompt prefix holding the document's text
+        self.document_tokens = document_tokens
+
+    @cached_property
+    def token_ranges(self) -> tuple[np.ndarray, np.ndarray] | None:
+        return token_char_ranges(self.model, self.document_part, self.document.text.strip(), self.document_tokens)
+
+    @cached_property
+    def source_finder(self) -> SourceFinder:
+        """What turns the attention of the document's prompt cells into sources."""
+        return SourceFinder(self.document, self.token_ranges)
+
+    def kept_spans(self, kept_positions: Iterable[int]) -> list[tuple[int, int]]:
+        """Character ranges of the document's text (stripped, as the model saw it) that the
+        cells at `kept_positions` hold: what a selection kept, for showing to the user."""
+        return spans_of(self.token_ranges, kept_positions)
+
+    def with_kept_text(self, selection: Generator[Event, None, object]) -> Generator[Event, None, object]:
+        """`selection`'s events, its Pruned saying which of the document's text it kept (and how
+        much of each, about several documents); returns what it returns."""
+        while True:
+            try:
+                event = next(selection)
+            except StopIteration as finished:
+                return finished.value
+            if isinstance(event, Pruned):
+                spans = self.kept_spans(event.kept_positions)
+                kept = kept_by_source(self.document, spans) if self.document.kind == BUNDLE_KIND else {}
+                event = replace(event, kept_spans=tuple(spans), kept_by_document=tuple(kept.items()))
+            yield event
