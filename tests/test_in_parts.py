@@ -10,7 +10,7 @@ import pytest
 
 from kvchat.documents import Document, Page
 from kvchat.engine import AskSettings, Engine, state_store
-from kvchat.engine.in_parts import notes_on_parts, part_of, part_ranges
+from kvchat.engine.in_parts import NOTES_SYSTEM, PART_SYSTEM, notes_on_parts, notes_settings, part_of, part_ranges
 from kvchat.engine.whole_question import about_whole
 from kvchat.errors import SettingsError
 from kvchat.events import Done, Notice, Progress, Source, Stats, Token
@@ -116,6 +116,21 @@ def test_notes_over_the_budget_are_asked_again_in_runs_until_they_fit() -> None:
     assert _NoteTaker.asked == [f"deliveries.txt (part {n} of 5)" for n in range(1, 6)] + ["deliveries.txt (notes)"] * 3
     assert [line for line in notes.document.text.splitlines() if line.endswith(":")][1:] == ["Parts 1 to 4 of 5:", "Part 5 of 5:"]
     assert words(notes.document.text) <= 128
+
+
+def test_the_parts_and_the_notes_are_told_to_keep_every_point_unless_the_user_gives_a_system_prompt() -> None:
+    words = lambda text: len(text.split())  # noqa: E731 - a word a token
+    document = Document(Path("deliveries.txt"), "text", TEXT, [Page(1, 0, len(TEXT))])
+    told: list[str | None] = []
+
+    def note_taker(part: Document, settings: AskSettings, _: bool) -> _NoteTaker:
+        told.append(settings.system)
+        return _NoteTaker(part)
+
+    for system, expected in ((None, {PART_SYSTEM, NOTES_SYSTEM}), ("Answer in French.", {"Answer in French."})):  # notes asked again too
+        told.clear()
+        _returned(notes_on_parts(note_taker, document, "Summarize this.", AskSettings(system=system, part_tokens=256, method=SnapKV(budget=128)), words))
+        assert set(told) == expected and notes_settings(AskSettings(system=system)).system == (system or NOTES_SYSTEM)
 
 
 def _returned(generator):

@@ -32,6 +32,15 @@ if TYPE_CHECKING:  # a conversation answers in parts through conversations of it
 
 NOTE_TOKENS = 192  # a part's note: what it says on the question, with room for a short list
 NOTES_INTRO = "Notes on each part of the document, each answering the question from that part alone:"
+# kvchat's instructions for the two steps, unless the user gives a system prompt: its own says
+# "keep the answer short", right for a lookup, wrong for a summary or a list, which must keep
+# what every part says.
+PART_SYSTEM = ("You answer a question about one part of a longer document. Answer from this part only: give every "
+               "point of it that bears on the question, with its names, numbers, dates, places and durations exactly "
+               "as written. If this part says nothing on it, say so in a few words.")
+NOTES_SYSTEM = ("You answer a question about a document from notes on each of its parts. Combine the notes into one "
+                "answer that keeps every distinct point of every note, with its names, numbers, dates, places and "
+                "durations, says each point once, and adds nothing the notes do not say.")
 
 ConversationFor = Callable[[Document, AskSettings, bool], "Conversation"]  # document, settings, whether its reading is saved
 
@@ -94,7 +103,7 @@ def _parts(count: int) -> str:
 def notes_settings(settings: AskSettings) -> AskSettings:
     """The settings the notes are answered with: whole, as the parts are, and without sources
     (the answer's are the parts')."""
-    return replace(_whole(settings), sources=False)
+    return replace(_whole(settings), sources=False, system=settings.system or NOTES_SYSTEM)
 
 
 def _whole(settings: AskSettings) -> AskSettings:
@@ -117,7 +126,7 @@ def notes_on_parts(
     sizes = [tokens for _, _, tokens in ranges]
     for number, (start, end, _) in enumerate(ranges, start=1):
         part = conversation_for(part_of(document, start, end, f"part {number} of {len(ranges)}"),
-                                replace(_whole(settings), max_tokens=NOTE_TOKENS), True)
+                                replace(_whole(settings), max_tokens=NOTE_TOKENS, system=settings.system or PART_SYSTEM), True)
         note = yield from _note(part, question, cancel, (sum(sizes[: number - 1]), sizes[number - 1], sum(sizes)), started)
         notes.append(_PartNote(number, number, len(ranges), note.answer.strip()))
         sources += [finder.source_at(source.start + start, source.end + start, source.score) for source in note.sources[:1]]
