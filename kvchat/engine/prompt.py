@@ -82,8 +82,11 @@ def _question_text(question: str) -> str:
 
 
 def _wrapped(messages: list[dict[str, str]]) -> list[dict[str, str]]:
-    """The messages with their text between TEXT_START and TEXT_END (see the module docstring)."""
-    return [{**message, "content": f"{TEXT_START}{message['content']}{TEXT_END}"} for message in messages]
+    """The messages with their text between TEXT_START and TEXT_END (see the module docstring).
+    A NUL becomes U+FFFD: llama.cpp reads the messages as C strings, so one (a model's byte
+    token can decode to it) would end its message there, and the rest of the prompt with it."""
+    return [{**message, "content": f"{TEXT_START}{message['content'].replace(chr(0), chr(0xFFFD))}{TEXT_END}"}
+            for message in messages]
 
 
 def chat_messages(document_text: str, turns: list[Turn], question: str, system: str | None = None) -> list[dict[str, str]]:

@@ -157,9 +157,7 @@ class LlamaModel:
     def apply_chat_template(self, messages: list[dict[str, str]], add_assistant: bool = True) -> str:
         """Render `messages` with the model's own chat template (llama.cpp's template engine)."""
         array = (raw.llama_chat_message * len(messages))()
-        # llama.cpp reads C strings: a NUL (a model's byte token can decode to one) would end its
-        # message there, and the rest of the prompt with it
-        encoded = [(m["role"].encode(), m["content"].replace("\x00", "\ufffd").encode()) for m in messages]
+        encoded = [(m["role"].encode(), m["content"].encode()) for m in messages]
         for slot, (role, content) in zip(array, encoded):
             slot.role, slot.content = role, content
         template = self.chat_template.encode()
