@@ -43,6 +43,15 @@ def screenshot(page, name: str) -> None:
     page.screenshot(path=str(ARTIFACTS / f"{name}.png"))
 
 
+def page_asking_about(browser, url: str, path: Path, shown: str):
+    """A new page with the document at `path` uploaded and asked about (`shown`: its name as listed)."""
+    page = new_page(browser, url)
+    page.wait_for_selector("body[data-ready=yes]")
+    page.set_input_files("#file", str(path))
+    page.wait_for_selector(f"#documents li:has-text('{shown}') input:checked")
+    return page
+
+
 def ask_on(page, question: str) -> None:
     page.fill("#question", question)
     page.click("#send")
@@ -51,10 +60,7 @@ def ask_on(page, question: str) -> None:
 
 def test_upload_ask_and_open_a_source_at_its_passage(browser, tiny_model_path: Path) -> None:
     with running_server(tiny_model_path, budget=64, max_tokens=12, sequences=2) as (url, _):
-        page = new_page(browser, url)
-        page.wait_for_selector("body[data-ready=yes]")
-        page.set_input_files("#file", str(SAMPLE_PDF))
-        page.wait_for_selector(f"#documents li:has-text('{SAMPLE_PDF.name}') input:checked")  # uploaded, and asked about
+        page = page_asking_about(browser, url, SAMPLE_PDF, SAMPLE_PDF.name)
         assert "tok" in page.inner_text("#documents")
         ask_on(page, "Who are the parties?")
         answer = page.locator("#messages li.assistant")
@@ -81,10 +87,7 @@ def test_a_summary_is_answered_from_the_parts_unless_the_settings_say_off(browse
     notes = tmp_path / "notes.txt"
     notes.write_text("The boat was named the Grey Heron. The radio failed on day four.\n" * 12)
     with running_server(tiny_model_path, budget=64, max_tokens=8, sequences=2) as (url, _):
-        page = new_page(browser, url)
-        page.wait_for_selector("body[data-ready=yes]")
-        page.set_input_files("#file", str(notes))
-        page.wait_for_selector("#documents li:has-text('notes.txt') input:checked")
+        page = page_asking_about(browser, url, notes, "notes.txt")
         ask_on(page, "Summarize this document.")
         summary = page.locator("#messages li.assistant").last
         assert "a question about the whole document" in summary.inner_text()
@@ -116,10 +119,7 @@ def test_a_documents_markup_is_shown_as_text(browser, tiny_model_path: Path, tmp
     hostile = tmp_path / "<img src=x onerror=alert(1)>.txt"
     hostile.write_text(HOSTILE)
     with running_server(tiny_model_path, budget=64, max_tokens=8, sequences=2) as (url, _):
-        page = new_page(browser, url)
-        page.wait_for_selector("body[data-ready=yes]")
-        page.set_input_files("#file", str(hostile))
-        page.wait_for_selector("#documents li:has-text('onerror=alert(1)>.txt') input:checked")
+        page = page_asking_about(browser, url, hostile, "onerror=alert(1)>.txt")
         ask_on(page, "<script>window.pwned=3</script> What was the boat called?")
         page.click("#messages li.assistant button:has-text('What the model kept')")
         page.locator("#document-text span").first.wait_for()
@@ -137,10 +137,7 @@ def test_on_a_real_model_the_page_answers_with_the_apis_answer_and_sources(brows
     trip.write_bytes(TRIP)
     question = "What was the boat called?"
     with running_server(small_model_path, budget=256, max_tokens=24, sequences=2) as (url, _):
-        page = new_page(browser, url)
-        page.wait_for_selector("body[data-ready=yes]")
-        page.set_input_files("#file", str(trip))
-        page.wait_for_selector("#documents li:has-text('trip.txt') input:checked")
+        page = page_asking_about(browser, url, trip, "trip.txt")
         ask_on(page, question)
         shown = page.locator("#messages li.assistant")
         (document,) = httpx.get(f"{url}/v1/documents").json()["data"]
