@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Generator, Iterable, Iterator
 from dataclasses import replace
+from functools import cached_property
 
 from kvchat.documents import Document
 from kvchat.documents.bundle import document_names, document_starts
@@ -89,7 +90,8 @@ class Conversation:
                                       tuple(document_names(document)) if self._runs else (), self.states)
         if settings.method.needs_spans:  # token texts for span-aware selection, prepared with the tokens
             model.pieces_text(self.document_tokens)
-        self.run = PromptRun(model, self._context_size(), self.settings, model_name, self.reading.shares_cells, cheap_pass)
+        self._cheap_pass = cheap_pass
+        self._n_ctx = self._context_size()  # refuses a document too long for a named method now
         self.prompt_tokens: list[int] = []  # the last question's whole prompt
         self._reading_s = 0.0
         self._unread = False  # open() left the reading to the first question (a fast reading)
@@ -109,6 +111,12 @@ class Conversation:
         if any(part.text[cut - 1] != "\n" for cut in cuts[1:]) or part.text[cuts[0]] != "\n":
             raise ValueError("several documents need a line break around each")
         return part.token_runs(self.model, cuts)
+
+    @cached_property
+    def run(self) -> PromptRun:
+        """The context the document is read into, made when it is first needed: a question the
+        document's parts answer (in_parts.py) never holds one as large as the document."""
+        return PromptRun(self.model, self._n_ctx, self.settings, self.model_name, self.reading.shares_cells, self._cheap_pass)
 
     def _context_size(self) -> int:
         if self.settings.method.streams:
@@ -170,7 +178,7 @@ class Conversation:
 
     def reads_fast_first(self) -> bool:
         """Whether the first question will be answered from a fast reading (open() defers the reading)."""
-        with_draft = self.run.cheap_pass.drafted
+        with_draft = self._cheap_pass.drafted
         return (self.reading.defers(self.saved) and self.settings.reads_fast(with_draft)
                 and pays(len(self.document_tokens), self.settings, with_draft))
 
@@ -207,7 +215,7 @@ class Conversation:
         """
         settings = self._answering(settings)
         done: Done | None = None
-        if self._parts is not None and settings.answers_in_parts(question):
+        if self._in_parts(question, settings):
             for event in answer_in_parts(self._parts, self.document, question, settings, self.model.count_tokens, cancel):
                 done = event if isinstance(event, Done) else done
                 yield event
@@ -223,7 +231,10 @@ class Conversation:
     def answers_in_parts(self, question: str, settings: AskSettings | None = None) -> bool:
         """Whether `question` is answered from the whole document in parts (in_parts.py), on
         contexts of their own, rather than from this conversation's reading."""
-        return self._parts is not None and self._answering(settings).answers_in_parts(question)
+        return self._in_parts(question, self._answering(settings))
+
+    def _in_parts(self, question: str, settings: AskSettings) -> bool:
+        return self._parts is not None and settings.answers_in_parts(question)
 
     def select(self, question: str, cancel: threading.Event | None, settings: AskSettings) -> Iterator[Event]:
         """Everything of ask() but the answer: the run's cache then holds the kept prompt and the
@@ -236,7 +247,7 @@ class Conversation:
         # the document's reading counts towards the TTFT of the answer it was read for
         reading_s = 0.0 if self.turns else self._reading_s
         if self._unread:
-            with_draft = self.run.cheap_pass.drafted
+            with_draft = self._cheap_pass.drafted
             if settings.reads_fast(with_draft) and not self.turns and self.run.read_upto == 0:
                 if pays(len(tokens), settings, with_draft):
                     self.prompt_tokens = tokens
@@ -303,4 +314,5 @@ class Conversation:
         self.turns = list(turns)
 
     def close(self) -> None:
-        self.run.close()
+        if "run" in self.__dict__:  # made (cached_property)
+            self.run.close()
