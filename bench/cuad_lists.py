@@ -1,6 +1,9 @@
 """Write the `cuad-lists` task's questions from CUAD's annotations: for each contract, every
 category the experts marked in two clauses or more (but the parties, which are names), one
-question asking for all of them, with the clauses' text.
+question asking for all of them, with the clauses' text. The question names the category alone:
+with CUAD's description after it, a yes-or-no question ("Does a party have the right to audit
+…?"), the default model answered that question and quoted nothing (docs/how-it-works.md,
+"Questions about the whole document").
 
 Usage: python bench/cuad_lists.py CUAD_ANNOTATIONS_JSON
     (annotations.json: per contract, per category, the experts' clauses, derived from CUAD v1's
@@ -46,7 +49,7 @@ def lists_of(contract: dict) -> list[dict]:
         questions.append({
             "id": f"{_short(contract['id'])}.{name.lower().replace(' ', '_').replace('/', '_').replace('-', '_')}",
             "contract": contract["id"], "category": name,
-            "question": f"List and quote every clause of this contract about {name.lower()}: {category['description'].strip()}",
+            "question": f"List and quote every clause of this contract about {name.lower()}.",
             "clauses": clauses,
         })
     return questions

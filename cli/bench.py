@@ -145,7 +145,7 @@ def bench_command(
     methods: str | None = typer.Option(None, help=f"Comma-separated: {', '.join(METHODS)}."),
     questions: str | None = typer.Option(None, help="cuad: the questions asked, by id or contract, e.g. todos,corio.law."),
     cuad_data: Path | None = typer.Option(None, help="cuad: a folder with questions.json and the contracts' .txt files, instead of the shipped ones."),
-    variant: list[str] = typer.Option([], "--variant", help="Extra snapkv variant, e.g. pool=avg,kernel=5, read=fast,fast_depth=0.4, a KV layout, read again in it: flash_attn=on,type_v=q8_0, another system prompt: system=quote (kvchat/bench/instructions.py), or answers from the whole document in parts of N tokens: whole=2048."),
+    variant: list[str] = typer.Option([], "--variant", help="Extra snapkv variant, e.g. pool=avg,kernel=5, read=fast,fast_depth=0.4, a KV layout, read again in it: flash_attn=on,type_v=q8_0, another system prompt: system=quote (kvchat/bench/instructions.py), or answers from the whole document in parts of N tokens: whole=2048 (whole=auto: only where the question's wording asks about the whole, as the defaults do)."),
     read: str | None = typer.Option(None, "--read", help="full, or full,fast: snapkv at each budget read fast too (the first layers choose); fast alone: only the fast readings (and the variants that read fast)."),
     models: list[str] = typer.Option([], "--model", "-m", help="Registry name (see `kvchat models`) or a GGUF path; repeat to compare models in one run (default: default)."),
     json_path: Path | None = typer.Option(None, "--json", help="Write every record and the summary here."),

@@ -59,7 +59,8 @@ class Variant:
     """A method at a budget, with optional policy overrides (`pool=avg,kernel=5`), read in full
     or fast (AskSettings.read), in the default KV layout or another (`type_k=q8_0,flash_attn=on`),
     with kvchat's system prompt or a candidate's (`system=quote`, instructions.py), answered from
-    the entries kept or from the whole document in parts (`whole=2048`, engine/in_parts.py)."""
+    the entries kept or from the whole document in parts (`whole=2048`, or `whole=auto`: by the
+    question's wording; engine/in_parts.py)."""
 
     method: str
     budget: int
@@ -75,7 +76,9 @@ class Variant:
     def settings(self, base: AskSettings) -> AskSettings:
         """`base` with this variant's method, budget and read; an override names a method option
         (kernel, heads …), one of the reading's (READING_OPTIONS) or of the layout's (LAYOUT_OPTIONS),
-        the system prompt's (`system`) or the parts' size of a whole-document answer (`whole`)."""
+        the system prompt's (`system`) or whether a question is answered in parts (`whole`: a part's
+        tokens for every question, `auto` for the questions whose wording asks about the whole, as
+        the defaults do, or `off`)."""
         carried = method_options(base.method)
         options: dict[str, object] = {"budget": self.budget}
         read, fast, system, whole, part_tokens = self.read, base.fast, base.system, base.whole, base.part_tokens
@@ -85,6 +88,8 @@ class Variant:
                 read = value
             elif key == "system":
                 system = instruction_named(value)
+            elif key == "whole" and value in ("auto", "off"):  # as a user's --whole: the wording decides, or never in parts
+                whole = value
             elif key == "whole":  # every question answered in parts of this many tokens
                 whole, part_tokens = "on", _typed(key, value, int)
             elif key in LAYOUT_OPTIONS:
