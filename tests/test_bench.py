@@ -294,6 +294,7 @@ def test_a_system_prompt_variant_reads_again_with_it_and_wins_over_a_tasks_own(t
     from kvchat.bench.compare import for_case
     from kvchat.bench.instructions import INSTRUCTIONS
     from kvchat.engine import AskSettings, Engine
+    from kvchat.engine.prompt import SYSTEM_PROMPT
 
     config = BenchConfig(tasks=("needle",), lengths=(700,), depths=(0.5,), budgets=(128,), decode_tokens=4,
                          methods=("snapkv",), policy_variants=((("system", "only"),),))
@@ -306,6 +307,7 @@ def test_a_system_prompt_variant_reads_again_with_it_and_wins_over_a_tasks_own(t
     case = replace(needle_case(len, 100, 0.5, seed=1), system="the task's", max_tokens=7)
     assert (for_case(AskSettings(), case).system, for_case(AskSettings(), case).max_tokens) == ("the task's", 7)
     assert for_case(AskSettings(system=INSTRUCTIONS["only"]), case).system == INSTRUCTIONS["only"]
+    assert for_case(AskSettings(system=INSTRUCTIONS["kvchat"]), case).system == SYSTEM_PROMPT  # kvchat's own, over the task's
 
 
 def test_a_whole_document_variant_answers_each_case_from_the_parts(tiny_model_path) -> None:
