@@ -45,7 +45,7 @@ READ = typer.Option(
 )
 WHOLE = typer.Option(
     DEFAULTS.whole, help="Questions about the whole document (a summary, every clause of a kind, a comparison) are "
-    "answered from all of it, in parts, each part asked, then their notes together. auto: the questions whose wording "
+    "answered from all of it, in parts, each asked in turn, the answer each part's. auto: the questions whose wording "
     "asks about the whole (\"Summarize this agreement\", \"List every …\"); on: every question; off: none, each "
     "answered from the entries its question keeps (docs/how-it-works.md: Questions about the whole document).",
 )

@@ -101,7 +101,7 @@ def render(events: Iterable[Event], as_json: bool, console: Console) -> Done | N
     wrote_text = False
     try:
         for event in events:
-            if isinstance(event, ReadProgress):
+            if isinstance(event, ReadProgress) and not wrote_text:  # an answer in parts goes on reading: its text says where
                 bar.update(event)
             elif isinstance(event, Pruned):
                 bar.close()

@@ -60,8 +60,8 @@ class ChatCompletionRequest(BaseModel):
         "model's or the model's first layers choose the tokens, the whole model reads only those); auto: fast when "
         "the server has a draft and the prompt is long enough; full: every layer reads it all; unset: the server's --read")
     kv_whole: Literal["auto", "on", "off"] | None = Field(
-        default=None, description="about a document: answer from all of it, in parts, each part asked, then their notes "
-        "together: on for every question, auto for those whose wording asks about the whole (a summary, every clause of a "
+        default=None, description="about a document: answer from all of it, in parts, each asked in turn, the answer "
+        "each part's under its heading: on for every question, auto for those whose wording asks about the whole (a summary, every clause of a "
         "kind), off for none; unset: the server's --whole")
     kv_sources: bool = Field(default=True, description="about a document: name the passages the answer drew on "
                              "(the kv block's sources)")

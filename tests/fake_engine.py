@@ -24,11 +24,11 @@ from typing import Generic, TypeVar
 
 import numpy as np
 
-from kvchat.engine import KvLayout, PreparedPrompt
+from kvchat.engine import AnsweredInParts, KvLayout, PreparedPrompt
 from kvchat.engine.kvcache.cache import SavedCells
 from kvchat.engine.reading.selected import Selected
 from kvchat.errors import CancelledError, KvchatError
-from kvchat.events import Done, Event, Progress, Token
+from kvchat.events import Done, Event, Progress, Stats, Token
 from kvchat.llama import ModelShape, SamplerSettings, StateBytes
 from kvchat.server.service import ChatService, ServerLimits
 from kvchat.serving.requests import ChatRequest
@@ -105,6 +105,7 @@ class Script:
     error: Exception | None = None  # raised once the chunks are read, instead of returning a prompt
     unread: bool = False  # a fast reading answered: the document is then read whole (FakeEngine.read_whole)
     chunk_s: float = 0.0  # how long each chunk "takes" on the scheduler's clock (FakeEngine.clock)
+    in_parts: bool = False  # answered in parts while read: a character of the answer after each chunk, no sequence
 
 
 @dataclass
@@ -313,6 +314,8 @@ class FakeEngine:
                 self.now += script.chunk_s
                 reading.chunks_read.append(chunk + 1)
                 yield Progress(script.loaded_tokens + to_read * (chunk + 1) // script.chunks, script.prompt_tokens, 0.0)
+                if script.in_parts:
+                    yield Token(script.answer[chunk])
             if script.error is not None:
                 raise script.error
         except CancelledError:
@@ -325,6 +328,10 @@ class FakeEngine:
             reading.outcome = "prepared"
         finally:
             reading.ended.set()
+        if script.in_parts:
+            stats = Stats("fake", "full", 0, script.prompt_tokens, script.prompt_tokens, 0, script.chunks, 1, 1, 1.0, 1.0, 0.0, 0.0,
+                          script.prompt_tokens, "stop", read=f"in {script.chunks} parts")
+            return AnsweredInParts(Done(script.answer, stats), unread=script.unread)
         answer = script.answer.encode()
         positions = np.arange(script.prompt_tokens - script.kept_tokens, script.prompt_tokens)
         selected = Selected(script.prompt_tokens, script.kept_tokens, script.loaded_tokens, 0.0, 0.0, time.perf_counter())

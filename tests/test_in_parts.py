@@ -1,5 +1,6 @@
-"""A question about the whole document answered in parts: each part asked the question, then the
-notes together; the parts cut between sentences, the sources placed in the whole document."""
+"""A question about the whole document answered in parts: each part asked the question in turn,
+the answer each part's under its heading; the parts cut between sentences, the sources placed in
+the whole document."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 
 from kvchat.documents import Document, Page
 from kvchat.engine import AskSettings, Engine, state_store
-from kvchat.engine.in_parts import NOTES_SYSTEM, PART_SYSTEM, notes_on_parts, notes_settings, part_of, part_ranges
+from kvchat.engine.in_parts import PART_SYSTEM, PART_TOKENS, answer_in_parts, part_of, part_ranges
 from kvchat.engine.whole_question import about_whole
 from kvchat.errors import SettingsError
 from kvchat.events import Done, Notice, Progress, Source, Stats, Token
@@ -39,29 +40,33 @@ def test_a_part_keeps_its_pages_and_says_which_part_it_is() -> None:
     assert part.pages == [Page(2, 0, len(second))]
 
 
-def test_a_whole_document_question_is_asked_of_each_part_then_of_the_notes(tiny_model_path: Path, isolated_home: Path) -> None:
+def test_a_whole_document_question_is_asked_of_each_part_in_turn(tiny_model_path: Path, isolated_home: Path) -> None:
     document = Document(Path("deliveries.txt"), "text", TEXT, [Page(1, 0, len(TEXT))])
     with Engine(str(tiny_model_path)) as engine:
-        n_parts = len(part_ranges(document, engine.model.count_tokens, 512))
-        # parts larger than the budget, read whole; their notes (at most 192 tokens each) within it
+        ranges = part_ranges(document, engine.model.count_tokens, 512)
         settings = AskSettings(whole="on", part_tokens=512, max_tokens=6, threads=2, method=SnapKV(budget=1024))
         events = list(engine.ask(document, "List every delivery.", settings))
+    n_parts = len(ranges)
     assert n_parts >= 3
-    assert events[0] == Notice(f"a question about the whole document: asking each of its {n_parts} parts, then their notes together")
+    assert events[0] == Notice(f"a question about the whole document: answering it from each of its {n_parts} parts in turn")
     progress = [event for event in events if isinstance(event, Progress)]
     assert [p.done for p in progress] == sorted(p.done for p in progress) and progress[-1].done == progress[-1].total
     done = events[-1]
     assert isinstance(done, Done) and done.stats.read == f"in {n_parts} parts"
-    assert done.stats.kept_tokens == done.stats.prompt_tokens > len(TEXT.split())  # every part and the notes whole, none pruned
+    # every part read whole, none pruned; each answered with at most max_tokens
+    assert done.stats.kept_tokens == done.stats.prompt_tokens > sum(tokens for _, _, tokens in ranges)
+    assert n_parts <= done.stats.generated_tokens <= 6 * n_parts
     assert done.answer == "".join(event.text for event in events if isinstance(event, Token))
+    headings = [line for line in done.answer.split("\n") if line.startswith("Part ")]
+    assert headings == [f"Part {n} of {n_parts} (from line 1):" for n in range(1, n_parts + 1)]
+
     assert 0 < len(done.sources) <= n_parts and all(source.text == " ".join(TEXT[source.start:source.end].split())
                                                     for source in done.sources)
-    assert [source.score for source in done.sources] == sorted((source.score for source in done.sources), reverse=True)
     saved = sorted(entry.header.document for entry in state_store().entries())
-    assert saved == sorted(f"deliveries.txt (part {n} of {n_parts})" for n in range(1, n_parts + 1))  # the notes are not kept
+    assert saved == sorted(f"deliveries.txt (part {n} of {n_parts})" for n in range(1, n_parts + 1))
 
 
-def test_parts_smaller_than_a_note_is_worth_are_refused() -> None:
+def test_parts_smaller_than_an_answer_is_worth_are_refused() -> None:
     with pytest.raises(SettingsError, match="parts of at least 256 tokens"):
         AskSettings(part_tokens=100)
     with pytest.raises(SettingsError, match="unknown whole-document answering 'always'"):
@@ -83,63 +88,72 @@ def test_the_wording_tells_a_question_about_the_whole_document_from_a_lookup() -
     assert AskSettings(whole="on").answers_in_parts("Who are the parties?")
 
 
-class _NoteTaker:
-    """A conversation whose every answer is a note of 40 words; records what it was asked about."""
+class _PartAnswerer:
+    """A conversation whose every answer is "Clause" and which part it is; records the settings it was given."""
 
-    asked: list[str] = []
+    told: list[AskSettings] = []
+    stop_reason = "eos"
 
-    def __init__(self, document: Document) -> None:
+    def __init__(self, document: Document, settings: AskSettings, _saves: bool) -> None:
         self.document = document
+        _PartAnswerer.told.append(settings)
 
     def open(self, question=None, *, cancel=None):
-        return iter(())
+        yield Progress(5, 10, 0.1)
+        yield Progress(10, 10, 0.2)
 
     def ask(self, question, settings=None, *, cancel=None):
-        _NoteTaker.asked.append(self.document.path.name)
-        stats = Stats("m", "full", 1024, 10, 10, 0, 40, 1, 1, 100.0, 10.0, 0.1, 0.1, 10, "eos")
-        yield Done(" ".join(["word"] * 40), stats, (Source(0, 6, "Clause", 1.0, "line 1"),))
+        stats = Stats("m", "full", 1024, 100, 100, 0, 2, 1, 1, 100.0, 10.0, 0.1, 0.1, 100, _PartAnswerer.stop_reason)
+        which = self.document.path.name.split("(")[1].rstrip(")")  # "part 2 of 5"
+        yield Token("Clause ")
+        yield Token(which)
+        yield Done(f"Clause {which}", stats, (Source(0, 6, "Clause", 1.0, "line 1"),))
 
     def close(self) -> None:
         pass
 
 
-def test_notes_over_the_budget_are_asked_again_in_runs_until_they_fit() -> None:
+def _parts_answer(settings: AskSettings) -> list[object]:
     words = lambda text: len(text.split())  # noqa: E731 - a word a token
     document = Document(Path("deliveries.txt"), "text", TEXT, [Page(1, 0, len(TEXT))])
-    n_parts = len(part_ranges(document, words, 256))
-    _NoteTaker.asked = []
-    settings = AskSettings(part_tokens=256, method=SnapKV(budget=128))
-    events = notes_on_parts(lambda part, _, __: _NoteTaker(part), document, "List every delivery.", settings, words)
-    notes = _returned(events)
-    # five notes of 40 words: runs of two asked again (the fifth goes on alone), then the first two of those
-    assert n_parts == 5 and notes.parts == 5 and len(notes.stats) == 5 + 2 + 1
-    assert _NoteTaker.asked == [f"deliveries.txt (part {n} of 5)" for n in range(1, 6)] + ["deliveries.txt (notes)"] * 3
-    assert [line for line in notes.document.text.splitlines() if line.endswith(":")][1:] == ["Parts 1 to 4 of 5:", "Part 5 of 5:"]
-    assert words(notes.document.text) <= 128
+    _PartAnswerer.told = []
+    return list(answer_in_parts(_PartAnswerer, document, "List every delivery.", settings, words))
 
 
-def test_the_parts_and_the_notes_are_told_to_keep_every_point_unless_the_user_gives_a_system_prompt() -> None:
-    words = lambda text: len(text.split())  # noqa: E731 - a word a token
-    document = Document(Path("deliveries.txt"), "text", TEXT, [Page(1, 0, len(TEXT))])
-    told: list[str | None] = []
+def test_the_answer_is_each_parts_under_its_heading_with_its_sources_in_the_whole_document() -> None:
+    events = _parts_answer(AskSettings(part_tokens=256, max_tokens=6))
+    done = events[-1]
+    assert isinstance(done, Done) and len(_PartAnswerer.told) == 5
+    starts = [start for start, _, _ in part_ranges(Document(Path("d"), "text", TEXT), lambda text: len(text.split()), 256)]
+    assert done.answer == "\n\n".join(f"Part {n} of 5 (from line 1):\n\nClause part {n} of 5" for n in range(1, 6))
+    assert done.answer == "".join(event.text for event in events if isinstance(event, Token))
+    # the first heading after the first part's reading (a reading bar until the text begins), the others before theirs
+    kinds = [type(event).__name__ for event in events[1:-1]]
+    assert kinds[:6] == ["Progress", "Progress", "Token", "Token", "Token", "Token"] and kinds[6:8] == ["Progress", "Progress"]
+    assert [(source.start, source.text) for source in done.sources] == [(start, "Clause") for start in starts]
+    assert [event.done for event in events if isinstance(event, Progress)][-1] == sum(
+        len(TEXT[a:b].split()) for a, b in zip(starts, [*starts[1:], len(TEXT)]))
+    stats = done.stats
+    assert (stats.read, stats.prompt_tokens, stats.generated_tokens, stats.stop_reason) == ("in 5 parts", 500, 10, "eos")
 
-    def note_taker(part: Document, settings: AskSettings, _: bool) -> _NoteTaker:
-        told.append(settings.system)
-        return _NoteTaker(part)
 
-    for system, expected in ((None, {PART_SYSTEM, NOTES_SYSTEM}), ("Answer in French.", {"Answer in French."})):  # notes asked again too
-        told.clear()
-        _returned(notes_on_parts(note_taker, document, "Summarize this.", AskSettings(system=system, part_tokens=256, method=SnapKV(budget=128)), words))
-        assert set(told) == expected and notes_settings(AskSettings(system=system)).system == (system or NOTES_SYSTEM)
-
-
-def _returned(generator):
-    """What a generator returns, its events left unheard."""
+def test_a_part_answer_its_length_cut_says_so() -> None:
+    _PartAnswerer.stop_reason = "max_tokens"
     try:
-        while True:
-            next(generator)
-    except StopIteration as stop:
-        return stop.value
+        events = _parts_answer(AskSettings(part_tokens=256, max_tokens=6))
+    finally:
+        _PartAnswerer.stop_reason = "eos"
+    done = events[-1]
+    assert done.answer.startswith("Part 1 of 5 (from line 1):\n\nClause part 1 of 5 …\n\nPart 2 of 5")
+    assert done.answer.count(" …") == 5 and done.answer == "".join(event.text for event in events if isinstance(event, Token))
+
+
+def test_the_parts_are_told_to_keep_every_point_unless_the_user_gives_a_system_prompt() -> None:
+    for system, expected in ((None, PART_SYSTEM), ("Answer in French.", "Answer in French.")):
+        _parts_answer(AskSettings(system=system, part_tokens=256, max_tokens=512))
+        assert {settings.system for settings in _PartAnswerer.told} == {expected}
+        assert {(settings.max_tokens, settings.method.name, settings.read) for settings in _PartAnswerer.told} == {
+            (PART_TOKENS, "full", "full")}
 
 
 def test_a_conversation_answers_a_summary_from_the_parts_and_reads_the_document_for_the_next_question(

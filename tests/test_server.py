@@ -92,7 +92,7 @@ def test_a_question_about_the_whole_document_is_answered_from_its_parts(client: 
     off = ask(client, "Summarize this document.", extra_body={"document_id": uploaded["id"], "kv_whole": "off"})
     kv, kv_off = summary.model_extra["kv"], off.model_extra["kv"]
     assert kv["read"] == "in 1 part" and kv["notices"][0].startswith("a question about the whole document")
-    assert summary.usage.prompt_tokens > uploaded["tokens"]  # the part, then the notes
+    assert summary.usage.prompt_tokens > uploaded["tokens"]  # the part, with its prompt around it
     text = " ".join(NOTES.decode().split())
     assert all(source["text"] in text for source in kv["sources"]) and len(kv["sources"]) <= 1  # the part's first
     assert kv_off["read"] == "full" and kv_off["kept_tokens"] <= 64 + 1 and not kv_off["notices"]

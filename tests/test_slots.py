@@ -201,6 +201,23 @@ def test_answers_in_progress_get_a_step_after_each_chunk_of_a_reading() -> None:
     assert (stats.prompt_tokens, stats.loaded_tokens, stats.read_tokens, stats.kept_tokens) == (300, 200, 100, 40)
 
 
+def test_a_question_answered_in_parts_streams_while_it_is_read_and_takes_no_sequence() -> None:
+    fake = FakeEngine({"A": Script("abcdef", paced=True), "P": Script("xyz", chunks=3, in_parts=True, unread=True)},
+                      saves_readings=True)
+    with running(fake, n_slots=2) as scheduler:
+        _, a = _submit(scheduler, "A")
+        (reading,) = fake.readings.wait_len(1)
+        parts = _ask_about(scheduler, "P")
+        reading.allow()
+        first, answered = _done(a), _done(parts)
+        fake.whole_allowed.release(3)  # the document itself is then read whole, for the questions after it
+        fake.order.wait_for(lambda items: "whole P closed" in items)
+    assert parts.tokens == list("xyz") and (answered.answer, answered.stats.read) == ("xyz", "in 3 parts")
+    assert [(seqs, tokens) for seqs, tokens, _ in _steps(fake)] == [((0,), token) for token in "abcdef"]  # A's alone
+    assert fake.decoder.releases.items == [0] and all(sampler.closed for sampler in fake.samplers)
+    assert first.answer == "abcdef"
+
+
 def test_a_short_question_is_read_and_answered_between_the_chunks_of_a_long_reading() -> None:
     fake = FakeEngine({"book?": Script("long", prompt_tokens=10_000, chunks=20, paced=True), "hi": Script("ok")})
     with running(fake, n_slots=2) as scheduler:

@@ -15,7 +15,7 @@ from kvchat.engine.kvcache.in_progress import WAITING_FOR_TURN, InProgress, Whol
 from kvchat.engine.engine import Engine, readings_in_progress, state_store
 from kvchat.engine.answering.generate import Generation, answer_stats
 from kvchat.engine.reading.plan import ReadingPlan
-from kvchat.engine.prepared import PreparedPrompt, answer_sources, prepare_chat, prepare_question
+from kvchat.engine.prepared import AnsweredInParts, PreparedPrompt, answer_sources, prepare_chat, prepare_question
 from kvchat.engine.prompt import Turn
 from kvchat.engine.reading.composed import ComposedReading
 from kvchat.engine.reading.fast_first import FastFirst
@@ -27,8 +27,9 @@ from kvchat.engine.settings import DEFAULT_MAX_TOKENS, AskSettings, FastSettings
 from kvchat.engine.reading.stream import StreamSettings
 
 __all__ = [
-    "DEFAULT_MAX_TOKENS", "WAITING_FOR_TURN", "SELECTIONS", "AskSettings", "ComposedReading", "Conversation", "Engine", "FastFirst",
-    "FastSettings", "Generation", "InProgress", "KvLayout", "PreparedPrompt", "Reading", "ReadingPlan", "Selection", "StreamSettings",
+    "DEFAULT_MAX_TOKENS", "WAITING_FOR_TURN", "SELECTIONS", "AnsweredInParts", "AskSettings", "ComposedReading", "Conversation",
+    "Engine", "FastFirst", "FastSettings", "Generation", "InProgress", "KvLayout", "PreparedPrompt", "Reading", "ReadingPlan",
+    "Selection", "StreamSettings",
     "StreamedReading", "Turn", "WholeReading", "WholeReadingDone", "answer_sources", "answer_stats", "paired_draft", "prepare_chat",
     "prepare_question", "readings_in_progress", "selection_named", "selections_help", "state_store",
 ]

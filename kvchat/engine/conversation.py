@@ -65,7 +65,7 @@ class Conversation:
     ) -> None:
         """`reading`: a way of reading asked for (the bench's); by default reading_for() chooses.
         `parts`: makes the conversations that answer a question about the whole document, one per
-        part and one for their notes (in_parts.py); None: every question is answered here.
+        part (in_parts.py); None: every question is answered here.
         `decode_all`: every answer decodes its max tokens, its text ending where the model ended it
         (the bench's: decode speeds compare over equal lengths). `in_progress`: the readings other
         processes are doing, so that read_on() never reads the document beside one of them."""

@@ -80,7 +80,7 @@ class Engine:
                             decode_all=decode_all, parts=self.conversation_for_part)
 
     def conversation_for_part(self, document: Document, settings: AskSettings, saves: bool) -> Conversation:
-        """A conversation about a part of a document, or the parts' notes (in_parts.py)."""
+        """A conversation about a part of a document (in_parts.py)."""
         return self.conversation(document, settings, saves=saves)
 
     def plan(self, document: Document, settings: AskSettings | None = None) -> ReadingPlan:

@@ -3,7 +3,8 @@ requests are prepared so, then moved into a sequence of its shared context (serv
 
 What is prepared is a question about a document (its conversation resumed from the turns the
 client sent back: the saved reading is loaded, the earlier turns pinned, the question observes),
-or a chat of messages as the client sent it. The sources of an answer decoded elsewhere are found
+or a chat of messages as the client sent it. A question about the whole document is answered
+while it is prepared, each part on a context of its own (in_parts.py). The sources of an answer decoded elsewhere are found
 from the prepared prompt's kept cells (answer_sources).
 """
 
@@ -17,7 +18,7 @@ from kvchat.documents import Document
 from kvchat.engine.kvcache.cache import KvCache, SavedCells
 from kvchat.engine.conversation import Conversation
 from kvchat.engine.engine import Engine
-from kvchat.engine.in_parts import Notes, notes_on_parts, notes_settings
+from kvchat.engine.in_parts import answer_in_parts
 from kvchat.engine.prompt import Turn, chat_tokens
 from kvchat.engine.reading.prompt_run import PromptRun
 from kvchat.engine.reading.selected import Selected
@@ -25,7 +26,7 @@ from kvchat.engine.settings import AskSettings
 from kvchat.engine.reading.sizing import context_size, round_up
 from kvchat.engine.answering.sources import SourceFinder
 from kvchat.errors import SettingsError
-from kvchat.events import Event, Source
+from kvchat.events import Done, Event, Source
 from kvchat.llama import LlamaContext, LlamaModel, Sampler
 
 MIN_SAVED_READING = 256  # shorter new readings of a chat are not worth a state file
@@ -39,7 +40,14 @@ class PreparedPrompt:
     settings: AskSettings  # those it was read with: the request's, or streamed for a long document
     finder: SourceFinder | None = None  # about a document, with sources on: what names an answer's sources
     unread: bool = False  # a fast reading answered: the document is still to be read whole (Conversation.read_on)
-    notes: Notes | None = None  # a question about the whole document: the prompt is its parts' notes (in_parts.py)
+
+
+@dataclass(frozen=True)
+class AnsweredInParts:
+    """A question about the whole document, answered while it was prepared (in_parts.py)."""
+
+    done: Done
+    unread: bool  # the document itself is still to be read whole, for the questions after it
 
 
 def prepare_question(
@@ -49,12 +57,13 @@ def prepare_question(
     """Events while reading and pruning a question about `document` after `turns`; returns a
     PreparedPrompt whose first answer token `sampler` drew from the logits the observation
     window left (as in a single ask, the first token sees the whole prompt; the rest see what
-    was kept)."""
+    was kept), or for a question about the whole document, the answer's events (its Tokens
+    among them) and an AnsweredInParts."""
     conversation = engine.conversation(document, settings)
     try:
         conversation.resume(turns)
         if conversation.answers_in_parts(question):
-            return (yield from _prepare_in_parts(engine, conversation, question, cancel, sampler))
+            return (yield from _answer_in_parts(engine, conversation, question, cancel))
         yield from conversation.open(cancel=cancel)
         selected = yield from conversation.select(question, cancel, settings)
         finder = conversation.source_finder() if settings.sources else None
@@ -63,22 +72,18 @@ def prepare_question(
         conversation.close()
 
 
-def _prepare_in_parts(
-    engine: Engine, conversation: Conversation, question: str, cancel: threading.Event, sampler: Sampler
-) -> Iterator[Event]:
-    """As prepare_question, for a question about the whole document: each part asked it on a
-    context of its own (in_parts.py), then the prompt of their notes and the question prepared
-    (nothing pruned: the notes are within the budget). The earlier turns play no part."""
-    settings = conversation.settings
-    notes = yield from notes_on_parts(engine.conversation_for_part, conversation.document, question, settings,
-                                      engine.model.count_tokens, cancel)
-    final = engine.conversation_for_part(notes.document, notes_settings(settings), False)
-    try:
-        yield from final.open(cancel=cancel)
-        selected = yield from final.select(question, cancel, final.settings)
-        return replace(_taken(final.run, selected, sampler, final.settings), unread=not conversation.saved, notes=notes)
-    finally:
-        final.close()
+def _answer_in_parts(engine: Engine, conversation: Conversation, question: str, cancel: threading.Event) -> Iterator[Event]:
+    """The events of a question about the whole document answered in parts, but its Done, which
+    it returns in an AnsweredInParts. The earlier turns play no part."""
+    done = None
+    for event in answer_in_parts(engine.conversation_for_part, conversation.document, question, conversation.settings,
+                                 engine.model.count_tokens, cancel):
+        if isinstance(event, Done):
+            done = event
+        else:
+            yield event
+    assert done is not None  # an answer ends with its Done
+    return AnsweredInParts(done, unread=not conversation.saved)
 
 
 def prepare_chat(
@@ -116,8 +121,6 @@ def answer_sources(
     the prompt's kept cells loaded on a context of their own, and the answer's tokens its
     sequence decoded (all but the last one taken; at most a batch) read after them with the
     attention probe on. Empty for a plain chat, with sources off, or for a one-token answer."""
-    if prompt.notes is not None:  # an answer from the parts' notes: the passages the parts drew on
-        return prompt.notes.sources, ()
     settings = prompt.settings
     answer_tokens = answer_tokens[:-1][: settings.n_batch]
     if prompt.finder is None or not answer_tokens:

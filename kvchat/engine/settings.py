@@ -75,7 +75,7 @@ class FastSettings:
             raise SettingsError(f"unknown fast reading heads {self.heads!r}", f"use one of {', '.join(REDUCTIONS)}")
 
 
-MIN_PART_TOKENS = 256  # a part smaller than this says too little to be worth its note
+MIN_PART_TOKENS = 256  # a part smaller than this says too little to be worth its answer
 DEFAULT_PART_TOKENS = 2048
 WHOLES = ("auto", "on", "off")
 
@@ -110,7 +110,7 @@ class AskSettings:
     # short). It is part of the document's prompt, so each one has its own saved reading.
     system: str | None = None
     # A question about the whole document (a summary, a list, a comparison): answered from all of
-    # it, in parts of `part_tokens` tokens, each asked the question, then their notes together
+    # it, in parts of `part_tokens` tokens, each asked the question in turn, the answer each part's
     # (in_parts.py). "auto": the questions whose wording asks about the whole (whole_question.py);
     # "on": every question; "off": none, each answered from the entries its question keeps.
     whole: str = "auto"

@@ -27,7 +27,7 @@ class ChatRequest:
 
 
 def prepare(engine: Engine, request: ChatRequest, cancel: threading.Event, sampler: Sampler) -> Iterator[Event]:
-    """Events while reading and pruning `request`; returns its PreparedPrompt."""
+    """Events while reading and pruning `request`; returns its PreparedPrompt (or AnsweredInParts)."""
     if request.document is not None:
         return (yield from prepare_question(engine, request.document, request.turns, request.question, request.settings,
                                             cancel, sampler))

@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from kvchat.engine import Engine, Generation, KvLayout, PreparedPrompt, answer_sources, answer_stats
+from kvchat.engine import AnsweredInParts, Engine, Generation, KvLayout, PreparedPrompt, answer_sources, answer_stats
 from kvchat.errors import CancelledError, InternalError, KvchatError, PromptTooLongError
 from kvchat.events import Done, Event, Source, Token
 from kvchat.llama import LlamaModel, Sampler, SamplerSettings
@@ -192,7 +192,7 @@ class Scheduler:
 
     def _reading_events(self, job: ChatJob, sampler: Sampler) -> Iterator[Event]:
         """The rest of the document's whole reading if one is under way (then the job loads it),
-        then the job's own reading and pruning; returns its PreparedPrompt."""
+        then the job's own reading and pruning; returns its PreparedPrompt (or AnsweredInParts)."""
         yield from self._readings_on.rest_of(job.request, job.cancel)
         return (yield from self._prepare_request(self.engine, job.request, job.cancel, sampler))
 
@@ -261,9 +261,15 @@ class Scheduler:
             raise
         return slot
 
-    def _start(self, reading: _Reading, prepared: PreparedPrompt) -> None:
-        """Move a prepared prompt into a free sequence and take its first token."""
+    def _start(self, reading: _Reading, prepared: PreparedPrompt | AnsweredInParts) -> None:
+        """Move a prepared prompt into a free sequence and take its first token; a question
+        answered in parts while it was read is done."""
         job = reading.job
+        if isinstance(prepared, AnsweredInParts):
+            reading.sampler.close()
+            if prepared.unread:
+                self._readings_on.add(job.request)
+            return job.emit(prepared.done)
         try:
             if len(prepared.kept.positions) + 1 > self.decoder.slot_cells:
                 raise PromptTooLongError(
@@ -317,8 +323,6 @@ class Scheduler:
         stats = answer_stats(  # before the release: it counts the sequence's cells
             self.engine.model, self.engine.model_name, settings, prompt, generation, answer.job.submitted, answer.slot.cells
         )
-        if answer.prompt.notes is not None:  # answered from the parts' notes: count every part
-            stats = answer.prompt.notes.with_parts(stats)
         self.decoder.release(answer.slot)
         self._answers.remove(answer)
         sources, attention = ((), ()) if generation.stop_reason == "cancelled" else self._sources(answer.prompt, generation.token_ids)
