@@ -11,15 +11,16 @@ from kvchat.bench.tasks import case_score
 CLAUSE = "Todos shall have the right to have an inspection and audit of all the relevant accounting and sales books."
 
 
-def test_a_clause_is_quoted_by_six_of_its_words_in_a_row_case_and_punctuation_aside() -> None:
-    assert quotes("1. TODOS shall have the right, to have an inspection (see 4.2).", CLAUSE)
+def test_a_clause_is_quoted_by_ten_of_its_words_in_a_row_case_and_punctuation_aside() -> None:
+    assert quotes("1. TODOS shall have the right, to have an inspection and (see 4.2).", CLAUSE)
+    assert not quotes("Todos shall have the right to conduct periodic on-site inspections.", CLAUSE)  # alike openings
     assert not quotes("Todos may inspect and audit the books.", CLAUSE)  # a paraphrase is not a quote
     assert quotes("It says: the term is two years.", "Two years.")  # a short clause: all of its words
-    assert quotes("... escrow account in California a copy of the source code ...",
-                  "The Escrow Agent shall require Commerce One to place in an<omitted>escrow account in California a copy")
+    assert quotes("... an escrow account in the state of California a copy of the source code ...",
+                  "The Escrow Agent shall require Commerce One to place in an<omitted>escrow account in the state of California a copy of the source")
     assert clauses_quoted(f"{CLAUSE} And nothing else.", (CLAUSE, "Either party may terminate on notice.")) == 0.5
-    tail = "Each delivery shall be inspected by the buyer within ten days<omitted>be deemed accepted."
-    assert not quotes("Goods not rejected shall be deemed accepted.", tail)  # a short fragment is no quote of the clause
+    tail = "Each delivery shall be inspected by the buyer within ten days<omitted>shall then be deemed accepted."
+    assert not quotes("Goods not rejected shall then be deemed accepted.", tail)  # a short fragment is no quote of the clause
 
 
 def test_list_questions_ask_for_every_clause_the_experts_marked() -> None:

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import re
 
-QUOTED_WORDS = 6  # words of a clause in a row that make an answer's quote of it
+# Words of a clause in a row that make an answer's quote of it: six took clauses that open alike
+# for one another ("Todos shall have the right to have an inspection …" for "Todos shall have the
+# right to conduct periodic on-site inspections …"); ten did not, on the dev contract's answers.
+QUOTED_WORDS = 10
 _WORD = re.compile(r"[a-z0-9]+")
 
 
