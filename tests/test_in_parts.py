@@ -13,7 +13,7 @@ from kvchat.documents import Document, Page
 from kvchat.engine import AskSettings, Engine, state_store
 from kvchat.engine.in_parts import PART_SYSTEM, PART_TOKENS, answer_in_parts, part_of, part_ranges
 from kvchat.engine.whole_question import about_whole
-from kvchat.errors import SettingsError
+from kvchat.errors import CancelledError, SettingsError
 from kvchat.events import Done, Notice, Progress, Source, Stats, Token
 from kvchat.policy import SnapKV
 
@@ -93,6 +93,7 @@ class _PartAnswerer:
 
     told: list[AskSettings] = []
     stop_reason = "eos"
+    stopped_in: str | None = None  # the part whose reading is stopped ("part 3 of 5")
 
     def __init__(self, document: Document, settings: AskSettings, _saves: bool) -> None:
         self.document = document
@@ -100,6 +101,8 @@ class _PartAnswerer:
 
     def open(self, question=None, *, cancel=None):
         yield Progress(5, 10, 0.1)
+        if _PartAnswerer.stopped_in and self.document.path.name.endswith(f"({_PartAnswerer.stopped_in})"):
+            raise CancelledError("stopped", "")
         yield Progress(10, 10, 0.2)
 
     def ask(self, question, settings=None, *, cancel=None):
@@ -146,6 +149,23 @@ def test_a_part_answer_its_length_cut_says_so() -> None:
     done = events[-1]
     assert done.answer.startswith("Part 1 of 5 (from line 1):\n\nClause part 1 of 5 …\n\nPart 2 of 5")
     assert done.answer.count(" …") == 5 and done.answer == "".join(event.text for event in events if isinstance(event, Token))
+
+
+@pytest.mark.parametrize("part", [1, 3])
+def test_an_answer_stopped_while_a_part_is_read_ends_with_what_was_shown(part: int) -> None:
+    _PartAnswerer.stopped_in = f"part {part} of 5"
+    try:
+        if part == 1:  # nothing shown yet: stopped as any reading is
+            with pytest.raises(CancelledError):
+                _parts_answer(AskSettings(part_tokens=256, max_tokens=6))
+            return
+        events = _parts_answer(AskSettings(part_tokens=256, max_tokens=6))
+    finally:
+        _PartAnswerer.stopped_in = None
+    done = events[-1]
+    assert done.answer.endswith("Clause part 2 of 5\n\nPart 3 of 5 (from line 1):\n\n")  # its heading was shown
+    assert done.answer == "".join(event.text for event in events if isinstance(event, Token))
+    assert (done.stats.stop_reason, done.stats.read, len(done.sources)) == ("cancelled", "in 2 parts", 2)
 
 
 def test_the_parts_are_told_to_keep_every_point_unless_the_user_gives_a_system_prompt() -> None:

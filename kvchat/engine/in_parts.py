@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 from kvchat.documents import Document, Page
 from kvchat.engine.answering.sources import SourceFinder, passages
 from kvchat.engine.settings import AskSettings
+from kvchat.errors import CancelledError, raise_if_cancelled
 from kvchat.events import Done, Event, Notice, Progress, Source, Stats, Token
 from kvchat.policy import Full
 
@@ -85,7 +86,9 @@ def answer_in_parts(
     all of theirs, each under its heading; its sources each part's first; its stats every
     part's (_over_parts), the time to first token the first part's first token from the start.
     A part holds up to `settings.part_tokens` tokens of the text (one sentence longer than that
-    is a part alone)."""
+    is a part alone). Stopped (`cancel`) once some text was shown, the answer ends there, its
+    Done's stop reason "cancelled", as an answer stopped while it is written does; before
+    that, CancelledError, as for any reading."""
     started = time.perf_counter()
     ranges = part_ranges(document, count_tokens, settings.part_tokens)
     yield Notice("a question about the whole document: " + (f"answering it from each of its {len(ranges)} parts in turn"
@@ -96,37 +99,49 @@ def answer_in_parts(
     sources: list[Source] = []
     stats: list[Stats] = []
     first_token_at: float | None = None
+    stopped = False
     for number, (start, end, _) in enumerate(ranges, start=1):
         what = f"part {number} of {len(ranges)}"
         heading = (("\n\n" if number > 1 else "") + f"{what.capitalize()} ({_where(finder, start, end)}):\n\n"
                    if len(ranges) > 1 else "")
-        part = conversation_for(part_of(document, start, end, what), part_settings(settings), True)
         share = (sum(sizes[: number - 1]), sizes[number - 1], sum(sizes))
-        done, first_at = yield from _answer_part(part, question, heading, number == 1, cancel, share, started)
+        shown = ""
+        try:
+            raise_if_cancelled(cancel)
+            if number > 1:  # the answer says where it goes on while the part is read
+                yield Token(heading)
+                shown = heading
+            part = conversation_for(part_of(document, start, end, what), part_settings(settings), True)
+            done, first_at = yield from _answer_part(part, question, heading if number == 1 else "", cancel, share, started)
+        except CancelledError:
+            if not answers:  # nothing shown yet
+                raise
+            answers.append(shown)
+            stopped = True
+            break
         first_token_at = first_token_at or first_at
         answers.append(heading + done.answer)
         sources += [finder.source_at(source.start + start, source.end + start, source.score) for source in done.sources[:1]]
         stats.append(done.stats)
         if done.stats.stop_reason == "cancelled":
+            stopped = True
             break
     ttft_s = (first_token_at or time.perf_counter()) - started
-    yield Done("".join(answers), _over_parts(stats, ttft_s, time.perf_counter() - started), tuple(sources))
+    over = _over_parts(stats, ttft_s, time.perf_counter() - started)
+    yield Done("".join(answers), replace(over, stop_reason="cancelled") if stopped else over, tuple(sources))
 
 
 def _answer_part(
-    part: "Conversation", question: str, heading: str, first: bool, cancel: threading.Event | None,
+    part: "Conversation", question: str, heading: str, cancel: threading.Event | None,
     share: tuple[int, int, int], started: float,
 ) -> Generator[Event, None, tuple[Done, float | None]]:
-    """A part's heading, its reading's Progress and its answer's Tokens (CUT after them where the
-    answer's length cut it); returns its Done and when its first token came. The first part's heading follows its reading (a front end shows
-    a reading bar until the text begins); a later one's goes first, and says where the answer
-    goes on while the part is read."""
+    """A part's reading's Progress, `heading` (the first part's: a front end shows a reading bar
+    until the text begins), its answer's Tokens (CUT after them where the answer's length cut
+    it); returns its Done and when its first token came."""
     first_token_at = None
     try:
-        if heading and not first:
-            yield Token(heading)
         yield from _read(part, question, cancel, share, started)
-        if heading and first:
+        if heading:
             yield Token(heading)
         done = None
         for event in part.ask(question, cancel=cancel):
@@ -163,14 +178,16 @@ def _read(conversation: "Conversation", question: str, cancel: threading.Event |
 def _over_parts(stats: list[Stats], ttft_s: float, total_s: float) -> Stats:
     """The stats of an answer in parts: the tokens read, kept, loaded and written over every
     part, the largest cache any held, the reading and writing speeds over all."""
-    read_s = sum(each.read_tokens / each.prefill_tokens_per_s for each in stats if each.prefill_tokens_per_s)
-    written_s = sum(each.generated_tokens / each.decode_tokens_per_s for each in stats if each.decode_tokens_per_s)
-    read_tokens, generated = sum(each.read_tokens for each in stats), sum(each.generated_tokens for each in stats)
+    read = [each for each in stats if each.prefill_tokens_per_s]
+    written = [each for each in stats if each.decode_tokens_per_s]
+    read_s = sum(each.read_tokens / each.prefill_tokens_per_s for each in read)
+    written_s = sum(each.generated_tokens / each.decode_tokens_per_s for each in written)
+    read_tokens, written_tokens = sum(each.read_tokens for each in read), sum(each.generated_tokens for each in written)
     return replace(
         stats[-1], prompt_tokens=sum(each.prompt_tokens for each in stats), kept_tokens=sum(each.kept_tokens for each in stats),
-        loaded_tokens=sum(each.loaded_tokens for each in stats), generated_tokens=generated,
+        loaded_tokens=sum(each.loaded_tokens for each in stats), generated_tokens=sum(each.generated_tokens for each in stats),
         kv_bytes_full=max(each.kv_bytes_full for each in stats), kv_bytes_kept=max(each.kv_bytes_kept for each in stats),
         peak_cells=max(each.peak_cells for each in stats), prefill_tokens_per_s=read_tokens / read_s if read_s else 0.0,
-        decode_tokens_per_s=generated / written_s if written_s else 0.0, ttft_s=ttft_s, total_s=total_s,
+        decode_tokens_per_s=written_tokens / written_s if written_s else 0.0, ttft_s=ttft_s, total_s=total_s,
         read=f"in {len(stats)} part" + ("" if len(stats) == 1 else "s"),
     )

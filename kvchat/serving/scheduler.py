@@ -35,8 +35,8 @@ from kvchat.serving.slots import Slot, SlotDecoder
 LOGGER = logging.getLogger(__name__)
 
 # What the scheduler runs the model with (a fake engine's, in tests): the reading and pruning of a
-# request, which returns its PreparedPrompt; the shared context's sequences; a sampler chain; the
-# whole reading of a document a fast reading answered (reading_on.py).
+# request, which returns its PreparedPrompt (or AnsweredInParts); the shared context's sequences;
+# a sampler chain; the whole reading of a document a fast reading answered (reading_on.py).
 Prepare = Callable[[Engine, ChatRequest, threading.Event, Sampler], Iterator[Event]]
 NewDecoder = Callable[[LlamaModel, int, int, int | None, KvLayout], SlotDecoder]
 NewSampler = Callable[[SamplerSettings], Sampler]
@@ -65,7 +65,8 @@ class ChatJob:
 
 @dataclass
 class _Reading:
-    """A job being read and pruned: its events end by returning its PreparedPrompt."""
+    """A job being read and pruned: its events end by returning its PreparedPrompt (or, for a
+    question about the whole document, answered part by part as it was read, its AnsweredInParts)."""
 
     job: ChatJob
     sampler: Sampler
