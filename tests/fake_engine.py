@@ -135,6 +135,13 @@ class FakeReading:
             raise CancelledError("stopped", "")
 
 
+def _answered_in_parts(script: Script, said: int, stop_reason: str) -> AnsweredInParts:
+    """An answer in parts of its script: its first `said` characters, one a part."""
+    stats = Stats("fake", "full", 0, script.prompt_tokens, script.prompt_tokens, 0, said, 1, 1, 1.0, 1.0, 0.0, 0.0,
+                  script.prompt_tokens, stop_reason, read=f"in {said} parts")
+    return AnsweredInParts(Done(script.answer[:said], stats), unread=script.unread)
+
+
 class FakeModel:
     """What the scheduler and the service ask of a model: tokens are UTF-8 bytes."""
 
@@ -184,6 +191,7 @@ class FakeDecoder:
         self.loads: Log[tuple[int, int]] = Log()  # (seq, cells)
         self.steps: Log[Step] = Log()
         self.releases: Log[int] = Log()  # seqs
+        self.held_steps: Log[int] = Log()  # the number of each held step, once it waits to be allowed
         self.closed = False
         self._rest: dict[int, list[int]] = {}
         self._held = held
@@ -214,6 +222,8 @@ class FakeDecoder:
         return self.slot_cells - slot.cells
 
     def step(self, slots: list[Slot], tokens: list[int]) -> None:
+        if self._held:
+            self.held_steps.append(self._tried + 1)
         if self._held and not self._allowed.acquire(timeout=WAIT_S):
             raise AssertionError("a held decode step was never allowed")
         self._tried += 1
@@ -307,15 +317,23 @@ class FakeEngine:
         reading = FakeReading(request, script, cancel)
         self.readings.append(reading)
         self.order.append(f"prepare {request.question}")
+        said = 0  # an answer in parts: its characters shown
         try:
             to_read = script.prompt_tokens - script.loaded_tokens
             for chunk in range(script.chunks):
-                reading.wait_for_chunk(chunk)
+                try:
+                    reading.wait_for_chunk(chunk)
+                except CancelledError:
+                    if not said:
+                        raise
+                    reading.outcome = "stopped"  # as answer_in_parts: once some text was shown, it ends there
+                    return _answered_in_parts(script, said, "cancelled")
                 self.now += script.chunk_s
                 reading.chunks_read.append(chunk + 1)
                 yield Progress(script.loaded_tokens + to_read * (chunk + 1) // script.chunks, script.prompt_tokens, 0.0)
                 if script.in_parts:
                     yield Token(script.answer[chunk])
+                    said += 1
             if script.error is not None:
                 raise script.error
         except CancelledError:
@@ -329,9 +347,7 @@ class FakeEngine:
         finally:
             reading.ended.set()
         if script.in_parts:
-            stats = Stats("fake", "full", 0, script.prompt_tokens, script.prompt_tokens, 0, script.chunks, 1, 1, 1.0, 1.0, 0.0, 0.0,
-                          script.prompt_tokens, "stop", read=f"in {script.chunks} parts")
-            return AnsweredInParts(Done(script.answer, stats), unread=script.unread)
+            return _answered_in_parts(script, script.chunks, "stop")
         answer = script.answer.encode()
         positions = np.arange(script.prompt_tokens - script.kept_tokens, script.prompt_tokens)
         selected = Selected(script.prompt_tokens, script.kept_tokens, script.loaded_tokens, 0.0, 0.0, time.perf_counter())

@@ -218,6 +218,22 @@ def test_a_question_answered_in_parts_streams_while_it_is_read_and_takes_no_sequ
     assert first.answer == "abcdef"
 
 
+def test_stopping_ends_an_answer_in_parts_under_way_with_what_it_said() -> None:
+    fake = FakeEngine({"P": Script("xyz", chunks=3, paced=True, in_parts=True)})
+    with running(fake) as scheduler:
+        parts = _ask_about(scheduler, "P")
+        (reading,) = fake.readings.wait_len(1)
+        reading.allow()
+        parts.wait_for(lambda items: Token("x") in items)
+        scheduler.stop()
+        reading.allow()  # its next check of the cancel
+        scheduler.join(WAIT_S)
+    stopped = parts.ended()[-1]
+    assert parts.tokens == ["x"] and isinstance(stopped, Done) and reading.outcome == "stopped"
+    assert (stopped.answer, stopped.stats.stop_reason) == ("x", "cancelled")
+    assert all(sampler.closed for sampler in fake.samplers) and fake.decoder.releases.items == []
+
+
 def test_a_short_question_is_read_and_answered_between_the_chunks_of_a_long_reading() -> None:
     fake = FakeEngine({"book?": Script("long", prompt_tokens=10_000, chunks=20, paced=True), "hi": Script("ok")})
     with running(fake, n_slots=2) as scheduler:
@@ -447,7 +463,7 @@ def test_stopping_between_steps_ends_every_answer_as_cancelled() -> None:
         _, b = _submit(scheduler, "B")
         reading.allow()
         fake.decoder.allow()
-        fake.decoder.steps.wait_len(1)
+        fake.decoder.held_steps.wait_len(2)
         scheduler.stop()  # while step 2 waits
         fake.decoder.run_free()
         answers = [_done(a), _done(b)]

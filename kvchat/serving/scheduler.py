@@ -72,6 +72,7 @@ class _Reading:
     sampler: Sampler
     events: Iterator[Event]
     used_s: float = 0.0  # the time its reading took so far
+    answering: bool = False  # an answer in parts whose text has begun
 
 
 @dataclass
@@ -166,8 +167,11 @@ class Scheduler:
             else:
                 self._wake.wait()
         for reading in list(self._readings):
-            reading.events.close()  # its context is freed
-            self._end_reading(reading, ShuttingDown())
+            if reading.answering:  # as an answer in progress: it ends as stopped, with what it said
+                self._end_answer_in_parts(reading)
+            else:
+                reading.events.close()  # its context is freed
+                self._end_reading(reading, ShuttingDown())
         for answer in list(self._answers):
             answer.job.cancel.set()
             answer.generation.stop("cancelled")
@@ -217,6 +221,7 @@ class Scheduler:
         reading.used_s += took
         self._readings.remove(reading)
         self._readings.append(reading)  # its turn comes again after the others' (of equal time)
+        reading.answering = reading.answering or isinstance(event, Token)
         reading.job.emit(event)
         return took
 
@@ -233,6 +238,17 @@ class Scheduler:
                       and min(a.used_s for a in self._answers) < min(r.used_s for r in self._readings))
             if self._clock() - started >= read_s and not behind:
                 return
+
+    def _end_answer_in_parts(self, reading: _Reading) -> None:
+        """An answer in parts, its job cancelled (stop() did), runs on to its next check of the
+        cancel, where it ends with what it said so far (in_parts.answer_in_parts)."""
+        try:
+            while True:
+                reading.job.emit(next(reading.events))
+        except StopIteration as finished:
+            self._start(reading, finished.value)
+        except Exception:
+            self._end_reading(reading, ShuttingDown())
 
     def _end_reading(self, reading: _Reading, error: KvchatError) -> None:
         """The job fails with `error`, sent without its traceback: the traceback's frames hold
