@@ -13,7 +13,7 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from kvchat.errors import InternalError, KvchatError, PromptTooLongError
-from kvchat.serving.scheduler import ShuttingDown
+from kvchat.serving.jobs import ShuttingDown
 
 LOGGER = logging.getLogger(__name__)
 # The settings a request sets, by their request fields; an error's hint naming another is left out.

@@ -24,7 +24,8 @@ from kvchat.server.documents import DocumentLibrary, StoredDocument
 from kvchat.server.errors import ApiError, api_error
 from kvchat.server.schemas import ChatCompletionRequest, ChatMessage
 from kvchat.serving.requests import ChatRequest
-from kvchat.serving.scheduler import ChatJob, QueueFull, Scheduler, ShuttingDown
+from kvchat.serving.jobs import ChatJob, QueueFull, ShuttingDown
+from kvchat.serving.scheduler import Scheduler
 from kvchat.serving.slots import DEFAULT_ROOM
 
 # Builds the scheduler from (engine, sequences, cells per sequence, waiting line, threads, KV layout,

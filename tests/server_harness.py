@@ -15,7 +15,8 @@ from fake_engine import Emitted, Log
 from kvchat.engine import Engine
 from kvchat.server.runner import server_for
 from kvchat.server.service import ChatService, NewScheduler, ServerLimits
-from kvchat.serving.scheduler import ChatJob, Scheduler
+from kvchat.serving.jobs import ChatJob
+from kvchat.serving.scheduler import Scheduler
 
 
 def free_port() -> int:

@@ -25,7 +25,8 @@ from kvchat.llama import Sampler
 from kvchat.policy import SnapKV
 from kvchat.serving.reading_on import BackgroundReadings
 from kvchat.serving.requests import ChatRequest, prepare
-from kvchat.serving.scheduler import ChatJob, QueueFull, Scheduler, ShuttingDown
+from kvchat.serving.jobs import ChatJob, QueueFull, ShuttingDown
+from kvchat.serving.scheduler import Scheduler
 from kvchat.serving.slots import SlotDecoder
 
 SETTINGS = AskSettings(method=SnapKV(budget=96, window=16), max_tokens=8)

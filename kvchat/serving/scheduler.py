@@ -22,12 +22,13 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from kvchat.engine import AnsweredInParts, Engine, Generation, KvLayout, PreparedPrompt, answer_sources, answer_stats
 from kvchat.errors import CancelledError, InternalError, KvchatError, PromptTooLongError
 from kvchat.events import Done, Event, Source, Token
 from kvchat.llama import LlamaModel, Sampler, SamplerSettings
+from kvchat.serving.jobs import ChatJob, QueueFull, ShuttingDown
 from kvchat.serving.reading_on import BackgroundReadings, ReadWhole, read_whole
 from kvchat.serving.requests import ChatRequest, prepare
 from kvchat.serving.slots import Slot, SlotDecoder
@@ -40,27 +41,6 @@ LOGGER = logging.getLogger(__name__)
 Prepare = Callable[[Engine, ChatRequest, threading.Event, Sampler], Iterator[Event]]
 NewDecoder = Callable[[LlamaModel, int, int, int | None, KvLayout], SlotDecoder]
 NewSampler = Callable[[SamplerSettings], Sampler]
-
-
-class QueueFull(Exception):
-    """Every sequence is answering and the waiting line is full; try again shortly."""
-
-
-class ShuttingDown(KvchatError):
-    """The scheduler stopped before this job was answered (it was waiting, or being read)."""
-
-    def __init__(self) -> None:
-        super().__init__("the server is shutting down", "try again once it is back")
-
-
-@dataclass
-class ChatJob:
-    """One request. `emit` receives Events, then a Done or a KvchatError (from the model thread)."""
-
-    request: ChatRequest
-    emit: Callable[[Event | KvchatError], None]
-    cancel: threading.Event = field(default_factory=threading.Event)
-    submitted: float = field(default_factory=time.perf_counter)
 
 
 @dataclass
