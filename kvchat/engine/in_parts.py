@@ -161,7 +161,7 @@ def _answer_part(
 
 def _where(finder: SourceFinder, start: int, end: int) -> str:
     """Where text[start:end] is, as a source says it: "pp. 3–5", or the line it starts on."""
-    where = finder.source_at(start, end, 0.0).where
+    where = finder.where(start, end)
     return f"from {where}" if where.startswith("line ") else where
 
 

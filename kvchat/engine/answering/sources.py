@@ -179,6 +179,10 @@ class SourceFinder:
         total = float(scores.sum())
         return (positions, scores / total) if total > 0 else None
 
+    def where(self, start: int, end: int) -> str:
+        """How a source says where text[start:end] is ("pp. 3–5", "line 12")."""
+        return self._where(start, end)[0]
+
     def source_at(self, start: int, end: int, score: float) -> Source:
         """The passage text[start:end] as a source (an answer about a part of the document found it)."""
         return self._source(start, end, score)
