@@ -361,6 +361,34 @@ def test_a_document_is_read_once_for_all_its_questions(tiny_model_path, count_to
     assert all(answers[1, v] == alone[v] for v in range(4))
 
 
+@pytest.mark.parametrize(("length", "budget", "readings"), [(700, 256, 1), (1200, 128, 3)])
+def test_the_defaults_share_the_whole_reading_where_a_fast_one_does_not_pay(
+        tiny_model_path, tmp_path, count_tokens, length: int, budget: int, readings: int) -> None:
+    """With a draft the defaults read fast only where the draft's choice (four times the budget)
+    is under two thirds of the prompt (fast.pays): 1,024 of 700 tokens does not pay, and the
+    defaults then read in full, question apart, sharing the whole reading; 512 of 1,200 pays,
+    and each question reads fast on its own."""
+    from kvchat.bench.compare import answer_of, compare
+    from kvchat.engine import AskSettings, Engine
+    from kvchat.policy import method_named
+    from tiny_gguf import write_tiny_gguf
+
+    first = needle_case(count_tokens, length, 0.5, seed=1)
+    second = replace(first, question="What is the first word of the provided text?")
+    pruned = AskSettings(max_tokens=4, method=method_named("snapkv", budget=budget), read="full")
+    variants = [pruned, replace(pruned, read="auto")]
+    with Engine(str(tiny_model_path), use_cache=False, draft=str(write_tiny_gguf(tmp_path / "draft.gguf", seed=9))) as engine:
+        opened = []
+        conversation = engine.conversation
+        engine.conversation = lambda document, settings, **kw: opened.append(settings.read) or conversation(document, settings, **kw)
+        answers = {(c, v): answer_of(events) for c, v, events in compare(engine, [first, second], variants)}
+    assert len(opened) == readings
+    reads = {answers[c, 1].stats.read.startswith("draft") for c in range(2)}
+    assert reads == {readings > 1}
+    if readings == 1:  # the same reading, the same selection: the same answer
+        assert all(answers[c, 0].answer == answers[c, 1].answer for c in range(2))
+
+
 def test_bench_command_compares_two_models_and_writes_json_and_plots(tiny_model_path, tmp_path, isolated_home) -> None:
     env = {**os.environ, "KVCHAT_HOME": str(isolated_home)}
     other = tmp_path / "other.gguf"
