@@ -55,9 +55,10 @@ class ChatCompletionRequest(BaseModel):
     kv_method: Literal["snapkv", "full"] | None = Field(
         default=None, description="snapkv prunes to kv_budget; full keeps the prompt whole. Unset: snapkv, or a document "
         "longer than the model's context read streamed within kv_budget")
-    kv_read: Literal["auto", "full", "fast"] | None = Field(
+    kv_read: Literal["auto", "full", "fast", "retrieval"] | None = Field(
         default=None, description="fast: a new document's first question is answered from a fast reading (a draft "
-        "model's or the model's first layers choose the tokens, the whole model reads only those); auto: fast when "
+        "model's or the model's first layers choose the tokens, the whole model reads only those); retrieval: the "
+        "passages the question's words choose (BM25) are read alone for it; auto: fast when "
         "the server has a draft and the prompt is long enough; full: every layer reads it all; unset: the server's --read")
     kv_whole: Literal["auto", "on", "off"] | None = Field(
         default=None, description="about a document: answer from all of it, in parts, each asked in turn, the answer "

@@ -27,6 +27,7 @@ from kvchat.engine.kvcache.in_progress import ReadingsInProgress, WholeReadingDo
 from kvchat.engine.kvcache.states import DocumentStates
 from kvchat.engine.prompt import PromptPart, Turn, chat_messages, document_part, split_rendered
 from kvchat.engine.reading.fast import CheapPass, pays, reread_tokens
+from kvchat.engine.reading.passages import Question
 from kvchat.engine.reading.prompt_run import PromptRun
 from kvchat.engine.reading.registry import reading_for
 from kvchat.engine.reading.sizing import RING_MIN, context_size, reading_settings, round_up
@@ -251,11 +252,12 @@ class Conversation:
             if settings.reads_fast(with_draft) and not self.turns and self.run.read_upto == 0:
                 if pays(len(tokens), settings, with_draft):
                     self.prompt_tokens = tokens
-                    selected = yield from self._text.with_kept_text(self.run.read_fast(tokens, settings, cancel))
+                    asked = Question(question, self._text.passages)
+                    selected = yield from self._text.with_kept_text(self.run.read_fast(tokens, settings, cancel, asked))
                     if self.speeds is not None:
                         self.speeds.record("fast", len(tokens), time.perf_counter() - selected.started)
                     return selected
-                if settings.read == "fast":  # asked for by name: say why not (auto reads in full quietly)
+                if settings.read != "auto":  # asked for by name: say why not (auto reads in full quietly)
                     reread = reread_tokens(settings, with_draft)
                     yield Notice(f"read in full: a fast reading would re-read {reread:,} of this prompt's {len(tokens):,} tokens")
             started = time.perf_counter()

@@ -18,6 +18,7 @@ import numpy as np
 
 from kvchat.engine.kvcache.cache import KvCache, SavedCells
 from kvchat.engine.reading.compose import read_blockwise
+from kvchat.engine.reading.passages import Question
 from kvchat.engine.reading.fast import CheapPass, fast_select
 from kvchat.engine.answering.generate import Generation, answer_stats, generate
 from kvchat.engine.reading.selected import Selected
@@ -211,11 +212,13 @@ class PromptRun:
         self._saved, self._at_saved = None, False
         self.holds_fast_answer = False
 
-    def read_fast(self, tokens: list[int], settings: AskSettings, cancel: threading.Event | None = None) -> Iterator[Event]:
+    def read_fast(
+        self, tokens: list[int], settings: AskSettings, cancel: threading.Event | None = None, question: Question | None = None,
+    ) -> Iterator[Event]:
         """Instead of reading and select(): a fast reading of the whole prompt (fast.py) into the
-        emptied cache. Returns the Selected that answer() takes."""
+        emptied cache; `question` for a choice by its words. Returns the Selected that answer() takes."""
         self.clear()
-        selected = yield from fast_select(self.cache, tokens, settings, cancel, self.cheap_pass)
+        selected = yield from fast_select(self.cache, tokens, settings, cancel, self.cheap_pass, question)
         self.read_upto = len(tokens)
         self.holds_fast_answer = True
         return selected
