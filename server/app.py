@@ -79,6 +79,7 @@ def create_app(service: ChatService, api_key: str | None = None, allowed_origins
         stored = await _stoppable(
             request, stopping, lambda cancel: service.documents.add(file.filename, data, service.document_tokens, cancel)
         )
+        service.read_later(stored)
         return stored.describe()
 
     @app.get("/v1/documents")

@@ -114,6 +114,13 @@ class ChatService:
         turns, question = _turns(body.messages)
         return ChatRequest(settings, document=document, turns=tuple(turns), question=question)
 
+    def read_later(self, stored: StoredDocument) -> None:
+        """Read an upload whole in the background, with the server's system prompt and cache
+        layout, as soon as the model has nothing else to do: its first question is answered
+        meanwhile from a fast reading, the ones after it load the whole reading."""
+        settings = AskSettings(threads=self.threads, layout=self.limits.layout, system=self.limits.system)
+        self.scheduler.read_later(ChatRequest(settings, document=stored.document))
+
     def document_text(self, document_ids: list[str]) -> dict[str, object]:
         """The text a request about these documents asks about (several: bundled, as in the
         prompt), with its pages: what a source's or a kept range's offsets point into."""
