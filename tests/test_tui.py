@@ -448,10 +448,11 @@ async def test_a_question_typed_while_the_document_is_read_is_kept_and_asked_whe
         await wait_for(pilot, lambda: sessions.opened)
         await pilot.press(*"Who?")  # "?" is text here, not the help screen
         assert app.query_one("#question", Input).value == "Who?" and len(app.screen_stack) == 1
+        answered = next_handled(app, lambda message: isinstance(message, JobEnded) and message.job == "answering")
         await pilot.press("enter")
         await pilot.pause()
         session = sessions.opened[0]
         assert app.busy == "reading" and session.asked == [] and app.query_one("#question", Input).value == ""
         session.allow(5)  # the reading's five chunks
-        await wait_for(pilot, lambda: session.turns == 1)
+        assert (await asyncio.wait_for(answered, 10)).outcome == "done"
         assert [question for question, _ in session.asked] == ["Who?"]

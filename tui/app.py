@@ -207,6 +207,8 @@ class KvchatApp(Dialogs, BackgroundReading):
                 await self._transcript_line(f"Ready: ask about {self.sub_title}.")
                 if self._waiting is not None:
                     await self._ask_now(self._waiting)
+                elif self.session.unread:  # type: ignore[union-attr]
+                    self.start_reading_on(self.session)  # type: ignore[arg-type]  # a question stops it, and reads fast
             elif message.outcome == "cancelled":
                 await self._transcript_line("Reading stopped. ctrl+o opens a document.")
         else:

@@ -196,7 +196,7 @@ class Conversation:
         if not self._unread:
             return
         if self.run.holds_fast_answer:
-            self.run.clear()  # its reading goes on from where it stopped, if stopped
+            self.run.back_to_reading()  # it goes on from where it stopped for the fast answer, if it had begun
         claimant = self.claimant
         if self._in_progress is not None and claimant is not None:
             how = yield from read_alone(self._in_progress, claimant, lambda: self.saved, lambda: self._read(cancel), cancel)
@@ -249,7 +249,7 @@ class Conversation:
         reading_s = 0.0 if self.turns else self._reading_s
         if self._unread:
             with_draft = self._cheap_pass.drafted
-            if settings.reads_fast(with_draft) and not self.turns and self.run.read_upto == 0:
+            if settings.reads_fast(with_draft) and not self.turns:  # a whole reading under way waits for it
                 if pays(len(tokens), settings, with_draft):
                     self.prompt_tokens = tokens
                     asked = Question(question, self._text.passages)
