@@ -12,6 +12,7 @@ import functools
 import itertools
 import json
 import logging
+import re
 import socket
 import tempfile
 from collections.abc import Iterator
@@ -705,3 +706,34 @@ def test_a_requests_system_message_or_else_the_servers_is_the_document_prompts_s
         brief = client.chat.completions.create(model=MODEL, max_tokens=4, extra_body=about, messages=[
             {"role": "system", "content": "Be brief."}, {"role": "user", "content": "What was the boat called?"}]).usage.prompt_tokens
         assert french > brief  # each prompt holds its own system prompt, the server's the longer
+
+
+def test_a_long_question_beside_a_document_is_refused_before_anything_is_read(client, server, contexts_made) -> None:
+    """Before, a 10,000-character question beside a document was read on a context of 11,520
+    cells (a 1 MB one on 1,001,472), as if the model had been trained on that many."""
+    url, _ = server
+    uploaded = httpx.post(f"{url}/v1/documents", files={"file": ("notes.txt", NOTES)}).json()
+    with pytest.raises(openai.BadRequestError) as refused:
+        ask(client, "why " * 2500, extra_body={"document_id": uploaded["id"]})
+    assert refused.value.status_code == 400
+    assert refused.value.body == {
+        "message": "the question is 10,021 tokens; a question may take at most 1,024 (a quarter of the 4,096 the model "
+                   "was trained on) (hint: ask a shorter question: long text belongs in the document)",
+        "type": "invalid_request_error", "param": None, "code": "invalid_request"}
+    assert contexts_made == []
+
+
+def test_a_follow_up_whose_earlier_turns_pass_a_sequences_room_is_refused_before_anything_is_read(client, server, contexts_made) -> None:
+    """Earlier turns are pinned whole beside the kept entries: turns over the sequence's room
+    (an answer in parts is long) are refused by the same check, before the document is read."""
+    url, service = server
+    uploaded = httpx.post(f"{url}/v1/documents", files={"file": ("notes.txt", NOTES)}).json()
+    turns = [{"role": "user", "content": "why " * 150}, {"role": "assistant", "content": "why " * 150},
+             {"role": "user", "content": "And the radio?"}]
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.chat.completions.create(model=MODEL, messages=turns, max_tokens=8, extra_body={"document_id": uploaded["id"]})
+    held = service.limits.sequence_cells - 1
+    assert re.fullmatch(rf"the prompt keeps 1,[\d]{{3}} tokens for its answer \(1,[\d]{{3}} of them earlier turns\); "
+                        rf"a conversation holds {held:,} \(hint: start a new conversation, or send fewer earlier turns\)",
+                        refused.value.body["message"])
+    assert contexts_made == []
