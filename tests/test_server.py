@@ -737,3 +737,32 @@ def test_a_follow_up_whose_earlier_turns_pass_a_sequences_room_is_refused_before
                         rf"a conversation holds {held:,} \(hint: start a new conversation, or send fewer earlier turns\)",
                         refused.value.body["message"])
     assert contexts_made == []
+
+
+
+@pytest.mark.parametrize("request_fields, param", [
+    ({"messages": [{"role": "user", "content": "what \ud800"}]}, "messages.0.content"),
+    ({"messages": [{"role": "system", "content": "Be brief \udfff"}, {"role": "user", "content": "Hi"}]}, "messages.0.content"),
+    ({"messages": [{"role": "user", "content": [{"type": "text", "text": "\ud800"}]}]}, "messages.0.content"),
+    ({"model": "kvchat-\ud800"}, "model"),
+    ({"document_id": "doc-\ud800"}, "document_id"),
+    ({"document_ids": ["doc-\ud800"]}, "document_ids"),
+])
+def test_a_lone_surrogate_in_a_text_field_is_a_400_naming_the_field(server, request_fields, param) -> None:
+    """JSON's "\\ud800" decodes to half a UTF-16 pair, which no encoder takes; before, the server
+    answered 500 ("internal error: 'utf-8' codec can't encode…"). Sent as JSON escapes (the
+    openai client cannot encode such a string at all)."""
+    url, _ = server
+    body = {"model": MODEL, "max_tokens": 4, "messages": [{"role": "user", "content": "Hi"}], **request_fields}
+    response = httpx.post(f"{url}/v1/chat/completions", content=json.dumps(body), headers={"Content-Type": "application/json"})
+    assert response.status_code == 400
+    assert response.json()["error"] == {
+        "message": f"{param}: a lone surrogate (\\ud800 to \\udfff without its pair) is not text; send the character itself "
+                   "or its whole UTF-16 pair", "type": "invalid_request_error", "param": param, "code": "invalid_request"}
+
+
+def test_a_whole_surrogate_pair_is_text(server) -> None:
+    url, _ = server
+    body = {"model": MODEL, "max_tokens": 4, "messages": [{"role": "user", "content": "Smile \ud83d\ude00"}]}
+    response = httpx.post(f"{url}/v1/chat/completions", content=json.dumps(body), headers={"Content-Type": "application/json"})
+    assert '\\ud83d\\ude00' in json.dumps(body) and response.status_code == 200, response.text
