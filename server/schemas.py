@@ -69,8 +69,9 @@ class ChatCompletionRequest(BaseModel):
     document_ids: list[str] | None = Field(
         default=None, min_length=1, max_length=16, description="answer about several uploaded documents together, named in this order"
     )
+    # kvchat's own fields are strict: "512" or true for kv_budget, "false" for kv_sources is a mistake to name, not to guess
     kv_budget: int | None = Field(  # its range is checked with the server's limit (service.py), in one message
-        default=None, description=f"KV entries kept for the prompt: from {MIN_BUDGET} to the server's budget"
+        default=None, strict=True, description=f"KV entries kept for the prompt: from {MIN_BUDGET} to the server's budget"
     )
     kv_method: Literal["snapkv", "full"] | None = Field(
         default=None, description="snapkv prunes to kv_budget; full keeps the prompt whole. Unset: snapkv, or a document "
@@ -84,7 +85,7 @@ class ChatCompletionRequest(BaseModel):
         default=None, description="about a document: answer from all of it, in parts, each asked in turn, the answer "
         "each part's under its heading: on for every question, auto for those whose wording asks about the whole (a summary, every clause of a "
         "kind), off for none; unset: the server's --whole")
-    kv_sources: bool = Field(default=True, description="about a document: name the passages the answer drew on "
+    kv_sources: bool = Field(default=True, strict=True, description="about a document: name the passages the answer drew on "
                              "(the kv block's sources)")
 
     @field_validator("model", "document_id")

@@ -35,6 +35,7 @@ from kvchat.engine import PreparedPrompt
 from kvchat.serving.requests import ChatRequest, prepare
 from kvchat.serving.scheduler import Scheduler
 from server_harness import running_server, serving, watch_jobs
+from test_server_shutdown import KEY, serve_process
 
 MODEL = "kvchat-test"
 NOTES = b"The boat was named the Grey Heron. The radio failed on day four. The budget was 4,350 euros.\n" * 20
@@ -766,3 +767,53 @@ def test_a_whole_surrogate_pair_is_text(server) -> None:
     body = {"model": MODEL, "max_tokens": 4, "messages": [{"role": "user", "content": "Smile \ud83d\ude00"}]}
     response = httpx.post(f"{url}/v1/chat/completions", content=json.dumps(body), headers={"Content-Type": "application/json"})
     assert '\\ud83d\\ude00' in json.dumps(body) and response.status_code == 200, response.text
+
+
+PAGE_POLICY = ("default-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; object-src 'none'; "
+               "base-uri 'none'; frame-ancestors 'none'")
+
+
+@pytest.mark.parametrize("path", ["/", "/static/index.html", "/static/app.js", "/static/app.css", "/static/absent.js", "/v1/models"])
+def test_every_route_of_the_page_and_its_files_sends_the_same_security_headers(server, path) -> None:
+    """Before, /static/index.html served the page without the policy, nosniff or framing rule `/` sent."""
+    url, _ = server
+    headers = httpx.get(f"{url}{path}").headers
+    assert (headers["content-security-policy"], headers["x-content-type-options"], headers["x-frame-options"]) == (
+        PAGE_POLICY, "nosniff", "DENY")
+
+
+@pytest.mark.parametrize("path", ["/docs", "/redoc"])
+def test_the_api_docs_load_nothing_from_another_origin(server, path) -> None:
+    """Before, /docs loaded Swagger UI from a CDN; now its files come with kvchat (fastapi-offline),
+    and its policy allows nothing from elsewhere."""
+    url, _ = server
+    page = httpx.get(f"{url}{path}")
+    assert page.status_code == 200 and "http://" not in page.text and "https://" not in page.text
+    policy = page.headers["content-security-policy"]
+    assert policy.startswith("default-src 'self'; script-src 'self' 'unsafe-inline';") and "frame-ancestors 'none'" in policy
+    loaded = re.findall(r'(?:src|href)="([^"]+)"', page.text)
+    assert loaded and all(link.startswith("/static-offline-docs/") for link in loaded)
+    assert all(httpx.get(f"{url}{link}").status_code == 200 for link in loaded)
+
+
+@pytest.mark.parametrize("field, value, expected", [
+    ("kv_budget", "512", "kv_budget: Input should be a valid integer"),
+    ("kv_budget", True, "kv_budget: Input should be a valid integer"),
+    ("kv_budget", 48.0, "kv_budget: Input should be a valid integer"),
+    ("kv_sources", "false", "kv_sources: Input should be a valid boolean"),
+    ("kv_sources", 0, "kv_sources: Input should be a valid boolean"),
+])
+def test_kvchats_request_fields_are_strict(client: openai.OpenAI, field, value, expected) -> None:
+    """Before, "512" and true were taken as a budget of 512 and of 1."""
+    with pytest.raises(openai.BadRequestError) as refused:
+        ask(client, extra_body={field: value})
+    assert refused.value.body == {"message": expected, "type": "invalid_request_error", "param": field, "code": "invalid_request"}
+
+
+def test_health_names_a_gguf_path_by_its_file_name_as_the_models_list_does(tiny_model_path: Path) -> None:
+    """/health needs no key; before, it (and /v1/models) named a model given by its path by that path."""
+    with serve_process(tiny_model_path) as served:
+        health = httpx.get(f"{served.url}/health").json()
+        models = httpx.get(f"{served.url}/v1/models", headers={"Authorization": f"Bearer {KEY}"}).json()
+    assert health["model"] == models["data"][0]["id"] == tiny_model_path.name == "tiny-qwen2.gguf"
+    assert str(tiny_model_path.parent) not in "".join(served.stderr[1:])  # nor do the banner's examples
