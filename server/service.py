@@ -96,7 +96,7 @@ class ChatService:
             return AskSettings(method=method, max_tokens=max_tokens, sampler=sampler, threads=self.threads,
                                layout=limits.layout, auto_stream=body.kv_method is None, sources=body.kv_sources,
                                read=body.kv_read or limits.read, system=_system(body.messages) or limits.system,
-                               whole=body.kv_whole or limits.whole)
+                               whole=body.kv_whole or limits.whole, kept_cells=limits.sequence_cells - 1)
         except KvchatError as error:
             raise api_error(error) from None
 

@@ -130,6 +130,10 @@ class AskSettings:
     # "on": every question; "off": none, each answered from the entries its question keeps.
     whole: str = "auto"
     part_tokens: int = DEFAULT_PART_TOKENS
+    # The most cells a question's prompt may keep for its answer, its earlier turns pinned whole
+    # among them: a server's sequence holds so many (reading/sizing.check_prompt); None: as many
+    # as the context holds.
+    kept_cells: int | None = None
 
     def __post_init__(self) -> None:
         if self.max_tokens < 1:
