@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from kvchat.engine.whole_question import about_whole
 from kvchat.errors import SettingsError
@@ -88,6 +88,10 @@ class FastSettings:
         if self.narrow is not None and self.narrow < 1:
             raise SettingsError(f"the cheap pass narrows to at least the re-reading, got {self.narrow}x", "use 1 or more, or leave it unset")
 
+
+# How the default (read "auto") reads a new document's first question, chosen on the dev questions
+# (docs/how-it-works.md, "Reading what the question chooses").
+AUTO_READING = FastSettings()
 
 MIN_PART_TOKENS = 256  # a part smaller than this says too little to be worth its answer
 DEFAULT_PART_TOKENS = 2048
@@ -181,10 +185,12 @@ class AskSettings:
         return self.read in ("fast", "retrieval")
 
     @property
-    def chooser(self) -> str:
-        """Who chooses what a fast reading reads (FastSettings.choose): the question's words for a
-        retrieval reading."""
-        return "bm25" if self.read == "retrieval" else self.fast.choose
+    def fast_reading(self) -> FastSettings:
+        """How a fast reading chooses what it reads: the question's words alone for a retrieval
+        reading, AUTO_READING's way by default (auto), `fast` as set otherwise."""
+        if self.read == "retrieval":
+            return replace(self.fast, choose="bm25")
+        return AUTO_READING if self.read == "auto" else self.fast
 
     def answers_in_parts(self, question: str) -> bool:
         """Whether `question` is answered from the whole document in parts (in_parts.py)."""

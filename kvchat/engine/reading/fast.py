@@ -54,8 +54,9 @@ def reread_tokens(settings: AskSettings, with_draft: bool) -> int:
     """How many of the prompt's tokens the cheap pass chooses for the model to read: four times
     the budget when a draft's attention chooses, the budget otherwise (the question's words, or the
     model's own first layers)."""
-    by_draft = with_draft and settings.chooser != "bm25"
-    return settings.fast.reread or settings.method.budget * (DRAFT_REREAD if by_draft else 1)
+    fast = settings.fast_reading
+    by_draft = with_draft and fast.choose != "bm25"
+    return fast.reread or settings.method.budget * (DRAFT_REREAD if by_draft else 1)
 
 
 def pays(n_prompt: int, settings: AskSettings, with_draft: bool) -> bool:
@@ -111,7 +112,7 @@ def fast_select(
         read += f", {len(body) + len(window):,} re-read"
     else:
         cache.decode(window, want_logits=True)
-    if settings.fast.positions == "original" and ctx.can_shift():
+    if settings.fast_reading.positions == "original" and ctx.can_shift():
         cache.move_to(cache.origins)  # llama.cpp reads a batch only right after the last position
     window_s = time.perf_counter() - started - compact_s
     yield cache.pruned(n_prompt, window_s, compact_s)
@@ -126,7 +127,8 @@ def _choose(
     were chosen. By the question's words where it shares some with the document's passages (bm25),
     else or also by a cheap pass's attention (fused: both passage rankings fused); the BM25 best
     passages of `narrow` times the re-reading alone are read by the cheap pass where it says."""
-    chooser, narrow = settings.chooser, settings.fast.narrow
+    fast = settings.fast_reading
+    chooser, narrow = fast.choose, fast.narrow
     passages = question.passages if question is not None else None
     if passages is None or not len(passages.starts) or (chooser == "attention" and narrow is None):
         origins, kept, _, layers = yield from _cheap_pass(cache, tokens, None, window_start, settings, reread, cheap_pass, cancel)
@@ -135,7 +137,7 @@ def _choose(
     words = passages.bm25(question.text)
     matched = bool((words > 0).any())
     if chooser == "bm25" and matched:
-        chosen = passages.top(words, reread, settings.fast.opening)
+        chosen = passages.top(words, reread, fast.opening)
         return passages.tokens_of(chosen, window_start), f"bm25, {len(chosen)} passages"
     candidates = passages.top(words, narrow * reread) if narrow and matched else np.arange(len(passages.starts))
     origins, kept, scores, layers = yield from _cheap_pass(
@@ -146,7 +148,7 @@ def _choose(
         return kept[kept < window_start], how
     attention = passages.attention(scores, origins[: len(scores)])
     ranking = fused(words, attention) if chooser == "fused" and matched else attention
-    chosen = passages.top(np.where(np.isfinite(attention), ranking, -np.inf), reread, settings.fast.opening)
+    chosen = passages.top(np.where(np.isfinite(attention), ranking, -np.inf), reread, fast.opening)
     return passages.tokens_of(chosen, window_start), f"{'fused bm25, ' if chooser == 'fused' and matched else ''}{how}, {len(chosen)} passages"
 
 
@@ -160,7 +162,7 @@ def _cheap_pass(
     observing. Returns each cell's prompt index, the cells the votes of the last `layers` of those
     layers choose (as SnapKV would keep `reread` of them, in sentences: FastSettings), each
     read token's score (its heads' votes summed), and the layers read ("12/24")."""
-    fast = settings.fast
+    fast = settings.fast_reading
     method = replace(settings.method, budget=reread, spans=fast.spans, heads=HeadReduction(fast.heads))
     draft = cheap_pass.draft
     if draft is None:
