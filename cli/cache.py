@@ -11,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from kvchat.cli.background import log_path
-from kvchat.engine import InProgress, readings_in_progress, state_store
+from kvchat.engine import InProgress, ReadingsInProgress, Survey, readings_in_progress, state_store
 
 cache_app = typer.Typer(help="Saved document readings (so a second question skips reading).", no_args_is_help=True)
 
@@ -21,7 +21,7 @@ def list_command(as_json: bool = typer.Option(False, "--json", help="Print the l
     """List saved readings, most recently used first."""
     store = state_store()
     entries = store.entries()
-    reading = readings_in_progress().entries()
+    reading = _surveyed(readings_in_progress()).live
     if as_json:
         rows = [
             {"state": "saved", "file": str(e.path), "document": e.header.document, "model": e.header.model,
@@ -66,13 +66,21 @@ def _in_progress_table(reading: list[InProgress]) -> Table:
 def stop_command() -> None:
     """Stop the readings in progress in the background (those saved stay)."""
     readings = readings_in_progress()
-    stopped = readings.stop()
-    for entry in stopped:
+    survey = _surveyed(readings)
+    for entry in readings.stop(survey):
         typer.echo(f"stopped the reading of {entry.document} ({entry.done:,} of {entry.total:,} tokens read)")
-    for entry in (entry for entry in readings.entries() if not entry.stoppable):
+    for entry in (entry for entry in survey.live if not entry.stoppable):
         typer.echo(f"left the reading of {entry.document} to the chat or server reading it (process {entry.pid})")
-    if not stopped and not readings.entries():
+    if not survey.live:
         typer.echo("no reading in progress")
+
+
+def _surveyed(readings: ReadingsInProgress) -> Survey:
+    """The readings in progress; each record removed as not kvchat's is told on stderr."""
+    survey = readings.survey()
+    for line in survey.removed:
+        typer.echo(f"kvchat: {line}", err=True)
+    return survey
 
 
 @cache_app.command("clear")
