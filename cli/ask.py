@@ -17,7 +17,7 @@ from kvchat.cli.options import (
     warn_about_gpu_layers,
 )
 from kvchat.cli.render import OcrBar, render
-from kvchat.cli.read import files_named
+from kvchat.cli.files import files_named
 from kvchat.documents import SUPPORTED, Document, bundle, load_document
 from kvchat.engine import Conversation, Engine, InProgress, StreamSettings, selection_named, selections_help
 from kvchat.errors import CancelledError, DocumentError, SettingsError, raise_if_cancelled

@@ -3,41 +3,22 @@ question about them (ask, chat, serve) loads the reading instead of reading."""
 
 from __future__ import annotations
 
-import glob
 import os
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import typer
 from rich.console import Console
 
 from kvchat.cli.background import NICENESS, take_job
+from kvchat.cli.files import files_named
 from kvchat.cli.interrupt import interrupt_as_cancel, signals_stop_reading
 from kvchat.cli.options import CACHE_TYPE_K, CACHE_TYPE_V, FLASH_ATTN, GPU_LAYERS, MODEL, SYSTEM, THREADS, kv_layout
 from kvchat.cli.render import OcrBar, ReadingBar
-from kvchat.documents import DOCUMENT_SUFFIXES, SUPPORTED, Document, load_document
+from kvchat.documents import SUPPORTED, Document, load_document
 from kvchat.engine import WAITING_FOR_TURN, AskSettings, Engine, WholeReadingDone
 from kvchat.errors import CancelledError, DocumentError, SettingsError
 from kvchat.events import Notice, Progress
-
-
-def files_named(paths: list[str]) -> Iterator[tuple[Path, str | None]]:
-    """Each file `paths` name, with why it is skipped (None: to read). A folder gives its
-    documents (the suffixes a file picker offers, hidden files left out), a glob its matches
-    (the shell's, when it did not expand it), a file itself."""
-    for name in paths:
-        matches = sorted(glob.glob(name, recursive=True)) if glob.has_magic(name) else [name]
-        if not matches:
-            yield Path(name), "no file matches it"
-        for match in map(Path, matches):
-            if not match.is_dir():
-                yield match, None
-                continue
-            for path in sorted(match.rglob("*")):
-                if path.is_dir() or any(part.startswith(".") for part in path.relative_to(match).parts):
-                    continue
-                yield path, None if path.suffix.lower() in DOCUMENT_SUFFIXES else f"not a {SUPPORTED} file"
 
 
 def _minutes(seconds: float) -> str:
