@@ -13,7 +13,7 @@ from rich.text import Text
 from kvchat.engine import paired_draft
 from kvchat.errors import KvchatError
 from kvchat.llama import LlamaModel
-from kvchat.models import REGISTRY, FoundModel, found_models, model_status
+from kvchat.models import REGISTRY, FoundModel, found_models, hf_cache_note, model_status
 
 
 def _mib(size: int) -> str:
@@ -27,6 +27,8 @@ def models_command(
     that chooses for a fast reading of each."""
     statuses = [model_status(entry) for entry in REGISTRY]
     found = [_described(model) for model in found_models()]
+    if (note := hf_cache_note()) is not None:
+        typer.echo(f"kvchat: {note}", err=True)
     if as_json:
         rows = [
             {"name": s.entry.name, "source": "registry", "state": s.state, "path": str(s.path), "size": s.entry.size,
