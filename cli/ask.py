@@ -13,7 +13,7 @@ from kvchat.cli.background import background_reading_on, start_background_readin
 from kvchat.cli.interrupt import interrupt_as_cancel, signals_stop_reading
 from kvchat.cli.options import (
     ADVANCED, BUDGET, CACHE_TYPE_K, N_BATCH, SYSTEM, CACHE_TYPE_V, DRAFT, FLASH_ATTN, GPU_LAYERS, HEADS, MAX_TOKENS, METHOD, MODEL, READ, WHOLE,
-    SAVE_READINGS, SOURCES, TEMPERATURE, THREADS, WINDOW, ask_settings, check_draft, draft_for, kv_layout,
+    SAVE_READINGS, SOURCES, TEMPERATURE, THREADS, WINDOW, as_text, ask_settings, check_draft, draft_for, kv_layout,
     warn_about_gpu_layers,
 )
 from kvchat.cli.render import OcrBar, render
@@ -58,7 +58,7 @@ def ask_command(
     paths: list[Path] = typer.Argument(
         None, help=f"The document, or several asked about together: {SUPPORTED}, folders of them, globs; - reads one "
         "from standard input.", show_default=False),
-    question: str = typer.Argument(None, help="What to ask about it (them).", show_default=False),
+    question: str = typer.Argument(None, help="What to ask about it (them).", show_default=False, callback=as_text),
     model: str = MODEL,
     budget: int = BUDGET,
     window: int = WINDOW,

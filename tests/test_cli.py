@@ -577,3 +577,32 @@ def test_an_option_comes_from_the_flag_else_the_environment_else_the_settings_fi
     config.write_text("budget = [")
     broken = run_kvchat(*args, home=isolated_home)
     assert broken.returncode == 2 and broken.stderr.startswith(f"kvchat: error: cannot read the settings file {config}: ")
+
+
+def test_a_settings_file_that_is_not_utf8_is_one_line(isolated_home, tmp_path) -> None:
+    config = tmp_path / "c.toml"
+    config.write_bytes(b"\xff\xfe model = 1\n")
+    result = run_kvchat("models", home=isolated_home, env={"KVCHAT_CONFIG": str(config)})
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr == (f"kvchat: error: cannot read the settings file {config}: not UTF-8 text (byte 0) "
+                             "(hint: save it as UTF-8, or move it away (or set KVCHAT_CONFIG))\n")
+
+
+def test_the_json_switch_is_kvchat_json_in_the_environment_and_json_in_the_file(isolated_home) -> None:
+    listed = run_kvchat("cache", "list", home=isolated_home, env={"KVCHAT_JSON": "1"})
+    assert (listed.returncode, listed.stdout) == (0, "[]\n")
+    shown = run_kvchat("config", home=isolated_home, env={"KVCHAT_JSON": "1"}).stdout.splitlines()
+    assert "cache list --json = 1   (KVCHAT_JSON)" in shown and not any(line.startswith("bench --json") for line in shown)
+    config = isolated_home / "config" / "config.toml"
+    config.parent.mkdir(parents=True)
+    config.write_text("[cache.list]\njson = true\n")
+    assert run_kvchat("cache", "list", home=isolated_home).stdout == "[]\n"
+
+
+def test_a_question_with_bytes_that_are_not_utf8_is_answered(document, tiny_model_path, isolated_home) -> None:
+    """The shell passes `$(printf 'what \\xff')` as bytes; Python keeps the 0xff as a lone surrogate."""
+    question = "How much is item 7? \udcff"
+    asked = run_kvchat("ask", str(document), question, "--model", str(tiny_model_path), "--max-tokens", "2", "--threads", "2",
+                       "--json", "--system", "Answer briefly \udcfe", home=isolated_home)
+    assert asked.returncode == 0, asked.stderr
+    assert json.loads(asked.stdout)["prompt_tokens"] > 0
