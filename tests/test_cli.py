@@ -200,6 +200,7 @@ def test_bad_documents_exit_1_with_one_line(kind, tmp_path, tiny_model_path, iso
         (["--temperature", "-1"], "temperature must be 0 or more"),
         (["--threads", "0"], "threads must be at least 1"),
         (["--threads", "-3"], "threads must be at least 1"),
+        (["--threads", "100000"], "--threads must be at most "),  # SIGSEGV in llama.cpp before
         (["--n-ctx", "-5"], "context size must be at least 1"),
     ],
 )
@@ -453,6 +454,27 @@ def test_serve_refuses_bad_threads_before_loading_a_model(threads, tmp_path, mon
     assert code == 2 and stderr.strip().splitlines() == [
         f"kvchat: error: threads must be at least 1, got {threads} (hint: use 1 or more threads, or leave it unset for all cores)"
     ]
+
+
+def too_many_threads(got: str) -> str:
+    cpus = len(os.sched_getaffinity(0))
+    return (f"kvchat: error: --threads must be at most {4 * cpus} (4 for each of the {cpus} CPUs kvchat may use), got {got} "
+            "(hint: leave it unset for every CPU kvchat may use)\n")
+
+
+@pytest.mark.parametrize("command", ["ask", "read", "chat", "serve"])
+def test_a_thread_count_from_the_settings_file_is_bounded_in_every_command(command, tmp_path, isolated_home) -> None:
+    """99999999999999999999 threads ended llama.cpp in std::bad_alloc (exit 134)."""
+    config = tmp_path / "c.toml"
+    config.write_text("threads = 99999999999999999999\n")
+    document = tmp_path / "notes.txt"
+    document.write_text("The fee is 5 dollars.")
+    args = {"ask": [str(document), "q"], "read": [str(document)], "chat": [str(document)], "serve": []}[command]
+    result = run_kvchat(command, *args, "--model", str(tmp_path / "absent.gguf"), home=isolated_home,
+                        env={"KVCHAT_CONFIG": str(config)}, timeout=60)
+    assert (result.returncode, result.stdout, result.stderr) == (2, "", too_many_threads("99,999,999,999,999,999,999"))
+    over = str(4 * len(os.sched_getaffinity(0)) + 1)
+    assert run_kvchat(command, *args, "-t", over, home=isolated_home, timeout=60).stderr == too_many_threads(over)
 
 
 def test_plotting_without_matplotlib_is_refused_before_the_run(monkeypatch, capsys) -> None:
