@@ -11,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from kvchat.cli.background import log_path
-from kvchat.engine import InProgress, ReadingsInProgress, Survey, readings_in_progress, state_store
+from kvchat.engine import InProgress, ReadingsInProgress, Survey, part_store, readings_in_progress, state_store
 
 cache_app = typer.Typer(help="Saved document readings (so a second question skips reading).", no_args_is_help=True)
 
@@ -19,14 +19,14 @@ cache_app = typer.Typer(help="Saved document readings (so a second question skip
 @cache_app.command("list")
 def list_command(as_json: bool = typer.Option(False, "--json", help="Print the list as JSON.")) -> None:
     """List saved readings, most recently used first."""
-    store = state_store()
-    entries = store.entries()
+    store, parts = state_store(), part_store()
+    entries, part_entries = store.entries(), parts.entries()
     reading = _surveyed(readings_in_progress()).live
     if as_json:
         rows = [
-            {"state": "saved", "file": str(e.path), "document": e.header.document, "model": e.header.model,
+            {"state": state, "file": str(e.path), "document": e.header.document, "model": e.header.model,
              "tokens": e.header.n_tokens, "bytes": e.size, "last_used": e.last_used}
-            for e in entries
+            for state, listed in (("saved", entries), ("part", part_entries)) for e in listed
         ] + [
             {"state": "queued" if r.queued else "reading", "document": r.document, "model": r.model, "tokens": r.total, "done": r.done,
              "left_s": r.left_s, "pid": r.pid, "started": r.started}
@@ -46,6 +46,10 @@ def list_command(as_json: bool = typer.Option(False, "--json", help="Print the l
     console.print(table)
     total = sum(entry.size for entry in entries)
     console.print(f"{len(entries)} saved, {total / 2**20:,.1f} MiB of {store.max_bytes / 2**30:,.0f} GiB")
+    if part_entries:
+        part_bytes = sum(entry.size for entry in part_entries)
+        console.print(f"and {len(part_entries)} parts read for questions about whole documents, {part_bytes / 2**20:,.1f} MiB "
+                      f"of their own {parts.max_bytes / 2**30:,.0f} GiB")
     if reading:
         console.print(_in_progress_table(reading))
         console.print(f"kvchat cache stop stops them; what went wrong in one is in {log_path()}", markup=False, soft_wrap=True)
@@ -85,6 +89,6 @@ def _surveyed(readings: ReadingsInProgress) -> Survey:
 
 @cache_app.command("clear")
 def clear_command() -> None:
-    """Delete every saved reading."""
-    freed = state_store().clear()
+    """Delete every saved reading (the parts' of whole-document questions too)."""
+    freed = state_store().clear() + part_store().clear()
     typer.echo(f"freed {freed / 2**20:,.1f} MiB")
