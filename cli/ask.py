@@ -20,7 +20,7 @@ from kvchat.cli.render import OcrBar, render
 from kvchat.cli.files import files_named
 from kvchat.documents import SUPPORTED, Document, bundle, load_document
 from kvchat.engine import Conversation, Engine, InProgress, StreamSettings, selection_named, selections_help
-from kvchat.errors import CancelledError, DocumentError, SettingsError, raise_if_cancelled
+from kvchat.errors import CancelledError, DocumentError, SettingsError, printable, raise_if_cancelled
 from kvchat.events import Event, Notice
 from kvchat.policy import HeadReduction, SnapKV
 
@@ -44,7 +44,7 @@ def _load(names: list[str], console: Console) -> Document:
     files = []
     for path, skipped in files_named(names):
         if skipped is not None:
-            console.print(f"kvchat: skipped {path}: {skipped}", markup=False, highlight=False, soft_wrap=True)
+            console.print(f"kvchat: skipped {printable(str(path))}: {skipped}", markup=False, highlight=False, soft_wrap=True)
         else:
             files.append(path)
     if not files:

@@ -11,6 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from kvchat.cli.background import log_path
+from kvchat.errors import printable
 from kvchat.engine import InProgress, ReadingsInProgress, Survey, part_store, readings_in_progress, state_store
 
 cache_app = typer.Typer(help="Saved document readings (so a second question skips reading).", no_args_is_help=True)
@@ -39,7 +40,7 @@ def list_command(as_json: bool = typer.Option(False, "--json", help="Print the l
         table.add_column(column)
     for entry in entries:
         table.add_row(
-            Text(entry.header.document), Text(entry.header.model), f"{entry.header.n_tokens:,}",  # names as typed, not markup
+            Text(printable(entry.header.document)), Text(printable(entry.header.model)), f"{entry.header.n_tokens:,}",  # names as typed, not markup
             f"{entry.size / 2**20:,.1f} MiB", time.strftime("%Y-%m-%d %H:%M", time.localtime(entry.last_used)),
         )
     console = Console()
@@ -62,7 +63,7 @@ def _in_progress_table(reading: list[InProgress]) -> Table:
     for entry in reading:
         share = f"{entry.done:,} of {entry.total:,} tokens ({entry.done / max(entry.total, 1):.0%})"
         left = "after the reading before it" if entry.queued else f"about {entry.left_s:.0f} s" if entry.left_s is not None else "starting"
-        table.add_row(Text(entry.document), Text(entry.model), share, left, str(entry.pid))
+        table.add_row(Text(printable(entry.document)), Text(printable(entry.model)), share, left, str(entry.pid))
     return table
 
 
@@ -72,9 +73,9 @@ def stop_command() -> None:
     readings = readings_in_progress()
     survey = _surveyed(readings)
     for entry in readings.stop(survey):
-        typer.echo(f"stopped the reading of {entry.document} ({entry.done:,} of {entry.total:,} tokens read)")
+        typer.echo(f"stopped the reading of {printable(entry.document)} ({entry.done:,} of {entry.total:,} tokens read)")
     for entry in (entry for entry in survey.live if not entry.stoppable):
-        typer.echo(f"left the reading of {entry.document} to the chat or server reading it (process {entry.pid})")
+        typer.echo(f"left the reading of {printable(entry.document)} to the chat or server reading it (process {entry.pid})")
     if not survey.live:
         typer.echo("no reading in progress")
 

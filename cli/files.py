@@ -26,7 +26,7 @@ def files_named(paths: list[str]) -> Iterator[tuple[Path, str | None]]:
 
 
 def _files_of(name: str) -> Iterator[tuple[Path, str | None]]:
-    matches = _glob(name) if glob.has_magic(name) else [Path(name)]
+    matches = _glob(name) if glob.has_magic(name) and not os.path.lexists(name) else [Path(name)]  # `a[1].txt` is a name
     if not matches:
         yield Path(name), "no file matches it"
     for match in matches:

@@ -11,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from kvchat.engine import paired_draft
-from kvchat.errors import KvchatError
+from kvchat.errors import KvchatError, printable
 from kvchat.llama import LlamaModel
 from kvchat.models import REGISTRY, FoundModel, found_models, hf_cache_note, model_status
 
@@ -77,6 +77,6 @@ def _found_table(found: list[dict[str, object]]) -> Table:
         table.add_column(column)
     for row in found:
         kv = f"{row['kv_bytes_per_token'] / 1024:,.0f} KiB" if "kv_bytes_per_token" in row else Text(str(row.get("error", "")))
-        table.add_row(Text(str(row["name"])), _mib(int(row["size"])), Text(str(row.get("architecture") or "—")),
+        table.add_row(Text(printable(str(row["name"]))), _mib(int(row["size"])), Text(str(row.get("architecture") or "—")),
                       f"{row['context']:,}" if "context" in row else "—", kv, Text(str(row.get("draft") or "—")))
     return table

@@ -17,7 +17,7 @@ from kvchat.cli.options import CACHE_TYPE_K, CACHE_TYPE_V, FLASH_ATTN, GPU_LAYER
 from kvchat.cli.render import OcrBar, ReadingBar
 from kvchat.documents import SUPPORTED, Document, load_document
 from kvchat.engine import WAITING_FOR_TURN, AskSettings, Engine, WholeReadingDone
-from kvchat.errors import CancelledError, DocumentError, SettingsError
+from kvchat.errors import CancelledError, DocumentError, SettingsError, printable
 from kvchat.events import Notice, Progress
 
 
@@ -32,7 +32,7 @@ def _load(paths: list[str], console: Console) -> tuple[list[Document], int]:
     with OcrBar(console) as ocr_progress, signals_stop_reading() as stop:
         for path, skipped in files_named(paths):
             if skipped is not None:
-                console.print(f"skipped {path}: {skipped}", markup=False, highlight=False, soft_wrap=True)
+                console.print(f"skipped {printable(str(path))}: {skipped}", markup=False, highlight=False, soft_wrap=True)
                 continue
             try:
                 documents.append(load_document(path, ocr_progress, stop))
@@ -74,7 +74,7 @@ def read_documents(engine: Engine, documents: list[Document], settings: AskSetti
                 raise CancelledError("stopped", "")
             ended[how] += 1
             took = f" ({plan.tokens:,} tokens in {_minutes(time.perf_counter() - started)})" if how is WholeReadingDone.READ else ""
-            console.print(f"{document.path}: {how.value}{took}", markup=False, highlight=False, soft_wrap=True)
+            console.print(f"{printable(str(document.path))}: {how.value}{took}", markup=False, highlight=False, soft_wrap=True)
     return ended
 
 
@@ -86,7 +86,7 @@ def _read_job(job: Path) -> None:
     document, model, gpu_layers, settings = take_job(job)
 
     def log(line: str) -> None:
-        typer.echo(f"{time.strftime('%F %T')} pid {os.getpid()}: {line}", err=True)
+        typer.echo(f"{time.strftime('%F %T')} pid {os.getpid()}: {printable(line)}", err=True)
 
     began = False  # "reading" is logged once, when the reading (not a wait for another's) begins
     with Engine(model, gpu_layers=gpu_layers) as engine, interrupt_as_cancel(terminate=True) as cancel:

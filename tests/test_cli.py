@@ -628,3 +628,41 @@ def test_a_question_with_bytes_that_are_not_utf8_is_answered(document, tiny_mode
                        "--json", "--system", "Answer briefly \udcfe", home=isolated_home)
     assert asked.returncode == 0, asked.stderr
     assert json.loads(asked.stdout)["prompt_tokens"] > 0
+
+
+def test_names_are_printed_without_control_characters(tmp_path, tiny_model_path, isolated_home) -> None:
+    """A file name holding ESC wrote `ESC[31m` (colours) and `ESC]0;TITLE` (the window's title)
+    to the terminal; every line naming it now leaves the control characters out."""
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "a\x1b[31mred\x1b]0;TITLE\x07.txt").write_text("The fee is 5 dollars.")
+    (folder / "b\x1b[2J.bin").write_bytes(b"x")
+    read = run_kvchat("read", str(folder), "--model", str(tiny_model_path), "--threads", "2", home=isolated_home)
+    assert read.returncode == 0, read.stderr
+    assert read.stderr.splitlines() == [
+        f"skipped {folder}/b[2J.bin: not a PDF, DOCX, EPUB, TXT, Markdown or HTML file",
+        "1 document, " + read.stderr.splitlines()[1].split(", ", 1)[1],
+        f"{folder}/a[31mred]0;TITLE.txt: read ({read.stderr.splitlines()[2].split(': read (', 1)[1]}",
+        "1 read",
+    ]
+    listed = run_kvchat("cache", "list", home=isolated_home, env={"COLUMNS": "200"})
+    asked = run_kvchat("ask", str(folder / "a\x1b[31mred\x1b]0;TITLE\x07.txt"), "What is the fee?", "--model", str(tiny_model_path),
+                       "--threads", "2", "--max-tokens", "2", home=isolated_home)
+    missing = run_kvchat("ask", str(folder / "gone\x1b[31m.txt"), "q", home=isolated_home)
+    assert asked.returncode == 0 and "a[31mred]0;TITLE.txt" in listed.stdout
+    assert missing.stderr.startswith(f"kvchat: skipped {folder}/gone[31m.txt: no file matches it\n")
+    for result in (read, listed, asked, missing):
+        assert "\x1b" not in result.stdout + result.stderr and "\x07" not in result.stdout + result.stderr
+
+
+def test_notices_errors_and_log_lines_leave_control_characters_out() -> None:
+    import logging
+
+    from kvchat.cli.logs import PrintableFormatter
+    from kvchat.errors import DocumentError
+    from kvchat.events import Notice
+
+    assert Notice("reading a\x1b[31m\x9bb\x7f.txt").text == "reading a[31mb.txt"
+    assert DocumentError("x\x1b]0;T\x07.pdf: no such file", "check\x1b[2J it").one_line() == "x]0;T.pdf: no such file (hint: check[2J it)"
+    record = logging.LogRecord("kvchat", logging.WARNING, __file__, 1, "deleted %s", ("a\x1b[31m.kvstate",), None)
+    assert PrintableFormatter("%(message)s").format(record) == "deleted a[31m.kvstate"

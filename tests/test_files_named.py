@@ -65,3 +65,9 @@ def test_ask_puts_a_file_reached_by_several_paths_in_the_prompt_once(looped, tin
     assert once.returncode == globbed.returncode == 0, globbed.stderr
     assert json.loads(globbed.stdout)["kept_by_document"] == {}  # one document, not a bundle of copies
     assert json.loads(globbed.stdout)["prompt_tokens"] == json.loads(once.stdout)["prompt_tokens"]
+
+
+def test_a_name_that_looks_like_a_glob_but_exists_is_that_file(tmp_path, monkeypatch) -> None:
+    (tmp_path / "report[1].txt").write_text("r")
+    monkeypatch.chdir(tmp_path)
+    assert list(files_named(["report[1].txt"])) == [(Path("report[1].txt"), None)]
