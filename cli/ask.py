@@ -139,8 +139,9 @@ def _answer(engine: Engine, conversation: Conversation, question: str, cancel: t
         yield Notice(f"waiting for the whole reading of this document in another kvchat process{left}")
         yield from engine.follow_reading(key, cancel)
         raise_if_cancelled(cancel)
-    yield from conversation.open(question, cancel=cancel)
-    yield from conversation.ask(question, cancel=cancel)
+    with engine.foreground.answering():  # background readings pause meanwhile (not the one awaited above)
+        yield from conversation.open(question, cancel=cancel)
+        yield from conversation.ask(question, cancel=cancel)
 
 
 def _sooner_to_wait(engine: Engine, conversation: Conversation, reading: InProgress) -> bool:

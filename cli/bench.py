@@ -65,8 +65,8 @@ def _config(quick: bool, tasks: str | None, lengths: str | None, depths: str | N
             raise SettingsError(f"unknown method(s) {sorted(unknown)}", f"use {', '.join(METHODS)}")
         changes["methods"] = tuple(_split(methods))
     if reads:
-        if set(_split(reads)) - {"full", "fast"}:
-            raise SettingsError(f"unknown reading(s) in {reads!r}", "use --read full,fast")
+        if set(_split(reads)) - {"full", "fast", "retrieval"}:
+            raise SettingsError(f"unknown reading(s) in {reads!r}", "use --read full,fast,retrieval")
         changes["reads"] = tuple(_split(reads))
     if cuad_data is not None:
         cuad_contracts(cuad_data)  # refuses a folder without questions.json or a contract before loading a model
@@ -161,7 +161,7 @@ def bench_command(
     leval = LevalOptions(leval_data, leval_part, leval_docs, leval_questions)
     config = _config(quick, tasks, lengths, depths, budget, methods, variant, questions, cuad_data, read, leval)
     readings = {each.settings(AskSettings()).read for each in config.variants()}  # refuses bad settings before loading anything
-    reading = "fast" if "fast" in readings else "full"
+    reading = "fast" if readings - {"full", "retrieval"} else "full"  # the draft serves fast readings
     check_draft(draft, reading, "add --read full,fast")
     if plot is not None and importlib.util.find_spec("matplotlib") is None:  # refused before a run of minutes
         raise SettingsError("--plot draws with matplotlib, which is not installed", "pip install 'kvchat[bench]'")

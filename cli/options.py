@@ -51,8 +51,9 @@ READ = typer.Option(
     DEFAULTS.read, help="auto: fast for a new document's first question when the model has a draft installed (the "
     "default model: small) and the document is long enough, full otherwise; full: every layer reads the whole "
     "document; fast: a cheap pass (the first layers of --draft, or of the model itself with --draft none) chooses "
-    "the tokens and the whole model reads only those for the first answer; follow-ups are selected from a whole "
-    "reading (docs/how-it-works.md: Reading fast).",
+    "the tokens and the whole model reads only those for the first answer; retrieval: the passages the question's "
+    "words choose (BM25, as retrieval tools do) are read alone for the first answer; follow-ups are selected from a "
+    "whole reading (docs/how-it-works.md: Reading fast).",
 )
 WHOLE = typer.Option(
     DEFAULTS.whole, help="Questions about the whole document (a summary, every clause of a kind, a comparison) are "

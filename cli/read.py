@@ -100,6 +100,8 @@ def _read_job(job: Path) -> None:
                 elif isinstance(event, Progress) and not began:
                     log(f"reading {document.path}")
                     began = True
+                elif isinstance(event, Progress) and engine.foreground.give_way(cancel):  # a question was answered meanwhile
+                    log(f"went on reading {document.path} after a question was answered")
         except StopIteration as finished:
             log(f"{document.path}: {finished.value.value}")
 

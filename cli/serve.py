@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 import textwrap
 import webbrowser
+from pathlib import Path
 
 import typer
 from rich.console import Console
@@ -97,11 +98,13 @@ def serve_command(
     _check_port(host, port)
     console = Console(stderr=True)
     warn_about_gpu_layers(gpu_layers, console)
-    limits = ServerLimits(model_id=model, budget=budget, max_tokens=max_tokens, sequences=max_sessions,
+    engine = Engine(model, gpu_layers=gpu_layers, use_cache=cache, draft=draft)
+    model_id = served_name(model, engine.model_path)
+    limits = ServerLimits(model_id=model_id, budget=budget, max_tokens=max_tokens, sequences=max_sessions,
                           max_waiting=max_waiting, max_readings=max_readings, max_document_bytes=documents_memory * 2**20,
                           room=room, layout=layout, heads=heads or SnapKV().heads, read=read, system=system,
                           whole=whole)
-    service = ChatService(Engine(model, gpu_layers=gpu_layers, use_cache=cache, draft=draft), limits, threads)
+    service = ChatService(engine, limits, threads)
     try:
         url = f"http://{'127.0.0.1' if host == '0.0.0.0' else host}:{port}"
         shape = f"model {model}, {max_sessions} sequences of {limits.sequence_cells:,} cells, budget {budget}"
@@ -113,13 +116,20 @@ def serve_command(
             if host not in ("127.0.0.1", "localhost", "::1") and api_key is None:
                 warning = f"WARNING: listening on {host} without --api-key: anyone on your network can use this server"
                 console.print(Text(warning, style="bold red"), soft_wrap=True)
-            console.print(_examples(url, model, api_key is not None), highlight=False, markup=False, soft_wrap=True)
+            console.print(_examples(url, model_id, api_key is not None), highlight=False, markup=False, soft_wrap=True)
             if open_page:
                 webbrowser.open(f"{url}/")
 
         server_for(service, host, port, api_key, on_started=banner, allowed_origins=allow_origin).run()
     finally:
         service.close()
+
+
+def served_name(model: str, path: Path) -> str:
+    """What the API calls the model (/v1/models, /health, a request's `model`): a registry or
+    store name as given; a GGUF given by its path by its file name, so that /health, which needs
+    no key, tells nobody where the file lives."""
+    return path.name if path == Path(model).expanduser() else model
 
 
 def _examples(url: str, model: str, keyed: bool) -> str:

@@ -22,11 +22,13 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import FileResponse, JSONResponse, StreamingResponse
 from fastapi.staticfiles import StaticFiles
+from fastapi_offline import FastAPIOffline
 from starlette.types import Receive, Scope, Send
 
 from kvchat.events import Done, Event, Notice, Progress, Pruned, Token
 from kvchat.server.errors import ApiError, ApiKeyCheck, BodyLimit, UnexpectedErrors, install_error_handlers
 from kvchat.server.schemas import ChatCompletionRequest
+from kvchat.server.security import DOCS_ASSETS, SecurityHeaders
 from kvchat.server.service import ChatService
 
 # An answer stopped by its client or by the server's shutdown ("cancelled") ends as OpenAI's "stop".
@@ -36,24 +38,19 @@ T = TypeVar("T")
 # other extraction does not look at the cancel event and is left to end in its thread).
 STOP_WAIT_S = 2.0
 STATIC = Path(__file__).parent / "static"  # the chat page: plain HTML, CSS and JS, no build step
-# The page loads only its own scripts and styles and talks only to its own origin; document text
-# and answers are put in as text, and the policy forbids inline scripts should that ever slip.
-PAGE_HEADERS = {
-    "Content-Security-Policy": "default-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
-                               "object-src 'none'; base-uri 'none'; frame-ancestors 'none'",
-    "X-Content-Type-Options": "nosniff",
-}
 
 
 def create_app(service: ChatService, api_key: str | None = None, allowed_origins: list[str] | None = None) -> FastAPI:
     """`allowed_origins`: web origins whose pages may call the API (CORS); the page itself needs none."""
-    app = FastAPI(title="kvchat", version="1", description="Chat with documents; a KV cache that stays small.")
+    app = FastAPIOffline(title="kvchat", version="1", description="Chat with documents; a KV cache that stays small.",
+                         static_url=DOCS_ASSETS, swagger_ui_parameters={"validatorUrl": None})  # no call to an online validator
     app.add_middleware(BodyLimit, max_bytes=service.limits.max_body_bytes)
     app.add_middleware(ApiKeyCheck, api_key=api_key)  # outside BodyLimit: no key, no body read
     if allowed_origins:  # outside the key check: a browser's preflight carries no key
         app.add_middleware(CORSMiddleware, allow_origins=allowed_origins, allow_methods=["GET", "POST", "DELETE"],
                            allow_headers=["Authorization", "Content-Type"])
     app.add_middleware(UnexpectedErrors)
+    app.add_middleware(SecurityHeaders)  # outermost: every response, errors and refusals too
     install_error_handlers(app)
     app.state.stopping = stopping = asyncio.Event()
 
@@ -79,6 +76,7 @@ def create_app(service: ChatService, api_key: str | None = None, allowed_origins
         stored = await _stoppable(
             request, stopping, lambda cancel: service.documents.add(file.filename, data, service.document_tokens, cancel)
         )
+        service.read_later(stored)
         return stored.describe()
 
     @app.get("/v1/documents")
@@ -98,7 +96,7 @@ def create_app(service: ChatService, api_key: str | None = None, allowed_origins
 
     @app.get("/", include_in_schema=False)
     async def page() -> FileResponse:
-        return FileResponse(STATIC / "index.html", headers=PAGE_HEADERS)
+        return FileResponse(STATIC / "index.html")
 
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
 

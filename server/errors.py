@@ -12,7 +12,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from kvchat.errors import InternalError, KvchatError, PromptTooLongError
+from kvchat.errors import SETTING, InternalError, KvchatError, PromptTooLongError
 from kvchat.serving.jobs import ShuttingDown
 
 LOGGER = logging.getLogger(__name__)
@@ -46,13 +46,14 @@ def error_response(status: int, message: str, code: str | None = None, param: st
 
 def api_error(error: KvchatError) -> ApiError:
     """The engine's error for an API client, its settings named by their request fields; a hint
-    naming a setting a request cannot set is left out. A prompt too long gets the API's own hint,
-    which covers a pasted chat as well as a document."""
+    naming a setting a request cannot set is left out. A prompt too long whose hint names a
+    setting (the engine's ways out are the CLI's) gets the API's own hint, which covers a pasted
+    chat as well as a document; one that names none (a question too long) keeps its own."""
     if isinstance(error, ShuttingDown):
         return ApiError(503, error.message, "server_shutting_down", error_type="server_error")
     if isinstance(error, InternalError):
         return ApiError(500, error.one_line(REQUEST_FIELDS.get), "internal_error", error_type="server_error")
-    if isinstance(error, PromptTooLongError):
+    if isinstance(error, PromptTooLongError) and SETTING.search(error.hint):
         error = PromptTooLongError(error.message, PROMPT_TOO_LONG_HINT)
     return ApiError(400, error.one_line(REQUEST_FIELDS.get), "invalid_request")
 

@@ -96,7 +96,7 @@ class ChatService:
             return AskSettings(method=method, max_tokens=max_tokens, sampler=sampler, threads=self.threads,
                                layout=limits.layout, auto_stream=body.kv_method is None, sources=body.kv_sources,
                                read=body.kv_read or limits.read, system=_system(body.messages) or limits.system,
-                               whole=body.kv_whole or limits.whole)
+                               whole=body.kv_whole or limits.whole, kept_cells=limits.sequence_cells - 1)
         except KvchatError as error:
             raise api_error(error) from None
 
@@ -113,6 +113,13 @@ class ChatService:
         document = bundle([self._stored(document_id, field_name).document for document_id in ids])
         turns, question = _turns(body.messages)
         return ChatRequest(settings, document=document, turns=tuple(turns), question=question)
+
+    def read_later(self, stored: StoredDocument) -> None:
+        """Read an upload whole in the background, with the server's system prompt and cache
+        layout, as soon as the model has nothing else to do: its first question is answered
+        meanwhile from a fast reading, the ones after it load the whole reading."""
+        settings = AskSettings(threads=self.threads, layout=self.limits.layout, system=self.limits.system)
+        self.scheduler.read_later(ChatRequest(settings, document=stored.document))
 
     def document_text(self, document_ids: list[str]) -> dict[str, object]:
         """The text a request about these documents asks about (several: bundled, as in the

@@ -38,6 +38,22 @@ def tiny_model(tiny_model_path: Path):
         yield model
 
 
+@pytest.fixture
+def contexts_made(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The n_ctx of every llama.cpp context made from now on (a context grown is made anew)."""
+    from kvchat.llama import LlamaContext
+
+    made: list[int] = []
+    init = LlamaContext.__init__
+
+    def recording(self, model, settings) -> None:
+        made.append(settings.n_ctx)
+        init(self, model, settings)
+
+    monkeypatch.setattr(LlamaContext, "__init__", recording)
+    return made
+
+
 @pytest.fixture(scope="session")
 def small_model_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The small real model (the tests are about mechanics; it runs them fastest), assembled once

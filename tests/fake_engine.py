@@ -20,6 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Generic, TypeVar
 
 import numpy as np
@@ -266,9 +267,10 @@ class FakeEngine:
     def __init__(
         self, scripts: dict[str, Script] | None = None, default: Script = Script(), held_steps: bool = False,
         step_failures: dict[int, Exception] | None = None, saves_readings: bool = False, whole_chunks: int = 3,
-        step_s: float = 0.0,
+        step_s: float = 0.0, reads_fast: bool = False,
     ) -> None:
         self.states = object() if saves_readings else None  # whole readings are only done where they are saved
+        self.reads_fast = reads_fast  # a first question about a document is read fast (plan())
         self.whole_chunks = whole_chunks
         self.whole_allowed = threading.Semaphore(0)  # each chunk of a whole reading waits for a release
         self.order: Log[str] = Log()  # "prepare Q", "whole Q 1 after 3 steps" … "whole Q closed", in order
@@ -353,6 +355,10 @@ class FakeEngine:
         selected = Selected(script.prompt_tokens, script.kept_tokens, script.loaded_tokens, 0.0, 0.0, time.perf_counter())
         kept = SavedCells(answer[1:], positions, np.zeros(len(positions), dtype=np.int64), positions)
         return PreparedPrompt(kept, answer[0] if answer else END, selected, request.settings, unread=script.unread)
+
+    def plan(self, _document: object, _settings: object) -> SimpleNamespace:
+        """Engine.plan's stand-in: only whether a first question reads fast."""
+        return SimpleNamespace(reads_fast=self.reads_fast)
 
     def read_whole(self, _engine: object, request: ChatRequest) -> Iterator[Event]:
         """reading_on.read_whole's stand-in: `whole_chunks` chunks, each once whole_allowed is

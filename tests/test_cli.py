@@ -512,6 +512,17 @@ def test_llama_cpp_short_options_mean_the_long_ones(document, tiny_model_path, i
     assert too_small.returncode == 2 and "--n-ctx" in too_small.stderr  # -c is --n-ctx
 
 
+def test_a_long_question_beside_a_document_exits_2_with_its_size_and_the_limit(document, tiny_model_path, isolated_home) -> None:
+    """Before, a 10,000-character question was answered on a context of 11,520 cells, on a model
+    trained on 4,096."""
+    args = ask_args(document, tiny_model_path)
+    args[2] = "why " * 2500
+    result = run_kvchat(*args, home=isolated_home)
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr == ("kvchat: error: the question is 10,021 tokens; a question may take at most 1,024 (a quarter of "
+                             "the 4,096 the model was trained on) (hint: ask a shorter question: long text belongs in the document)\n")
+
+
 def test_a_forgotten_question_is_named(document, isolated_home) -> None:
     forgotten = run_kvchat("ask", str(document), home=isolated_home)
     assert forgotten.returncode == 2 and forgotten.stderr == (

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from kvchat.documents import Document
-from kvchat.engine import SELECTIONS, AskSettings, Conversation, selection_named
+from kvchat.engine import SELECTIONS, AskSettings, Conversation, Turn, selection_named
 from kvchat.errors import PromptTooLongError, SettingsError
 from kvchat.events import Done, Notice, Pruned
 from kvchat.policy import SnapKV
@@ -149,3 +150,73 @@ def test_a_system_prompt_is_part_of_the_documents_prompt_and_of_every_question(t
         french.close()
     with pytest.raises(SettingsError, match="the system prompt is empty"):
         AskSettings(system="  ")
+
+
+LONG_QUESTION = "why " * 2500  # 10,000 characters: 10,021 tokens of the question's part on the tiny model
+
+
+def test_a_long_question_beside_a_document_is_refused_before_any_context_is_made(tiny_model, contexts_made) -> None:
+    """The CLI's path (open with the question, then ask): nothing is read for a question that
+    cannot fit; before, the context was grown to 11,520 cells for it."""
+    document = Document(path=Path("boxes.txt"), kind="text", text="Box 3 holds code 1021. " * 20)
+    conversation = Conversation(tiny_model, "tiny", document, SETTINGS)
+    try:
+        with pytest.raises(PromptTooLongError) as raised:
+            list(conversation.open(LONG_QUESTION))
+        assert raised.value.message == ("the question is 10,021 tokens; a question may take at most 1,024 "
+                                        "(a quarter of the 4,096 the model was trained on)")
+        assert raised.value.hint == "ask a shorter question: long text belongs in the document"
+        assert contexts_made == []
+    finally:
+        conversation.close()
+
+
+def test_a_long_question_after_the_reading_never_grows_the_context_past_the_trained_one(tiny_model, contexts_made) -> None:
+    """The chat's path (the document read before any question): the question is refused in
+    select(), and the conversation answers the next one."""
+    document = Document(path=Path("boxes.txt"), kind="text", text="Box 3 holds code 1021. " * 20)
+    conversation = Conversation(tiny_model, "tiny", document, SETTINGS)
+    try:
+        list(conversation.open())
+        with pytest.raises(PromptTooLongError, match="^the question is 10,021 tokens"):
+            list(conversation.ask(LONG_QUESTION))
+        done = list(conversation.ask("What does box 3 hold?"))[-1]
+        assert done.stats.prompt_tokens < 4096 and len(conversation.turns) == 1
+        assert max(contexts_made) <= 4096
+    finally:
+        conversation.close()
+
+
+def test_a_prompt_over_the_trained_context_is_refused_naming_its_parts(tiny_model, contexts_made) -> None:
+    """A document read whole, earlier turns and a question each within bounds, together over the
+    trained context: refused before the context grows (before, it grew past 4,096)."""
+    document = Document(path=Path("boxes.txt"), kind="text", text="Box 3 holds code 1021. " * 150)
+    conversation = Conversation(tiny_model, "tiny", document, SETTINGS)
+    try:
+        list(conversation.open())
+        n_document = len(conversation.document_tokens)
+        conversation.resume([Turn("why " * 100, "because " * 60)])
+        with pytest.raises(PromptTooLongError) as raised:
+            list(conversation.ask("why " * 200))
+        assert re.fullmatch(rf"the prompt is [\d,]+ tokens \({n_document:,} of the document, [\d,]+ of earlier turns, "
+                            r"[\d,]+ of the question\); the model was trained on 4,096", raised.value.message)
+        assert raised.value.hint == "ask a shorter question, or start a new conversation"
+        assert max(contexts_made) <= 4096
+    finally:
+        conversation.close()
+
+
+def test_a_streamed_document_answers_a_question_beside_its_kept_entries(tiny_model, contexts_made) -> None:
+    """A document longer than the context is still read streamed; a question within its share
+    is answered beside the kept entries, on a context no larger than the trained one."""
+    text = " ".join(f"Line {i}: the code for box {i} is {1000 + i * 7}." for i in range(160))
+    conversation = Conversation(tiny_model, "tiny", Document(path=Path("boxes.txt"), kind="text", text=text), SETTINGS)
+    try:
+        list(conversation.open())
+        done = list(conversation.ask("why " * 200 + "What is the code for box 3?"))[-1]
+        assert done.stats.method == "snapstream" and done.stats.kept_tokens <= 96
+        assert max(contexts_made) <= 4096
+        with pytest.raises(PromptTooLongError, match="^the question is 10,021 tokens"):
+            list(conversation.ask(LONG_QUESTION))
+    finally:
+        conversation.close()

@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kvchat.documents import load_document
-from kvchat.engine import AskSettings, Engine
+from kvchat.documents import Document, load_document
+from kvchat.engine import AskSettings, Conversation, Engine
 from kvchat.engine.kvcache.cache import KvCache
 from kvchat.engine.reading.fast import CheapPass, fast_select, last_read_layer
 from kvchat.engine.settings import FastSettings
@@ -293,7 +293,8 @@ async def test_the_chat_answers_after_the_cheap_pass_and_follow_ups_from_the_rea
     settings = AskSettings(method=SnapKV(budget=64, window=16), max_tokens=4, read="fast", threads=2)
     app = KvchatApp(EngineSessions(str(tiny_model_path), use_cache=False), [path], settings)
     async with app.run_test(size=(120, 40)) as pilot:
-        read_on = next_handled(app, lambda message: isinstance(message, JobEnded) and message.job == "reading on")
+        read_on = next_handled(app, lambda message: isinstance(message, JobEnded) and message.job == "reading on"
+                               and message.outcome == "done")  # the reading begun on opening gives way to the question
         await ask(pilot, app, "What was the boat called?", timeout_s=60)
         panel = app.query_one(KvPanel)
         assert panel.figures.read == "fast 1/2 layers" and panel.figures.cells == 64
@@ -425,3 +426,26 @@ def test_by_default_a_draft_reads_a_long_enough_prompt_fast_and_anything_else_is
     for notices, done in (per_head, streaming, no_draft):
         assert notices == [] and done.stats.read == "full" and done.stats.read_tokens == fast[1].stats.prompt_tokens
     assert asked_fast[0] == [f"read in full: a fast reading would re-read 256 of this prompt's {n_short:,} tokens"]
+
+
+def test_a_first_question_during_the_whole_reading_is_read_fast_and_the_reading_goes_on_where_it_stopped(tiny_model) -> None:
+    document = Document(path=Path("notes.txt"), kind="text", text="The boat was named the Grey Heron. " * 60)
+    settings = AskSettings(method=SnapKV(budget=64, window=WINDOW), max_tokens=4, read="fast", threads=2, n_batch=256)
+    conversation = Conversation(tiny_model, "tiny", document, settings)
+    try:
+        list(conversation.open())  # the first question reads fast: nothing read yet
+        cancel = threading.Event()
+        with pytest.raises(CancelledError):
+            for event in conversation.read_on(cancel):  # the whole reading begins, as the chat begins it on opening
+                if isinstance(event, Progress) and event.done >= 512:
+                    cancel.set()  # a question came: the chat stops it
+        stopped_at = conversation.run.read_upto
+        done = list(conversation.ask("What was the boat called?"))[-1]
+        assert done.stats.read == "fast 1/2 layers" and done.stats.kept_tokens <= 64  # read fast, at once
+        resumed = [event.done for event in conversation.read_on() if isinstance(event, Progress)]
+        assert 512 <= stopped_at < len(conversation.document_tokens)
+        assert resumed[0] == stopped_at and resumed[-1] == len(conversation.document_tokens)  # not read again from 0
+        follow_up = list(conversation.ask("And the radio?"))[-1]
+        assert follow_up.stats.read == "full"
+    finally:
+        conversation.close()

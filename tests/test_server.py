@@ -12,6 +12,7 @@ import functools
 import itertools
 import json
 import logging
+import re
 import socket
 import tempfile
 from collections.abc import Iterator
@@ -34,6 +35,7 @@ from kvchat.engine import PreparedPrompt
 from kvchat.serving.requests import ChatRequest, prepare
 from kvchat.serving.scheduler import Scheduler
 from server_harness import running_server, serving, watch_jobs
+from test_server_shutdown import KEY, serve_process
 
 MODEL = "kvchat-test"
 NOTES = b"The boat was named the Grey Heron. The radio failed on day four. The budget was 4,350 euros.\n" * 20
@@ -206,8 +208,9 @@ def test_a_follow_up_loads_its_conversations_reading_and_reads_only_what_is_new(
 
 def test_a_server_with_flash_attention_on_answers_about_documents(tiny_model_path: Path) -> None:
     """Readings are made, saved and moved into the shared context with flash attention on (V not
-    transposed): a shared context laid out otherwise refuses those states. The first question
-    reads the document; the follow-ups load that reading and read only their turns and question."""
+    transposed): a shared context laid out otherwise refuses those states. The upload is read
+    whole (before the first question, or by it: the tiny model has no fast reading); every
+    question loads that reading and reads only its turns and question."""
     layout = KvLayout(flash_attn=True)
     readings: list[Reading] = []
     with running_server(tiny_model_path, use_cache=True, new_scheduler=recording(readings), budget=64, max_tokens=8,
@@ -225,12 +228,11 @@ def test_a_server_with_flash_attention_on_answers_about_documents(tiny_model_pat
             prompts.append(answer.usage.prompt_tokens)
     assert len(readings) == 3
     window = readings[0].request.settings.method.window
-    document_tokens = readings[0].events[0].total  # the document's reading reports its progress first
-    assert readings[0].progress[0] == 0 and document_tokens in readings[0].progress and readings[0].notices == []
-    for reading, prompt_tokens in zip(readings[1:], prompts[1:]):
+    (notice,) = readings[0].notices
+    document_tokens = int(notice.rsplit("(", 1)[1].split(" ")[0].replace(",", ""))
+    for reading, prompt_tokens in zip(readings, prompts):
         assert reading.notices == [f"loaded the saved reading of notes.txt ({document_tokens:,} tokens)"]
         assert min(reading.progress) > document_tokens  # nothing of the document was read again
-    for reading, prompt_tokens in zip(readings, prompts):
         assert reading.progress[-1] == prompt_tokens - window  # read up to the question's observation window
 
 
@@ -705,3 +707,113 @@ def test_a_requests_system_message_or_else_the_servers_is_the_document_prompts_s
         brief = client.chat.completions.create(model=MODEL, max_tokens=4, extra_body=about, messages=[
             {"role": "system", "content": "Be brief."}, {"role": "user", "content": "What was the boat called?"}]).usage.prompt_tokens
         assert french > brief  # each prompt holds its own system prompt, the server's the longer
+
+
+def test_a_long_question_beside_a_document_is_refused_before_anything_is_read(client, server, contexts_made) -> None:
+    """Before, a 10,000-character question beside a document was read on a context of 11,520
+    cells (a 1 MB one on 1,001,472), as if the model had been trained on that many."""
+    url, _ = server
+    uploaded = httpx.post(f"{url}/v1/documents", files={"file": ("notes.txt", NOTES)}).json()
+    with pytest.raises(openai.BadRequestError) as refused:
+        ask(client, "why " * 2500, extra_body={"document_id": uploaded["id"]})
+    assert refused.value.status_code == 400
+    assert refused.value.body == {
+        "message": "the question is 10,021 tokens; a question may take at most 1,024 (a quarter of the 4,096 the model "
+                   "was trained on) (hint: ask a shorter question: long text belongs in the document)",
+        "type": "invalid_request_error", "param": None, "code": "invalid_request"}
+    assert contexts_made == []
+
+
+def test_a_follow_up_whose_earlier_turns_pass_a_sequences_room_is_refused_before_anything_is_read(client, server, contexts_made) -> None:
+    """Earlier turns are pinned whole beside the kept entries: turns over the sequence's room
+    (an answer in parts is long) are refused by the same check, before the document is read."""
+    url, service = server
+    uploaded = httpx.post(f"{url}/v1/documents", files={"file": ("notes.txt", NOTES)}).json()
+    turns = [{"role": "user", "content": "why " * 150}, {"role": "assistant", "content": "why " * 150},
+             {"role": "user", "content": "And the radio?"}]
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.chat.completions.create(model=MODEL, messages=turns, max_tokens=8, extra_body={"document_id": uploaded["id"]})
+    held = service.limits.sequence_cells - 1
+    assert re.fullmatch(rf"the prompt keeps 1,[\d]{{3}} tokens for its answer \(1,[\d]{{3}} of them earlier turns\); "
+                        rf"a conversation holds {held:,} \(hint: start a new conversation, or send fewer earlier turns\)",
+                        refused.value.body["message"])
+    assert contexts_made == []
+
+
+
+@pytest.mark.parametrize("request_fields, param", [
+    ({"messages": [{"role": "user", "content": "what \ud800"}]}, "messages.0.content"),
+    ({"messages": [{"role": "system", "content": "Be brief \udfff"}, {"role": "user", "content": "Hi"}]}, "messages.0.content"),
+    ({"messages": [{"role": "user", "content": [{"type": "text", "text": "\ud800"}]}]}, "messages.0.content"),
+    ({"model": "kvchat-\ud800"}, "model"),
+    ({"document_id": "doc-\ud800"}, "document_id"),
+    ({"document_ids": ["doc-\ud800"]}, "document_ids"),
+])
+def test_a_lone_surrogate_in_a_text_field_is_a_400_naming_the_field(server, request_fields, param) -> None:
+    """JSON's "\\ud800" decodes to half a UTF-16 pair, which no encoder takes; before, the server
+    answered 500 ("internal error: 'utf-8' codec can't encode…"). Sent as JSON escapes (the
+    openai client cannot encode such a string at all)."""
+    url, _ = server
+    body = {"model": MODEL, "max_tokens": 4, "messages": [{"role": "user", "content": "Hi"}], **request_fields}
+    response = httpx.post(f"{url}/v1/chat/completions", content=json.dumps(body), headers={"Content-Type": "application/json"})
+    assert response.status_code == 400
+    assert response.json()["error"] == {
+        "message": f"{param}: a lone surrogate (\\ud800 to \\udfff without its pair) is not text; send the character itself "
+                   "or its whole UTF-16 pair", "type": "invalid_request_error", "param": param, "code": "invalid_request"}
+
+
+def test_a_whole_surrogate_pair_is_text(server) -> None:
+    url, _ = server
+    body = {"model": MODEL, "max_tokens": 4, "messages": [{"role": "user", "content": "Smile \ud83d\ude00"}]}
+    response = httpx.post(f"{url}/v1/chat/completions", content=json.dumps(body), headers={"Content-Type": "application/json"})
+    assert '\\ud83d\\ude00' in json.dumps(body) and response.status_code == 200, response.text
+
+
+PAGE_POLICY = ("default-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; object-src 'none'; "
+               "base-uri 'none'; frame-ancestors 'none'")
+
+
+@pytest.mark.parametrize("path", ["/", "/static/index.html", "/static/app.js", "/static/app.css", "/static/absent.js", "/v1/models"])
+def test_every_route_of_the_page_and_its_files_sends_the_same_security_headers(server, path) -> None:
+    """Before, /static/index.html served the page without the policy, nosniff or framing rule `/` sent."""
+    url, _ = server
+    headers = httpx.get(f"{url}{path}").headers
+    assert (headers["content-security-policy"], headers["x-content-type-options"], headers["x-frame-options"]) == (
+        PAGE_POLICY, "nosniff", "DENY")
+
+
+@pytest.mark.parametrize("path", ["/docs", "/redoc"])
+def test_the_api_docs_load_nothing_from_another_origin(server, path) -> None:
+    """Before, /docs loaded Swagger UI from a CDN; now its files come with kvchat (fastapi-offline),
+    and its policy allows nothing from elsewhere."""
+    url, _ = server
+    page = httpx.get(f"{url}{path}")
+    assert page.status_code == 200 and "http://" not in page.text and "https://" not in page.text
+    policy = page.headers["content-security-policy"]
+    assert policy.startswith("default-src 'self'; script-src 'self' 'unsafe-inline';") and "frame-ancestors 'none'" in policy
+    loaded = re.findall(r'(?:src|href)="([^"]+)"', page.text)
+    assert loaded and all(link.startswith("/static-offline-docs/") for link in loaded)
+    assert all(httpx.get(f"{url}{link}").status_code == 200 for link in loaded)
+
+
+@pytest.mark.parametrize("field, value, expected", [
+    ("kv_budget", "512", "kv_budget: Input should be a valid integer"),
+    ("kv_budget", True, "kv_budget: Input should be a valid integer"),
+    ("kv_budget", 48.0, "kv_budget: Input should be a valid integer"),
+    ("kv_sources", "false", "kv_sources: Input should be a valid boolean"),
+    ("kv_sources", 0, "kv_sources: Input should be a valid boolean"),
+])
+def test_kvchats_request_fields_are_strict(client: openai.OpenAI, field, value, expected) -> None:
+    """Before, "512" and true were taken as a budget of 512 and of 1."""
+    with pytest.raises(openai.BadRequestError) as refused:
+        ask(client, extra_body={field: value})
+    assert refused.value.body == {"message": expected, "type": "invalid_request_error", "param": field, "code": "invalid_request"}
+
+
+def test_health_names_a_gguf_path_by_its_file_name_as_the_models_list_does(tiny_model_path: Path) -> None:
+    """/health needs no key; before, it (and /v1/models) named a model given by its path by that path."""
+    with serve_process(tiny_model_path) as served:
+        health = httpx.get(f"{served.url}/health").json()
+        models = httpx.get(f"{served.url}/v1/models", headers={"Authorization": f"Bearer {KEY}"}).json()
+    assert health["model"] == models["data"][0]["id"] == tiny_model_path.name == "tiny-qwen2.gguf"
+    assert str(tiny_model_path.parent) not in "".join(served.stderr[1:])  # nor do the banner's examples

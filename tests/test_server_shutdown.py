@@ -48,7 +48,7 @@ def serve_process(model_path: Path) -> Iterator[ServeProcess]:
     command = [sys.executable, "-m", "kvchat.cli", "serve", "--model", str(model_path), "--port", str(port), "--api-key", KEY,
                "--max-tokens", str(MAX_TOKENS), "--max-sessions", "1", "--budget", "64", "--room", "64", "--no-cache"]
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    served = ServeProcess(process, f"http://127.0.0.1:{port}", str(model_path))
+    served = ServeProcess(process, f"http://127.0.0.1:{port}", model_path.name)  # a GGUF path is served by its file name
     reader = threading.Thread(target=served.read_stderr, daemon=True)
     reader.start()
     try:

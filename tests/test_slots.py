@@ -353,6 +353,21 @@ def test_a_request_about_a_document_being_read_whole_reads_the_rest_of_it_first(
                                 "whole Boat? closed", "prepare Radio?"]
 
 
+def test_an_upload_is_read_whole_while_idle_and_a_first_question_read_fast_goes_before_the_rest() -> None:
+    fake = FakeEngine({"Boat?": Script("")}, saves_readings=True, reads_fast=True)
+    with running(fake) as scheduler:
+        scheduler.read_later(ChatRequest(FAKE_SETTINGS, document=NOTES))  # as an upload does
+        fake.whole_allowed.release()
+        fake.order.wait_for(lambda items: "whole  1 after 0 steps" in items)
+        boat = _ask_about(scheduler, "Boat?")  # while the reading's second chunk waits
+        fake.whole_allowed.release()
+        _done(boat)  # prepared after that chunk, without waiting for the rest of the reading
+        fake.whole_allowed.release()
+        fake.order.wait_for(lambda items: "whole  closed" in items)
+    assert fake.order.items == ["whole  1 after 0 steps", "whole  2 after 0 steps", "prepare Boat?", "whole  3 after 0 steps",
+                                "whole  closed"]
+
+
 def test_stopping_drops_an_unfinished_whole_reading_and_none_is_started_where_readings_are_not_saved() -> None:
     fake = FakeEngine({"Boat?": Script("", unread=True)}, saves_readings=True)
     with running(fake) as scheduler:

@@ -15,7 +15,7 @@ from kvchat.errors import ModelError
 from kvchat.llama import LlamaModel
 from kvchat.models import resolve_model
 from test_cli import run_kvchat
-from tiny_gguf import write_tiny_gguf
+from tiny_gguf import CHATML_TEMPLATE, write_tiny_gguf
 
 OLLAMA_HEX = "0123abcd" + "0" * 56  # the sha256 Ollama names the tiny model's blob by
 
@@ -150,3 +150,28 @@ def test_no_draft_of_another_vocabulary(tiny_model_path: Path, small_model_path:
     monkeypatch.setattr(drafts, "resolve_model", lambda name: small_model_path if name == "other-vocabulary" else real_resolve(name))
     assert drafts.paired_draft(str(tiny_model_path)) is None
     assert list(json.loads((drafts.cache_dir() / drafts.MEMO_NAME).read_text()).values()) == [""]
+
+
+def test_a_model_whose_chat_template_is_not_utf8_is_listed_with_why_and_refused_in_one_line(
+    home: Path, tmp_path: Path, isolated_home: Path
+) -> None:
+    """Before, one such file in a store ended all of `kvchat models` (and ask, inspect) in a UnicodeDecodeError."""
+    damaged = home / ".lmstudio" / "models" / "pub" / "damaged-GGUF" / "damaged-Q8_0.gguf"
+    damaged.parent.mkdir(parents=True)
+    write_tiny_gguf(damaged, chat_template=CHATML_TEMPLATE.encode().replace(b"assistant", b"assist\xff\xfent"))
+    env = {"HOME": str(home)}
+    listed = run_kvchat("models", "--json", home=isolated_home, env=env)
+    assert listed.returncode == 0, listed.stderr
+    found = {row["name"]: row for row in json.loads(listed.stdout) if row["source"] != "registry"}
+    refusal = f"{damaged}: its chat template (tokenizer.chat_template) is not UTF-8 (byte 177)"
+    assert found["lmstudio:pub/damaged-GGUF/damaged-Q8_0.gguf"]["error"] == refusal
+    assert found["ollama:tiny:latest"]["context"] == 4096 and "error" not in found["ollama:tiny:latest"]
+    table = run_kvchat("models", home=isolated_home, env={**env, "COLUMNS": "400"})
+    row = next(line for line in table.stdout.splitlines() if "damaged-GGUF" in line)
+    assert table.returncode == 0 and "is not UTF-8" in row and "ollama:tiny:latest" in table.stdout, table.stderr
+    document = tmp_path / "notes.txt"
+    document.write_text("The boat was named the Grey Heron. " * 20)
+    hint = " (hint: use another GGUF of the model: this one was written damaged)\n"
+    for command in (["ask", str(document), "Who?"], ["inspect", str(document)]):
+        refused = run_kvchat(*command, "-m", "lmstudio:pub/damaged-GGUF", home=isolated_home, env=env)
+        assert (refused.returncode, refused.stdout, refused.stderr) == (1, "", f"kvchat: error: {refusal}{hint}")

@@ -439,3 +439,20 @@ async def test_several_documents_are_read_together_and_another_one_is_added_with
         await wait_for(pilot, lambda: len(sessions.opened) == 2 and app.session is sessions.opened[1])
         assert [page.source for page in app.session.document.pages] == ["notes.txt", "boat.txt", "ledger.txt"]
         assert sessions.opened[0].closed and app.paths == [Path("notes.txt"), Path("boat.txt"), tmp_path / "ledger.txt"]
+
+
+async def test_a_question_typed_while_the_document_is_read_is_kept_and_asked_when_it_is() -> None:
+    sessions = FakeSessions(paced_reading=True)
+    app = KvchatApp(sessions, [DOCUMENT])
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: sessions.opened)
+        await pilot.press(*"Who?")  # "?" is text here, not the help screen
+        assert app.query_one("#question", Input).value == "Who?" and len(app.screen_stack) == 1
+        answered = next_handled(app, lambda message: isinstance(message, JobEnded) and message.job == "answering")
+        await pilot.press("enter")
+        await pilot.pause()
+        session = sessions.opened[0]
+        assert app.busy == "reading" and session.asked == [] and app.query_one("#question", Input).value == ""
+        session.allow(5)  # the reading's five chunks
+        assert (await asyncio.wait_for(answered, 10)).outcome == "done"
+        assert [question for question, _ in session.asked] == ["Who?"]

@@ -54,7 +54,7 @@ def vocabulary() -> tuple[list[str], list[int]]:
     return tokens, [int(t) for t in types]
 
 
-def _add_tokenizer(writer: gguf.GGUFWriter) -> None:
+def _add_tokenizer(writer: gguf.GGUFWriter, chat_template: str | bytes) -> None:
     tokens, types = vocabulary()
     writer.add_tokenizer_model("gpt2")
     writer.add_tokenizer_pre("qwen2")
@@ -65,7 +65,7 @@ def _add_tokenizer(writer: gguf.GGUFWriter) -> None:
     writer.add_eos_token_id(tokens.index("<|im_end|>"))
     writer.add_pad_token_id(tokens.index("<|endoftext|>"))
     writer.add_add_bos_token(False)
-    writer.add_chat_template(CHATML_TEMPLATE)
+    writer.add_key_value(gguf.Keys.Tokenizer.CHAT_TEMPLATE, chat_template, gguf.GGUFValueType.STRING)  # bytes: as written
 
 
 def _add_tensors(writer: gguf.GGUFWriter, n_vocab: int, rng: np.random.Generator, n_embd: int) -> None:
@@ -94,10 +94,13 @@ def _add_tensors(writer: gguf.GGUFWriter, n_vocab: int, rng: np.random.Generator
         writer.add_tensor(f"{prefix}.ffn_down.weight", weight(n_embd, N_FF))
 
 
-def write_tiny_gguf(path: Path, seed: int = 0, context_length: int = CONTEXT_LENGTH, n_embd: int = N_EMBD,
-                    extra: dict[str, int] | None = None) -> Path:
+def write_tiny_gguf(
+    path: Path, seed: int = 0, context_length: int = CONTEXT_LENGTH, n_embd: int = N_EMBD, chat_template: str | bytes = CHATML_TEMPLATE,
+    extra: dict[str, int] | None = None,
+) -> Path:
     """Write the tiny model to `path` and return it; `n_embd` 128 gives heads 32 wide, which a
-    q8_0 block (32 values) fits. `extra`: more metadata, each a uint32 (`qwen2.attention.key_length`)."""
+    q8_0 block (32 values) fits; `chat_template` as bytes is written as they are (not UTF-8, say).
+    `extra`: more metadata, each a uint32 (`qwen2.attention.key_length`)."""
     rng = np.random.default_rng(seed)
     writer = gguf.GGUFWriter(str(path), "qwen2")
     writer.add_name("kvchat-tiny-random")
@@ -112,7 +115,7 @@ def write_tiny_gguf(path: Path, seed: int = 0, context_length: int = CONTEXT_LEN
     writer.add_file_type(gguf.LlamaFileType.ALL_F32)
     for key, value in (extra or {}).items():
         writer.add_uint32(key, value)
-    _add_tokenizer(writer)
+    _add_tokenizer(writer, chat_template)
     n_vocab = len(vocabulary()[0])
     _add_tensors(writer, n_vocab, rng, n_embd)
     writer.write_header_to_file()

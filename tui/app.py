@@ -72,6 +72,7 @@ class KvchatApp(Dialogs, BackgroundReading):
         self._answer_text = ""
         self._stopped = False  # the last answer ended because Esc was pressed
         self._kept: Pruned | None = None  # what the last answer's selection kept
+        self._waiting: str | None = None  # a question asked while its document was read: asked when it is
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -109,6 +110,7 @@ class KvchatApp(Dialogs, BackgroundReading):
         self.stop_reading_on()
         self.query_one(ReadingBar).start("Reading")
         self._read(old, self.paths, self._start("reading"))
+        self.query_one("#question", Input).focus()  # what is typed while it reads is the next question
 
     @work(thread=True, group="model", exit_on_error=False)
     def _read(self, old: ChatSession | None, paths: list[Path], cancel: threading.Event) -> None:
@@ -204,6 +206,10 @@ class KvchatApp(Dialogs, BackgroundReading):
                 panel.figures.document_tokens = self.session.token_count  # type: ignore[union-attr]
                 panel.refresh_figures()
                 await self._transcript_line(f"Ready: ask about {self.sub_title}.")
+                if self._waiting is not None:
+                    await self._ask_now(self._waiting)
+                elif self.session.unread:  # type: ignore[union-attr]
+                    self.start_reading_on(self.session)  # type: ignore[arg-type]  # a question stops it, and reads fast
             elif message.outcome == "cancelled":
                 await self._transcript_line("Reading stopped. ctrl+o opens a document.")
         else:
@@ -213,6 +219,7 @@ class KvchatApp(Dialogs, BackgroundReading):
                 self.start_reading_on(self.session)
         if message.outcome == "error":
             self.notify(message.error, title="kvchat", severity="error", timeout=12, markup=False)
+        self._waiting = None  # asked, or its document was not read
         self.query_one("#question", Input).focus()
 
     async def _finish_answer(self, suffix: str) -> None:
@@ -232,6 +239,11 @@ class KvchatApp(Dialogs, BackgroundReading):
         question = message.value.strip()
         if not question:
             return
+        if self.busy == "reading" and self._waiting is None:
+            message.input.value = ""
+            self._waiting = question
+            await self._transcript_line(f"“{question}” is asked as soon as the document is read (esc stops the reading).")
+            return
         if self.busy is not None:
             self.notify(f"still {self.busy}: esc stops it", severity="warning")
             return
@@ -239,6 +251,10 @@ class KvchatApp(Dialogs, BackgroundReading):
             self.notify("no document is open: ctrl+o opens one", severity="warning")
             return
         message.input.value = ""
+        await self._ask_now(question)
+
+    async def _ask_now(self, question: str) -> None:
+        """Ask `question` about the open documents, its answer streamed into the transcript."""
         self.stop_reading_on(taken_over=True)
         exchange = Exchange(question)
         self._kept = None  # until this answer's selection prunes

@@ -28,7 +28,8 @@ TASKS = ("needle", "multikey", "multikey16", "vt", "cuad", "cuad-lists", *LEVAL_
 DEFAULT_TASKS = ("needle", "multikey", "vt")  # cuad and L-Eval read whole documents (up to 32K tokens): asked for by name
 # What a variant may set of the reading: how it reads, and a fast reading's settings (FastSettings), by their names in a variant
 READING_OPTIONS = {"read": str, "fast_depth": float, "fast_positions": str, "fast_layers": int, "fast_reread": int, "fast_spans": str,
-                   "fast_heads": str}
+                   "fast_heads": str, "fast_choose": str, "fast_narrow": int,
+                   "fast_opening": int}
 # What a variant may set of the KV cache's layout (KvLayout): such a variant reads the document again, in its layout
 def _on_off(value: str) -> bool:
     if value not in ("on", "off"):
@@ -115,7 +116,7 @@ class BenchConfig:
     seed: int = 0
     cuad_ids: tuple[str, ...] | None = None  # the cuad questions asked; None: all of them
     cuad_data: str | None = None  # a folder of cuad questions and contracts; None: the shipped ones
-    reads: tuple[str, ...] = ("full",)  # with "fast": snapkv at each budget read fast too; "fast" alone: read fast only
+    reads: tuple[str, ...] = ("full",)  # with "fast" or "retrieval": snapkv at each budget read so too; without "full": read so only
     leval_data: str | None = None  # the folder of L-Eval's task files (leval.py)
     leval: LevalSelection = LevalSelection()  # which of their documents and questions are asked
 
@@ -125,8 +126,8 @@ class BenchConfig:
         for budget in self.budgets:
             found += [Variant(m, budget) for m in self.methods if m != "full"] if read_full else []
             found += [Variant("snapkv", budget, overrides) for overrides in self.policy_variants
-                      if read_full or ("read", "fast") in overrides]
-            found += [Variant("snapkv", budget, read="fast")] if "fast" in self.reads else []
+                      if read_full or any(key == "read" and value != "full" for key, value in overrides)]
+            found += [Variant("snapkv", budget, read=read) for read in ("fast", "retrieval") if read in self.reads]
         return found
 
 

@@ -27,9 +27,10 @@ from kvchat.engine.kvcache.in_progress import ReadingsInProgress, WholeReadingDo
 from kvchat.engine.kvcache.states import DocumentStates
 from kvchat.engine.prompt import PromptPart, Turn, chat_messages, document_part, split_rendered
 from kvchat.engine.reading.fast import CheapPass, pays, reread_tokens
+from kvchat.engine.reading.passages import Question
 from kvchat.engine.reading.prompt_run import PromptRun
 from kvchat.engine.reading.registry import reading_for
-from kvchat.engine.reading.sizing import RING_MIN, context_size, reading_settings, round_up
+from kvchat.engine.reading.sizing import RING_MIN, check_prompt, context_size, reading_settings, round_up
 from kvchat.engine.reading.speeds import ReadingSpeeds
 from kvchat.engine.reading.stream import StreamSettings, stream_context_size
 from kvchat.engine.reading.way import DocumentPrompt, Reading
@@ -139,8 +140,10 @@ class Conversation:
         `question`, when known, observes a streamed reading (query-aware streaming).
         """
         if question is not None and self.answers_in_parts(question):
-            self._unread = True  # the parts answer; a follow-up reads the document first
+            self._unread = True  # the parts answer (each checks the question beside it); a follow-up reads the document first
             return
+        if question is not None:
+            self.check_question(question)
         if self._notice:
             yield Notice(self._notice)
         if self.reading.defers(self.saved):
@@ -195,7 +198,7 @@ class Conversation:
         if not self._unread:
             return
         if self.run.holds_fast_answer:
-            self.run.clear()  # its reading goes on from where it stopped, if stopped
+            self.run.back_to_reading()  # it goes on from where it stopped for the fast answer, if it had begun
         claimant = self.claimant
         if self._in_progress is not None and claimant is not None:
             how = yield from read_alone(self._in_progress, claimant, lambda: self.saved, lambda: self._read(cancel), cancel)
@@ -236,26 +239,43 @@ class Conversation:
     def _in_parts(self, question: str, settings: AskSettings) -> bool:
         return self._parts is not None and settings.answers_in_parts(question)
 
+    def check_question(self, question: str, settings: AskSettings | None = None) -> None:
+        """Refuse `question` now if its prompt does not fit (sizing.check_prompt), before the
+        document is read for it: what select() checks first."""
+        _, earlier, question_part = self._split(question)
+        self._check(self._answering(settings), len(earlier.tokens(self.model)), len(question_part.tokens(self.model)))
+
+    def _check(self, settings: AskSettings, n_earlier: int, n_question: int) -> None:
+        """check_prompt with the document's cells while a question is read: all of its tokens,
+        or at most the budget and a chunk when it is read streamed."""
+        streamed = settings.method.budget + self.stream.chunk
+        n_document = min(len(self.document_tokens), streamed) if settings.method.streams else len(self.document_tokens)
+        check_prompt(self.model, settings, n_document, n_earlier, n_question)
+
     def select(self, question: str, cancel: threading.Event | None, settings: AskSettings) -> Iterator[Event]:
         """Everything of ask() but the answer: the run's cache then holds the kept prompt and the
         last token's logits (the server moves it to a sequence of its own); `self.prompt_tokens`
-        is the whole prompt. Returns the run's Selected, for its answer."""
+        is the whole prompt. Returns the run's Selected, for its answer. A prompt that does not
+        fit is refused first, before the context grows for it."""
         settings = self._answering(settings)
         _, earlier, question_part = self._split(question)
         earlier_tokens = earlier.tokens(self.model)
-        tokens = self.document_tokens + earlier_tokens + question_part.tokens(self.model)
+        question_tokens = question_part.tokens(self.model)
+        self._check(settings, len(earlier_tokens), len(question_tokens))
+        tokens = self.document_tokens + earlier_tokens + question_tokens
         # the document's reading counts towards the TTFT of the answer it was read for
         reading_s = 0.0 if self.turns else self._reading_s
         if self._unread:
             with_draft = self._cheap_pass.drafted
-            if settings.reads_fast(with_draft) and not self.turns and self.run.read_upto == 0:
+            if settings.reads_fast(with_draft) and not self.turns:  # a whole reading under way waits for it
                 if pays(len(tokens), settings, with_draft):
                     self.prompt_tokens = tokens
-                    selected = yield from self._text.with_kept_text(self.run.read_fast(tokens, settings, cancel))
+                    asked = Question(question, self._text.passages)
+                    selected = yield from self._text.with_kept_text(self.run.read_fast(tokens, settings, cancel, asked))
                     if self.speeds is not None:
                         self.speeds.record("fast", len(tokens), time.perf_counter() - selected.started)
                     return selected
-                if settings.read == "fast":  # asked for by name: say why not (auto reads in full quietly)
+                if settings.read != "auto":  # asked for by name: say why not (auto reads in full quietly)
                     reread = reread_tokens(settings, with_draft)
                     yield Notice(f"read in full: a fast reading would re-read {reread:,} of this prompt's {len(tokens):,} tokens")
             started = time.perf_counter()

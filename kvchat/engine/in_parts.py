@@ -74,9 +74,10 @@ def part_of(document: Document, start: int, end: int, what: str) -> Document:
 
 def part_settings(settings: AskSettings) -> AskSettings:
     """The settings a part is answered with: read whole (nothing pruned), at most PART_TOKENS,
-    kvchat's part instruction unless the user gave a system prompt."""
+    kvchat's part instruction unless the user gave a system prompt; on a context of its own, what
+    a server's sequence holds (`kept_cells`) does not bound it."""
     return replace(settings, method=Full(), read="full", auto_stream=False, whole="off",
-                   max_tokens=min(settings.max_tokens, PART_TOKENS), system=settings.system or PART_SYSTEM)
+                   max_tokens=min(settings.max_tokens, PART_TOKENS), system=settings.system or PART_SYSTEM, kept_cells=None)
 
 
 def answer_in_parts(

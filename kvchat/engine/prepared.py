@@ -64,6 +64,7 @@ def prepare_question(
         conversation.resume(turns)
         if conversation.answers_in_parts(question):
             return (yield from _answer_in_parts(engine, conversation, question, cancel))
+        conversation.check_question(question, settings)  # before the document is read for it
         yield from conversation.open(cancel=cancel)
         selected = yield from conversation.select(question, cancel, settings)
         finder = conversation.source_finder() if settings.sources else None

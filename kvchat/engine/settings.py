@@ -12,7 +12,8 @@ from kvchat.policy import SPAN_MODES, HeadReduction, Method, SnapKV
 REDUCTIONS = tuple(r.value for r in HeadReduction if r is not HeadReduction.PER_HEAD)  # one set of tokens to re-read
 
 DEFAULT_MAX_TOKENS = 512
-READS = ("auto", "full", "fast")
+READS = ("auto", "full", "fast", "retrieval")
+CHOOSERS = ("attention", "bm25", "fused")
 # Threads for each CPU kvchat may use, at most: llama.cpp's threads meet after every op, so more
 # only wait on each other (-t 1000 on 2 CPUs: 26 s to the first token, not 0.7 s), and far more
 # crash it (-t 100000: SIGSEGV; 10^20 from a settings file: std::bad_alloc).
@@ -65,6 +66,13 @@ class FastSettings:
     # "Reading fast").
     spans: str = "sentences"
     heads: str = "max"
+    # Who chooses what the model re-reads (reading/passages.py): the cheap pass's attention, the
+    # question's words (BM25 over the document's passages, attention where it shares none with
+    # them), or both, their rankings of the passages fused. `narrow`: the cheap pass reads only the
+    # BM25 best passages of this many times the re-reading (None: the whole prompt).
+    choose: str = "attention"
+    narrow: int | None = None
+    opening: int = 0  # the document's first passages, read whatever the question chooses (its title, parties, date)
 
     def __post_init__(self) -> None:
         if self.positions not in ("consecutive", "original"):
@@ -77,6 +85,12 @@ class FastSettings:
             raise SettingsError(f"unknown fast reading spans {self.spans!r}", f"use one of {', '.join(SPAN_MODES)}")
         if self.heads not in REDUCTIONS:
             raise SettingsError(f"unknown fast reading heads {self.heads!r}", f"use one of {', '.join(REDUCTIONS)}")
+        if self.choose not in CHOOSERS:
+            raise SettingsError(f"unknown fast reading chooser {self.choose!r}", f"use one of {', '.join(CHOOSERS)}")
+        if self.opening < 0:
+            raise SettingsError(f"the fast reading's opening passages cannot be negative, got {self.opening}", "use 0 or more")
+        if self.narrow is not None and self.narrow < 1:
+            raise SettingsError(f"the cheap pass narrows to at least the re-reading, got {self.narrow}x", "use 1 or more, or leave it unset")
 
 
 MIN_PART_TOKENS = 256  # a part smaller than this says too little to be worth its answer
@@ -107,7 +121,8 @@ class AskSettings:
     # Speculative Prefill). A follow-up reads the whole document first. "full": every layer reads
     # it all. "auto" (the default): fast where it was measured answering as a full reading does,
     # with a draft model and a method that chooses as snapkv does, on a prompt long enough for it
-    # to pay (docs/how-it-works.md, "Reading fast"); full otherwise, without a word.
+    # to pay (docs/how-it-works.md, "Reading fast"); full otherwise, without a word. "retrieval":
+    # fast, the passages the question's words choose (BM25) read alone, as retrieval tools read.
     read: str = "auto"
     fast: FastSettings = field(default_factory=FastSettings)
     # The system prompt; None: kvchat's (answer from the document only, quote exactly, keep it
@@ -119,6 +134,10 @@ class AskSettings:
     # "on": every question; "off": none, each answered from the entries its question keeps.
     whole: str = "auto"
     part_tokens: int = DEFAULT_PART_TOKENS
+    # The most cells a question's prompt may keep for its answer, its earlier turns pinned whole
+    # among them: a server's sequence holds so many (reading/sizing.check_prompt); None: as many
+    # as the context holds.
+    kept_cells: int | None = None
 
     def __post_init__(self) -> None:
         if self.max_tokens < 1:
@@ -135,8 +154,8 @@ class AskSettings:
             raise SettingsError(f"a whole-document answer reads parts of at least {MIN_PART_TOKENS} tokens, got {self.part_tokens}",
                                 f"use parts of {MIN_PART_TOKENS} tokens or more")
         if self.read not in READS:
-            raise SettingsError(f"unknown reading {self.read!r}", "read auto, full or fast")
-        if self.read == "fast" and not self.method_reads_fast:
+            raise SettingsError(f"unknown reading {self.read!r}", "read auto, full, fast or retrieval")
+        if self.read in ("fast", "retrieval") and not self.method_reads_fast:
             if not self.method.scores or self.method.streams:
                 raise SettingsError(f"a fast reading chooses tokens as snapkv does, not with {self.method.name}", "use snapkv, or read full")
             raise SettingsError("a fast reading chooses one set of tokens to read again, not one per head", "use `heads` sum, or `read` full")
@@ -163,7 +182,13 @@ class AskSettings:
         decides after (fast.pays)."""
         if self.read == "auto":
             return with_draft and self.method_reads_fast
-        return self.read == "fast"
+        return self.read in ("fast", "retrieval")
+
+    @property
+    def chooser(self) -> str:
+        """Who chooses what a fast reading reads (FastSettings.choose): the question's words for a
+        retrieval reading."""
+        return "bm25" if self.read == "retrieval" else self.fast.choose
 
     def answers_in_parts(self, question: str) -> bool:
         """Whether `question` is answered from the whole document in parts (in_parts.py)."""

@@ -92,10 +92,16 @@ class LlamaModel:
         return checked(self.path, architecture, name, int(said) if said is not None and said.isdigit() else known)
 
     def _read_chat_template(self) -> str:
+        """The template as text; one that is not UTF-8 refuses the model, naming its key (llama.cpp
+        would render its bytes into every prompt)."""
         template = raw.llama_model_chat_template(self._model, None)
         if not template:
             raise ModelError(f"{self.path}: the model has no chat template", "use an instruct/chat GGUF")
-        return template.decode("utf-8")
+        try:
+            return template.decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise ModelError(f"{self.path}: its chat template (tokenizer.chat_template) is not UTF-8 (byte {error.start:,})",
+                             "use another GGUF of the model: this one was written damaged") from None
 
     @property
     def handle(self) -> object:

@@ -83,6 +83,7 @@ class Scheduler:
         self._readings: list[_Reading] = []  # in turn order: of those that took least time, the first reads next
         self._clock = clock  # what the fair share of time is measured by
         self._readings_on = BackgroundReadings(engine, read_whole)
+        self._to_read: queue.SimpleQueue[ChatRequest] = queue.SimpleQueue()  # documents uploaded, for _readings_on
         self._wake = threading.Event()
         self._stopping = False
         self._submitting = threading.Lock()  # no job slips into the queue after the last one was refused
@@ -100,6 +101,12 @@ class Scheduler:
                 self._waiting.put_nowait(job)
             except queue.Full:
                 raise QueueFull from None
+        self._wake.set()
+
+    def read_later(self, request: ChatRequest) -> None:
+        """Read `request`'s document whole and save it while the model has nothing else to do (an
+        upload: the questions after its first then load the reading)."""
+        self._to_read.put(request)
         self._wake.set()
 
     @property
@@ -134,6 +141,8 @@ class Scheduler:
     def _run(self) -> None:
         while not self._stopping:
             self._wake.clear()  # before looking: a submit() from now on wakes the wait below
+            while not self._to_read.empty():
+                self._readings_on.add(self._to_read.get_nowait())
             self._admit()
             busy = bool(self._readings or self._answers)
             if self._readings:

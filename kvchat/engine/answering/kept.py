@@ -16,6 +16,7 @@ import numpy as np
 from kvchat.documents import Document
 from kvchat.documents.bundle import BUNDLE_KIND, kept_by_source
 from kvchat.engine.answering.sources import SourceFinder
+from kvchat.engine.reading.passages import Passages
 from kvchat.events import Event, Pruned
 from kvchat.llama import LlamaModel
 
@@ -91,6 +92,13 @@ class DocumentText:
     @cached_property
     def token_ranges(self) -> tuple[np.ndarray, np.ndarray] | None:
         return token_char_ranges(self.model, self.document_part, self.document.text.strip(), self.document_tokens)
+
+    @cached_property
+    def passages(self) -> Passages:
+        """The document's passages, for a reading the question's words choose (passages.py)."""
+        ranges = self.token_ranges
+        in_text = ranges[1] > ranges[0] if ranges is not None else np.ones(len(self.document_tokens), dtype=bool)
+        return Passages.cut(self.model.pieces_text(self.document_tokens), in_text)
 
     @cached_property
     def source_finder(self) -> SourceFinder:

@@ -32,6 +32,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from kvchat.engine.kvcache.cache import KvCache
+from kvchat.engine.reading.passages import Question, fused
 from kvchat.engine.reading.selected import Selected
 from kvchat.engine.settings import AskSettings
 from kvchat.events import Event, Progress
@@ -50,8 +51,11 @@ PAYS_BELOW = 2 / 3
 
 
 def reread_tokens(settings: AskSettings, with_draft: bool) -> int:
-    """How many of the prompt's tokens the cheap pass chooses for the model to read."""
-    return settings.fast.reread or settings.method.budget * (DRAFT_REREAD if with_draft else 1)
+    """How many of the prompt's tokens the cheap pass chooses for the model to read: four times
+    the budget when a draft's attention chooses, the budget otherwise (the question's words, or the
+    model's own first layers)."""
+    by_draft = with_draft and settings.chooser != "bm25"
+    return settings.fast.reread or settings.method.budget * (DRAFT_REREAD if by_draft else 1)
 
 
 def pays(n_prompt: int, settings: AskSettings, with_draft: bool) -> bool:
@@ -79,38 +83,32 @@ class CheapPass:
     def drafted(self) -> bool:
         return self.draft is not None
 
+    @property
+    def label(self) -> str:
+        """How a reading's stats name it: "draft small," or "fast" (the model's own layers)."""
+        return f"draft {self.name}," if self.drafted else "fast"
+
 
 def fast_select(
     cache: KvCache, tokens: list[int], settings: AskSettings, cancel: threading.Event | None = None,
-    cheap_pass: CheapPass = CheapPass(),
+    cheap_pass: CheapPass = CheapPass(), question: Question | None = None,
 ) -> Generator[Event, None, Selected]:
     """Into an empty `cache`: the kept prompt of `tokens` as a fast reading chooses it, and the
-    last token's logits. Progress over the cheap pass, then over the model's reading of the chosen
-    tokens, then Pruned; returns the Selected. `cancel` is seen after each batch of either."""
+    last token's logits. Progress over the cheap pass (if any), then over the model's reading of
+    the chosen tokens, then Pruned; returns the Selected. `cancel` is seen after each batch of
+    either. `question`: its text and the document's passages, for a choice by its words."""
     started = time.perf_counter()
     ctx, n_prompt = cache.ctx, len(tokens)
-    draft = cheap_pass.draft
-    chooser = replace(settings.method, budget=reread_tokens(settings, cheap_pass.drafted), spans=settings.fast.spans,
-                      heads=HeadReduction(settings.fast.heads))
-    depth = settings.fast.depth or cheap_pass.depth
+    reread = reread_tokens(settings, cheap_pass.drafted)
     window_start = max(n_prompt - settings.method.window, 0)  # the question's window observes from here
     yield Progress(done=0, total=n_prompt, elapsed_s=0.0)
-    if draft is None:
-        kept, layers = yield from _cheap_pass(cache, tokens, window_start, chooser, depth, settings.fast.layers, cancel)
-        cache.clear()  # the layers above the cut hold nothing usable
-        read = f"fast {layers} layers"
-    else:
-        with LlamaContext(draft, ctx.settings) as draft_ctx:  # the draft's votes of every layer it ran choose
-            kept, layers = yield from _cheap_pass(
-                KvCache(draft_ctx), tokens, window_start, chooser, depth, draft.shape.n_layer, cancel)
-        read = f"draft {cheap_pass.name}, {layers} layers"
-    body = kept[kept < window_start]  # the chosen tokens before the question's window
+    body, read = yield from _choose(cache, tokens, window_start, settings, reread, cheap_pass, question, cancel)
     yield from cache.prefill_chosen(tokens, body, window_start, cancel)  # the second pass; the question's window follows
     window = tokens[window_start:]
     compact_s = 0.0
-    if len(kept) > settings.method.budget:  # the question's attention over the re-reading keeps the budget's
-        compact_s = cache.keep_chosen_by(window, settings.method)
-        read += f", {len(kept):,} re-read"
+    if reread > settings.method.budget and len(body) + len(window) > settings.method.budget:
+        compact_s = cache.keep_chosen_by(window, settings.method)  # the question's attention over the re-reading keeps the budget's
+        read += f", {len(body) + len(window):,} re-read"
     else:
         cache.decode(window, want_logits=True)
     if settings.fast.positions == "original" and ctx.can_shift():
@@ -120,20 +118,76 @@ def fast_select(
     return Selected(n_prompt, cache.cells, 0, 0.0, window_s, started, read=read)
 
 
-def _cheap_pass(
-    cache: KvCache, tokens: list[int], window_start: int, method: Method, depth: float, scoring_layers: int,
-    cancel: threading.Event | None,
+def _choose(
+    cache: KvCache, tokens: list[int], window_start: int, settings: AskSettings, reread: int, cheap_pass: CheapPass,
+    question: Question | None, cancel: threading.Event | None,
 ) -> Generator[Event, None, tuple[np.ndarray, str]]:
-    """The prompt read by the first `depth` of `cache`'s model's layers (every decode stops after
-    the last of them), the question's window (from `window_start`) observing: the tokens the votes
-    of the last `scoring_layers` of those layers choose, and the layers read ("14/28")."""
+    """The prompt's tokens before the question's window that the model reads (sorted), and how they
+    were chosen. By the question's words where it shares some with the document's passages (bm25),
+    else or also by a cheap pass's attention (fused: both passage rankings fused); the BM25 best
+    passages of `narrow` times the re-reading alone are read by the cheap pass where it says."""
+    chooser, narrow = settings.chooser, settings.fast.narrow
+    passages = question.passages if question is not None else None
+    if passages is None or not len(passages.starts) or (chooser == "attention" and narrow is None):
+        origins, kept, _, layers = yield from _cheap_pass(cache, tokens, None, window_start, settings, reread, cheap_pass, cancel)
+        kept = origins[kept]
+        return kept[kept < window_start], f"{cheap_pass.label} {layers} layers"
+    words = passages.bm25(question.text)
+    matched = bool((words > 0).any())
+    if chooser == "bm25" and matched:
+        chosen = passages.top(words, reread, settings.fast.opening)
+        return passages.tokens_of(chosen, window_start), f"bm25, {len(chosen)} passages"
+    candidates = passages.top(words, narrow * reread) if narrow and matched else np.arange(len(passages.starts))
+    origins, kept, scores, layers = yield from _cheap_pass(
+        cache, tokens, passages.tokens_of(candidates, window_start), window_start, settings, reread, cheap_pass, cancel)
+    how = f"{cheap_pass.label} {layers} layers" + (f" over {len(candidates)} bm25 passages" if len(candidates) < len(passages.starts) else "")
+    if chooser == "attention":
+        kept = origins[kept]
+        return kept[kept < window_start], how
+    attention = passages.attention(scores, origins[: len(scores)])
+    ranking = fused(words, attention) if chooser == "fused" and matched else attention
+    chosen = passages.top(np.where(np.isfinite(attention), ranking, -np.inf), reread, settings.fast.opening)
+    return passages.tokens_of(chosen, window_start), f"{'fused bm25, ' if chooser == 'fused' and matched else ''}{how}, {len(chosen)} passages"
+
+
+def _cheap_pass(
+    cache: KvCache, tokens: list[int], read: np.ndarray | None, window_start: int, settings: AskSettings, reread: int,
+    cheap_pass: CheapPass, cancel: threading.Event | None,
+) -> Generator[Event, None, tuple[np.ndarray, np.ndarray, np.ndarray, str]]:
+    """The prompt's tokens before `window_start` (or those at its indices `read`) read by the first
+    `depth` of the cheap pass's model's layers (every decode stops after the last of them; the
+    draft's on a context of its own, or `cache`'s model's, emptied after), the question's window
+    observing. Returns each cell's prompt index, the cells the votes of the last `layers` of those
+    layers choose (as SnapKV would keep `reread` of them, in sentences: FastSettings), each
+    read token's score (its heads' votes summed), and the layers read ("12/24")."""
+    fast = settings.fast
+    method = replace(settings.method, budget=reread, spans=fast.spans, heads=HeadReduction(fast.heads))
+    draft = cheap_pass.draft
+    if draft is None:
+        found = yield from _observed(cache, tokens, read, window_start, method, fast.depth or cheap_pass.depth, fast.layers, cancel)
+        cache.clear()  # the layers above the cut hold nothing usable
+        return found
+    with LlamaContext(draft, cache.ctx.settings) as draft_ctx:  # the draft's votes of every layer it ran choose
+        return (yield from _observed(KvCache(draft_ctx), tokens, read, window_start, method, fast.depth or cheap_pass.depth,
+                                     draft.shape.n_layer, cancel))
+
+
+def _observed(
+    cache: KvCache, tokens: list[int], read: np.ndarray | None, window_start: int, method: Method, depth: float,
+    scoring_layers: int, cancel: threading.Event | None,
+) -> Generator[Event, None, tuple[np.ndarray, np.ndarray, np.ndarray, str]]:
     n_layer = cache.ctx.model.shape.n_layer
     last_layer = last_read_layer(n_layer, depth)
     cache.ctx.cut_after_layer(None if last_layer == n_layer - 1 else last_layer)
     try:
-        yield from cache.prefill(tokens[:window_start], 0, len(tokens), cancel)
-        votes = cache.observe(tokens[window_start:])
+        if read is None:
+            yield from cache.prefill(tokens[:window_start], 0, len(tokens), cancel)
+        else:
+            yield from cache.prefill_chosen(tokens, read, window_start, cancel)
+        votes = cache.observe(tokens[window_start:])[-scoring_layers:]
     finally:
         cache.ctx.cut_after_layer(None)
-    kept = cache.plan(method, len(tokens) - window_start, votes[-scoring_layers:]).kept
-    return kept, f"{last_layer + 1}/{n_layer}"
+    window = len(tokens) - window_start
+    kept = cache.plan(method, window, votes).kept
+    scores = votes[..., :-window].sum(axis=(0, 1), dtype=np.float64)
+    return cache.origins.copy(), kept, scores, f"{last_layer + 1}/{n_layer}"

@@ -18,6 +18,7 @@ import numpy as np
 
 from kvchat.engine.kvcache.cache import KvCache, SavedCells
 from kvchat.engine.reading.compose import read_blockwise
+from kvchat.engine.reading.passages import Question
 from kvchat.engine.reading.fast import CheapPass, fast_select
 from kvchat.engine.answering.generate import Generation, answer_stats, generate
 from kvchat.engine.reading.selected import Selected
@@ -54,6 +55,7 @@ class PromptRun:
         self.holds_fast_answer = False  # the cache holds what a fast reading chose (read_fast()), not the prompt
         self._saved: tuple[SavedCells, int] | None = None  # and read_upto then
         self._at_saved = False  # the cache is exactly the saved state (restore() has nothing to do)
+        self._aside: tuple[SavedCells, int] | None = None  # a whole reading stopped for a fast one, and its read_upto
 
     @property
     def n_ctx(self) -> int:
@@ -208,17 +210,31 @@ class PromptRun:
         """Empty the cache and forget the restore point."""
         self.cache.clear()
         self.read_upto = self.loaded_upto = 0
-        self._saved, self._at_saved = None, False
+        self._saved, self._at_saved, self._aside = None, False, None
         self.holds_fast_answer = False
 
-    def read_fast(self, tokens: list[int], settings: AskSettings, cancel: threading.Event | None = None) -> Iterator[Event]:
+    def read_fast(
+        self, tokens: list[int], settings: AskSettings, cancel: threading.Event | None = None, question: Question | None = None,
+    ) -> Iterator[Event]:
         """Instead of reading and select(): a fast reading of the whole prompt (fast.py) into the
-        emptied cache. Returns the Selected that answer() takes."""
+        emptied cache; `question` for a choice by its words. What a whole reading stopped midway had
+        read is set aside (back_to_reading()). Returns the Selected that answer() takes."""
+        aside = self._aside if self.holds_fast_answer or not self.read_upto else (self.cache.saved(), self.read_upto)
         self.clear()
-        selected = yield from fast_select(self.cache, tokens, settings, cancel, self.cheap_pass)
+        self._aside = aside
+        selected = yield from fast_select(self.cache, tokens, settings, cancel, self.cheap_pass, question)
         self.read_upto = len(tokens)
         self.holds_fast_answer = True
         return selected
+
+    def back_to_reading(self) -> None:
+        """After a fast answer: the cache holds again what the whole reading had read before it
+        (nothing, if none had begun), for the reading to go on from there."""
+        aside = self._aside
+        self.clear()
+        if aside is not None:
+            saved, self.read_upto = aside
+            self.cache.restore(saved)
 
     def select(
         self,

@@ -11,6 +11,9 @@ from kvchat.policy import SnapStream, method_carrying, method_options
 
 CTX_ROUNDING = 256
 RING_MIN = 64  # the least room an answer needs besides the prompt
+# A question beside a document may take at most this share of the model's trained context: the
+# document is what the context is for, and a question that long is a document of its own.
+QUESTION_SHARE = 4
 
 
 def round_up(value: int, multiple: int = CTX_ROUNDING) -> int:
@@ -37,6 +40,41 @@ def context_size(model: LlamaModel, n_prompt: int, settings: AskSettings, reserv
             f"use `n_ctx` {round_up(n_prompt + RING_MIN)} or more, or `method` snapstream",
         )
     return n_ctx
+
+
+def check_prompt(model: LlamaModel, settings: AskSettings, n_document: int, n_earlier: int, n_question: int) -> None:
+    """Refuse a question about a document whose prompt does not fit, before any context is made
+    or grown for it: the one check every front end's question passes (Conversation.select).
+
+    `n_document`: the document's cells while the question is read (the whole document, or what a
+    streamed reading holds); `n_earlier`: the earlier turns, pinned whole; `n_question`: the
+    question's part of the prompt. The question alone may take at most 1/QUESTION_SHARE of the
+    trained context; all of them, with the least room for an answer, the trained context; the
+    cells kept for the answer at most `settings.kept_cells` (a server's sequence).
+    """
+    trained = model.shape.n_ctx_train
+    most = trained // QUESTION_SHARE
+    if n_question > most:
+        raise PromptTooLongError(
+            f"the question is {n_question:,} tokens; a question may take at most {most:,} "
+            f"(a quarter of the {trained:,} the model was trained on)",
+            "ask a shorter question: long text belongs in the document",
+        )
+    n_prompt = n_document + n_earlier + n_question
+    if n_prompt + RING_MIN > trained:
+        raise PromptTooLongError(
+            f"the prompt is {n_prompt:,} tokens ({n_document:,} of the document, {n_earlier:,} of earlier turns, "
+            f"{n_question:,} of the question); the model was trained on {trained:,}",
+            "ask a shorter question, or start a new conversation",
+        )
+    method = settings.method
+    kept = (min(n_document + n_question, method.budget) if method.scores else n_document + n_question) + n_earlier
+    if settings.kept_cells is not None and kept > settings.kept_cells:
+        raise PromptTooLongError(
+            f"the prompt keeps {kept:,} tokens for its answer ({n_earlier:,} of them earlier turns); "
+            f"a conversation holds {settings.kept_cells:,}",
+            "start a new conversation, or send fewer earlier turns",
+        )
 
 
 def reading_settings(model: LlamaModel, n_document: int, settings: AskSettings) -> tuple[AskSettings, str | None]:

@@ -1,0 +1,130 @@
+"""The document cut into passages of whole sentences, and which of them a question chooses: by its
+words (BM25, as retrieval tools choose their chunks), by the attention of a cheap pass, or by both
+(reciprocal-rank fusion). A question-chosen reading (fast.py) reads the chosen passages alone,
+in document order.
+
+Passages are cut on the sentence spans of policy/spans.py into runs of about PASSAGE_TOKENS
+tokens, as LM Studio and AnythingLLM cut theirs (~1,000 characters); BM25 is bm25s's (Lucene's
+scoring, English stop words removed, Snowball stems), over the passages' own text.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import bm25s
+import numpy as np
+import Stemmer
+
+from kvchat.policy.spans import spans_from_pieces
+
+PASSAGE_TOKENS = 250  # a passage grows by whole sentences (of at most 48 tokens) up to this many tokens
+RRF_K = 60  # reciprocal-rank fusion's constant (Cormack et al. 2009)
+_STEMMER = Stemmer.Stemmer("english")
+
+
+@dataclass(frozen=True)
+class Passages:
+    """A document prompt's passages: passage i is the prompt's tokens [starts[i], ends[i]) and
+    reads `texts[i]`. `always` are the prompt's tokens outside the document's text (the chat
+    template, the system prompt), read whatever the question chooses."""
+
+    starts: np.ndarray
+    ends: np.ndarray
+    texts: tuple[str, ...]
+    always: np.ndarray
+    n_tokens: int  # the document prompt's
+
+    @classmethod
+    def cut(cls, pieces: list[str], in_text: np.ndarray) -> Passages:
+        """The passages of a prompt whose tokens read `pieces`; `in_text` marks the tokens of the
+        document's text (the others are `always`)."""
+        inside = np.flatnonzero(in_text)
+        first, last = (int(inside[0]), int(inside[-1]) + 1) if len(inside) else (0, 0)
+        sentence_ids = spans_from_pieces(pieces[first:last], "sentences")
+        bounds = (np.flatnonzero(np.diff(sentence_ids, prepend=-1)) + first).tolist() + [last]
+        starts: list[int] = []
+        for start, end in zip(bounds[:-1], bounds[1:]):  # each sentence joins the passage it fits in
+            if not starts or end - starts[-1] > PASSAGE_TOKENS:
+                starts.append(start)
+        ends = starts[1:] + [last] if starts else []
+        texts = tuple("".join(pieces[start:end]) for start, end in zip(starts, ends))
+        always = np.concatenate([np.arange(first), np.arange(last, len(pieces))]).astype(np.int64)
+        return cls(np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64), texts, always, len(pieces))
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return self.ends - self.starts
+
+    @cached_property
+    def _index(self) -> bm25s.BM25:
+        index = bm25s.BM25()
+        index.index(_words(self.texts), show_progress=False)
+        return index
+
+    def bm25(self, question: str) -> np.ndarray:
+        """Each passage's BM25 score for `question`; all 0 when it shares no word with them."""
+        (words,) = _words([question]) or ([],)
+        known = [word for word in words if word in self._index.vocab_dict]
+        if not known or not self.texts:
+            return np.zeros(len(self.texts))
+        return np.asarray(self._index.get_scores(known), dtype=np.float64)
+
+    def attention(self, token_scores: np.ndarray, origins: np.ndarray) -> np.ndarray:
+        """Each passage's mean score over its tokens that a cheap pass read (`token_scores[i]` is
+        the score of prompt token `origins[i]`); -inf for a passage it did not read."""
+        passage_of = np.searchsorted(self.ends, origins, side="right")
+        inside = (passage_of < len(self.starts)) & (origins >= self.starts[np.minimum(passage_of, len(self.starts) - 1)])
+        totals = np.bincount(passage_of[inside], weights=token_scores[inside], minlength=len(self.starts))
+        counts = np.bincount(passage_of[inside], minlength=len(self.starts))
+        return np.where(counts > 0, totals / np.maximum(counts, 1), -np.inf)
+
+    def top(self, scores: np.ndarray, tokens: int, opening: int = 0) -> np.ndarray:
+        """The document's first `opening` passages, then the best-scored ones (finite scores only)
+        while their tokens add up to at most `tokens`, taken in order of score (ties: the earlier
+        passage); at least one. Sorted."""
+        first = list(range(min(opening, len(self.starts))))
+        order = first + [index for index in np.argsort(-scores, kind="stable").tolist()
+                         if np.isfinite(scores[index]) and index not in first]
+        chosen, total = [], 0
+        for index in order:
+            if total + int(self.lengths[index]) <= tokens or not chosen:
+                chosen.append(index)
+                total += int(self.lengths[index])
+        return np.sort(np.asarray(chosen, dtype=np.int64))
+
+    def tokens_of(self, chosen: np.ndarray, upto: int) -> np.ndarray:
+        """The indices of the tokens read of a prompt that begins with the document's and whose
+        question's window starts at `upto`: the `chosen` passages' and the `always` ones, then
+        every token after the document's up to `upto` (earlier turns, the question's start); sorted."""
+        runs = [np.arange(self.starts[index], self.ends[index]) for index in chosen.tolist()]
+        read = np.concatenate([self.always, *runs, np.arange(self.n_tokens, upto)]).astype(np.int64)
+        return np.sort(read[read < upto])
+
+
+@dataclass(frozen=True)
+class Question:
+    """What a question-chosen reading needs of the question: its text, and the passages of the
+    document it is about."""
+
+    text: str
+    passages: Passages
+
+
+def fused(first: np.ndarray, second: np.ndarray) -> np.ndarray:
+    """Reciprocal-rank fusion of two scorings of the same passages: the sum of 1 / (RRF_K + rank)
+    over both (rank 1 is the best); a passage that one scoring leaves out (-inf) has only the
+    other's share."""
+    return _reciprocal_ranks(first) + _reciprocal_ranks(second)
+
+
+def _reciprocal_ranks(scores: np.ndarray) -> np.ndarray:
+    ranks = np.empty(len(scores), dtype=np.float64)
+    ranks[np.argsort(-scores, kind="stable")] = np.arange(1, len(scores) + 1)
+    return np.where(np.isfinite(scores), 1.0 / (RRF_K + ranks), 0.0)
+
+
+def _words(texts: list[str] | tuple[str, ...]) -> list[list[str]]:
+    """Each text as BM25 reads it: lower-cased words, English stop words out, stemmed."""
+    return bm25s.tokenize(list(texts), stopwords="en", stemmer=_STEMMER, return_ids=False, show_progress=False)
