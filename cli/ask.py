@@ -13,14 +13,14 @@ from kvchat.cli.background import background_reading_on, start_background_readin
 from kvchat.cli.interrupt import interrupt_as_cancel, signals_stop_reading
 from kvchat.cli.options import (
     ADVANCED, BUDGET, CACHE_TYPE_K, N_BATCH, SYSTEM, CACHE_TYPE_V, DRAFT, FLASH_ATTN, GPU_LAYERS, HEADS, MAX_TOKENS, METHOD, MODEL, READ, WHOLE,
-    SAVE_READINGS, SOURCES, TEMPERATURE, THREADS, WINDOW, ask_settings, check_draft, draft_for, kv_layout,
+    SAVE_READINGS, SOURCES, TEMPERATURE, THREADS, WINDOW, as_text, ask_settings, check_draft, draft_for, kv_layout,
     warn_about_gpu_layers,
 )
 from kvchat.cli.render import OcrBar, render
-from kvchat.cli.read import files_named
+from kvchat.cli.files import files_named
 from kvchat.documents import SUPPORTED, Document, bundle, load_document
 from kvchat.engine import Conversation, Engine, InProgress, StreamSettings, selection_named, selections_help
-from kvchat.errors import CancelledError, DocumentError, SettingsError, raise_if_cancelled
+from kvchat.errors import CancelledError, DocumentError, SettingsError, printable, raise_if_cancelled
 from kvchat.events import Event, Notice
 from kvchat.policy import HeadReduction, SnapKV
 
@@ -44,7 +44,7 @@ def _load(names: list[str], console: Console) -> Document:
     files = []
     for path, skipped in files_named(names):
         if skipped is not None:
-            console.print(f"kvchat: skipped {path}: {skipped}", markup=False, highlight=False, soft_wrap=True)
+            console.print(f"kvchat: skipped {printable(str(path))}: {skipped}", markup=False, highlight=False, soft_wrap=True)
         else:
             files.append(path)
     if not files:
@@ -58,7 +58,7 @@ def ask_command(
     paths: list[Path] = typer.Argument(
         None, help=f"The document, or several asked about together: {SUPPORTED}, folders of them, globs; - reads one "
         "from standard input.", show_default=False),
-    question: str = typer.Argument(None, help="What to ask about it (them).", show_default=False),
+    question: str = typer.Argument(None, help="What to ask about it (them).", show_default=False, callback=as_text),
     model: str = MODEL,
     budget: int = BUDGET,
     window: int = WINDOW,

@@ -3,7 +3,8 @@ options, flag > environment (`KVCHAT_<OPTION>`, e.g. KVCHAT_BUDGET=512) > file >
 
 The file is TOML, `<config dir>/config.toml` (KVCHAT_CONFIG names another): a key at the top
 applies to every command that has the option, a table (`[serve]`, `[cache.list]`) to one command.
-Keys are the options' names with underscores (`max_tokens = 256`). main() hands the defaults to
+Keys are the options' flags with underscores (`max_tokens = 256`, `json = true`), and so are the
+variables' names (KVCHAT_JSON for `--json`). main() hands the defaults to
 click as its default_map; `kvchat config` shows each value and where it came from.
 """
 
@@ -20,13 +21,15 @@ from kvchat.errors import SettingsError
 from kvchat.paths import config_dir
 
 CONFIG_ENV = "KVCHAT_CONFIG"
-NOT_SETTINGS = {"help", "version", "install_completion", "show_completion", "job"}  # options no default is kept for
+# options no default is kept for; bench's `--json PATH` would take KVCHAT_JSON, the other commands' switch
+NOT_SETTINGS = {"help", "version", "install_completion", "show_completion", "job", "json_path"}
 
 
 @dataclass(frozen=True)
 class Setting:
     command: str  # "ask", "cache list"
-    option: str  # "max_tokens"
+    option: str  # "max_tokens", "json": the flag, underscored
+    parameter: str  # the command's parameter it sets: "max_tokens", "as_json"
     value: object
     source: str  # "KVCHAT_MAX_TOKENS", "/home/me/.config/kvchat/config.toml [serve]"
 
@@ -41,6 +44,9 @@ def _file(path: Path) -> dict[str, object]:
             return tomllib.load(handle)
     except FileNotFoundError:
         return {}
+    except UnicodeDecodeError as error:
+        raise SettingsError(f"cannot read the settings file {path}: not UTF-8 text (byte {error.start})",
+                            f"save it as UTF-8, or move it away (or set {CONFIG_ENV})") from None
     except (OSError, tomllib.TOMLDecodeError) as error:
         raise SettingsError(f"cannot read the settings file {path}: {error}", f"fix it, or move it away (or set {CONFIG_ENV})") from None
 
@@ -70,14 +76,21 @@ def settings(app: object) -> list[Setting]:
         for param in getattr(command, "params", []):
             if param.param_type_name != "option" or param.name in NOT_SETTINGS or param.multiple:
                 continue
-            env = f"KVCHAT_{param.name.upper()}"
+            name, command_name = _setting_name(param), " ".join(command_path)
+            env = f"KVCHAT_{name.upper()}"
             if env in os.environ and env != "KVCHAT_API_KEY":  # the key has its own envvar already
-                found.append(Setting(" ".join(command_path), param.name, os.environ[env], env))
-            elif param.name in table and not isinstance(table[param.name], dict):
-                found.append(Setting(" ".join(command_path), param.name, table[param.name], f"{path} [{'.'.join(command_path)}]"))
-            elif param.name in file and not isinstance(file[param.name], dict):
-                found.append(Setting(" ".join(command_path), param.name, file[param.name], str(path)))
+                found.append(Setting(command_name, name, param.name, os.environ[env], env))
+            elif name in table and not isinstance(table[name], dict):
+                found.append(Setting(command_name, name, param.name, table[name], f"{path} [{'.'.join(command_path)}]"))
+            elif name in file and not isinstance(file[name], dict):
+                found.append(Setting(command_name, name, param.name, file[name], str(path)))
     return found
+
+
+def _setting_name(param: object) -> str:
+    """What the user calls an option: its flag, underscored (`--json` is `json`, not `as_json`)."""
+    flags = [flag for flag in getattr(param, "opts", []) if flag.startswith("--")]
+    return flags[0][2:].replace("-", "_") if flags else param.name  # type: ignore[attr-defined]
 
 
 def default_map(app: object) -> dict[str, object]:
@@ -87,7 +100,7 @@ def default_map(app: object) -> dict[str, object]:
         node = tree
         for name in setting.command.split():
             node = node.setdefault(name, {})  # type: ignore[assignment]
-        node[setting.option] = str(setting.value).lower() if isinstance(setting.value, bool) else setting.value
+        node[setting.parameter] = str(setting.value).lower() if isinstance(setting.value, bool) else setting.value
     return tree
 
 

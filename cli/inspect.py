@@ -15,6 +15,7 @@ from kvchat.cli.options import DRAFT, GPU_LAYERS, MODEL, READ, check_draft, draf
 from kvchat.cli.render import OcrBar
 from kvchat.documents import SUPPORTED, load_document
 from kvchat.engine import AskSettings, Engine, ReadingPlan
+from kvchat.errors import printable
 
 
 def _duration(seconds: float | None) -> str:
@@ -30,7 +31,7 @@ def _table(plans: list[ReadingPlan], model: str, n_ctx_train: int) -> Table:
         table.add_column(column, justify="right" if column in ("pages", "chars", "tokens") else "left")
     for plan in plans:
         first = f"fast, {_duration(plan.est_fast_s)}" if plan.reads_fast else "whole"
-        table.add_row(Text(Path(plan.path).name), plan.format, f"{plan.pages:,}", f"{plan.chars:,}", f"{plan.tokens:,}",
+        table.add_row(Text(printable(Path(plan.path).name)), plan.format, f"{plan.pages:,}", f"{plan.chars:,}", f"{plan.tokens:,}",
                       "yes" if plan.fits_context else "no", plan.method, first, _duration(plan.est_read_s))
     return table
 

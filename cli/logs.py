@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 
+from kvchat.errors import printable
 from kvchat.paths import log_dir
 
 LOG_FILE_NAME = "kvchat.log"
@@ -18,8 +19,16 @@ def configure_logging() -> None:
         handler: logging.Handler = logging.FileHandler(directory / LOG_FILE_NAME, encoding="utf-8")
     except OSError:
         handler = logging.NullHandler()
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(PrintableFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger("kvchat")
     root.handlers[:] = [handler]
     root.setLevel(os.environ.get("KVCHAT_LOG_LEVEL", "INFO").upper())
     root.propagate = False
+
+
+class PrintableFormatter(logging.Formatter):
+    """Log lines without control characters (errors.printable), line by line (a traceback keeps its
+    lines): they name documents, and `tail -f` shows the log on a terminal."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return "\n".join(printable(line) for line in super().format(record).split("\n"))

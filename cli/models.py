@@ -11,9 +11,9 @@ from rich.table import Table
 from rich.text import Text
 
 from kvchat.engine import paired_draft
-from kvchat.errors import KvchatError
+from kvchat.errors import KvchatError, printable
 from kvchat.llama import LlamaModel
-from kvchat.models import REGISTRY, FoundModel, found_models, model_status
+from kvchat.models import REGISTRY, FoundModel, found_models, hf_cache_note, model_status
 
 
 def _mib(size: int) -> str:
@@ -27,6 +27,8 @@ def models_command(
     that chooses for a fast reading of each."""
     statuses = [model_status(entry) for entry in REGISTRY]
     found = [_described(model) for model in found_models()]
+    if (note := hf_cache_note()) is not None:
+        typer.echo(f"kvchat: {note}", err=True)
     if as_json:
         rows = [
             {"name": s.entry.name, "source": "registry", "state": s.state, "path": str(s.path), "size": s.entry.size,
@@ -75,6 +77,6 @@ def _found_table(found: list[dict[str, object]]) -> Table:
         table.add_column(column)
     for row in found:
         kv = f"{row['kv_bytes_per_token'] / 1024:,.0f} KiB" if "kv_bytes_per_token" in row else Text(str(row.get("error", "")))
-        table.add_row(Text(str(row["name"])), _mib(int(row["size"])), Text(str(row.get("architecture") or "—")),
+        table.add_row(Text(printable(str(row["name"]))), _mib(int(row["size"])), Text(str(row.get("architecture") or "—")),
                       f"{row['context']:,}" if "context" in row else "—", kv, Text(str(row.get("draft") or "—")))
     return table

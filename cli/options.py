@@ -4,6 +4,8 @@ taken from the settings objects they fill (AskSettings, its method, sampler and 
 
 from __future__ import annotations
 
+import re
+
 import typer
 from rich.console import Console
 
@@ -26,7 +28,16 @@ WINDOW = typer.Option(DEFAULTS.method.window, rich_help_panel=ADVANCED,
 # llama.cpp's short forms where the meaning is the same (-n, --temp, -t, -ngl, -c)
 MAX_TOKENS = typer.Option(DEFAULTS.max_tokens, "--max-tokens", "-n", help="Most tokens per answer.")
 TEMPERATURE = typer.Option(DEFAULTS.sampler.temperature, "--temperature", "--temp", help="0 = greedy (deterministic).")
-SYSTEM = typer.Option(None, "--system", "-s", show_default=False,
+LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def as_text(value: str | None) -> str | None:
+    """A command-line argument as the text meant: each byte of it that was not UTF-8, which Python
+    keeps as a lone surrogate (and no tokenizer takes), becomes U+FFFD, as a text editor shows it."""
+    return None if value is None else LONE_SURROGATE.sub("\ufffd", value)
+
+
+SYSTEM = typer.Option(None, "--system", "-s", show_default=False, callback=as_text,
                       help="The system prompt (default: kvchat's: answer from the document only, quote exactly, keep it short).")
 N_BATCH = typer.Option(DEFAULTS.n_batch, help="Tokens read per step: a reading's chunk, and the largest --window.")
 THREADS = typer.Option(DEFAULTS.threads, "--threads", "-t",

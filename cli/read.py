@@ -3,41 +3,22 @@ question about them (ask, chat, serve) loads the reading instead of reading."""
 
 from __future__ import annotations
 
-import glob
 import os
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import typer
 from rich.console import Console
 
 from kvchat.cli.background import NICENESS, take_job
+from kvchat.cli.files import files_named
 from kvchat.cli.interrupt import interrupt_as_cancel, signals_stop_reading
 from kvchat.cli.options import CACHE_TYPE_K, CACHE_TYPE_V, FLASH_ATTN, GPU_LAYERS, MODEL, SYSTEM, THREADS, kv_layout
 from kvchat.cli.render import OcrBar, ReadingBar
-from kvchat.documents import DOCUMENT_SUFFIXES, SUPPORTED, Document, load_document
+from kvchat.documents import SUPPORTED, Document, load_document
 from kvchat.engine import WAITING_FOR_TURN, AskSettings, Engine, WholeReadingDone
-from kvchat.errors import CancelledError, DocumentError, SettingsError
+from kvchat.errors import CancelledError, DocumentError, SettingsError, printable
 from kvchat.events import Notice, Progress
-
-
-def files_named(paths: list[str]) -> Iterator[tuple[Path, str | None]]:
-    """Each file `paths` name, with why it is skipped (None: to read). A folder gives its
-    documents (the suffixes a file picker offers, hidden files left out), a glob its matches
-    (the shell's, when it did not expand it), a file itself."""
-    for name in paths:
-        matches = sorted(glob.glob(name, recursive=True)) if glob.has_magic(name) else [name]
-        if not matches:
-            yield Path(name), "no file matches it"
-        for match in map(Path, matches):
-            if not match.is_dir():
-                yield match, None
-                continue
-            for path in sorted(match.rglob("*")):
-                if path.is_dir() or any(part.startswith(".") for part in path.relative_to(match).parts):
-                    continue
-                yield path, None if path.suffix.lower() in DOCUMENT_SUFFIXES else f"not a {SUPPORTED} file"
 
 
 def _minutes(seconds: float) -> str:
@@ -51,7 +32,7 @@ def _load(paths: list[str], console: Console) -> tuple[list[Document], int]:
     with OcrBar(console) as ocr_progress, signals_stop_reading() as stop:
         for path, skipped in files_named(paths):
             if skipped is not None:
-                console.print(f"skipped {path}: {skipped}", markup=False, highlight=False, soft_wrap=True)
+                console.print(f"skipped {printable(str(path))}: {skipped}", markup=False, highlight=False, soft_wrap=True)
                 continue
             try:
                 documents.append(load_document(path, ocr_progress, stop))
@@ -93,7 +74,7 @@ def read_documents(engine: Engine, documents: list[Document], settings: AskSetti
                 raise CancelledError("stopped", "")
             ended[how] += 1
             took = f" ({plan.tokens:,} tokens in {_minutes(time.perf_counter() - started)})" if how is WholeReadingDone.READ else ""
-            console.print(f"{document.path}: {how.value}{took}", markup=False, highlight=False, soft_wrap=True)
+            console.print(f"{printable(str(document.path))}: {how.value}{took}", markup=False, highlight=False, soft_wrap=True)
     return ended
 
 
@@ -105,7 +86,7 @@ def _read_job(job: Path) -> None:
     document, model, gpu_layers, settings = take_job(job)
 
     def log(line: str) -> None:
-        typer.echo(f"{time.strftime('%F %T')} pid {os.getpid()}: {line}", err=True)
+        typer.echo(f"{time.strftime('%F %T')} pid {os.getpid()}: {printable(line)}", err=True)
 
     began = False  # "reading" is logged once, when the reading (not a wait for another's) begins
     with Engine(model, gpu_layers=gpu_layers) as engine, interrupt_as_cancel(terminate=True) as cancel:

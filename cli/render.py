@@ -12,6 +12,7 @@ from rich.progress import (
     BarColumn, Progress, ProgressColumn, TaskID, TextColumn, TimeElapsedColumn, TimeRemainingColumn,
 )
 
+from kvchat.errors import printable
 from kvchat.events import Done, Event, Notice, Progress as ReadProgress, Pruned, Stats, Token
 
 MIB = 2**20
@@ -41,7 +42,7 @@ def json_record(done: Done, kept_by_document: tuple[tuple[str, int], ...]) -> di
 
 
 def kept_by_document_line(kept_by_document: tuple[tuple[str, int], ...]) -> str:
-    return "kept of each document: " + " · ".join(f"{name} {chars:,} chars" for name, chars in kept_by_document)
+    return "kept of each document: " + " · ".join(f"{printable(name)} {chars:,} chars" for name, chars in kept_by_document)
 
 
 class _Bar:
@@ -125,7 +126,7 @@ def render(events: Iterable[Event], as_json: bool, console: Console) -> Done | N
         if as_json:
             sys.stdout.write(json.dumps(json_record(done, kept_by_document)) + "\n")
         for source in done.sources:
-            console.print(source.quoted(), highlight=False, markup=False, soft_wrap=True)
+            console.print(printable(source.quoted()), highlight=False, markup=False, soft_wrap=True)
         console.print(stats_line(done.stats), highlight=False, soft_wrap=True)
         if kept_by_document:
             console.print(kept_by_document_line(kept_by_document), highlight=False, markup=False, soft_wrap=True)

@@ -15,6 +15,15 @@ import threading
 from collections.abc import Callable
 
 SETTING = re.compile(r"`([a-z_]+)`")  # a setting named in a message or hint
+CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")  # C0 (ESC among them), DEL and C1 control characters
+
+
+def printable(text: str) -> str:
+    """`text` as kvchat shows it (a file's name, a path, a message or a log line naming one),
+    without control characters: a name holding ESC would write `ESC[31m` (colours) or `ESC]0;…`
+    (the window's title) to the terminal, and other codes move the cursor or erase. Every front end
+    shows names through this, errors through one_line()."""
+    return CONTROL.sub("", text)
 
 
 def plain(name: str) -> str | None:
@@ -36,8 +45,8 @@ class KvchatError(Exception):
         """Message and hint on one line (a library's error text quoted in either may hold
         newlines), each setting in them as `named(setting)` calls it; a hint naming a setting the
         front end has not (`named` returns None) is left out."""
-        message = _with_settings(" ".join(self.message.split()), named, fallback=True)
-        hint = _with_settings(" ".join(self.hint.split()), named, fallback=False)
+        message = _with_settings(printable(" ".join(self.message.split())), named, fallback=True)
+        hint = _with_settings(printable(" ".join(self.hint.split())), named, fallback=False)
         return f"{message} (hint: {hint})" if hint else message
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from kvchat.errors import printable
+
 
 @dataclass(frozen=True)
 class Progress:
@@ -46,9 +48,14 @@ class Evicted:
 
 @dataclass(frozen=True)
 class Notice:
-    """Something the user should know that is not an error (a saved state was damaged, …)."""
+    """Something the user should know that is not an error (a saved state was damaged, …): its
+    text as every front end shows it, without control characters (errors.printable), for it names
+    documents."""
 
     text: str
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "text", printable(self.text))  # frozen: set once, here
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import reprlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +24,7 @@ from kvchat.errors import ModelError
 
 OLLAMA_MODEL_LAYER = "application/vnd.ollama.image.model"
 OLLAMA_REGISTRY = "registry.ollama.ai"
+OLLAMA_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")  # a blob's name, `sha256-<hex>`, is made of it
 
 
 @dataclass(frozen=True)
@@ -71,7 +74,10 @@ def _ollama(name: str) -> Path:
         raise ModelError(f"no Ollama model {model}:{tag} in {ollama_root()}", f"ollama pull {model}:{tag}") from None
     except (OSError, ValueError, KeyError, TypeError, StopIteration):
         raise ModelError(f"Ollama's manifest of {model}:{tag} names no model file ({manifest})", f"ollama pull {model}:{tag}") from None
-    blob = ollama_root() / "blobs" / str(digest).replace(":", "-")
+    if not isinstance(digest, str) or not OLLAMA_DIGEST.fullmatch(digest):  # "/etc/passwd" would leave blobs/
+        raise ModelError(f"Ollama's manifest of {model}:{tag} names its model file by {reprlib.repr(digest)}, not by a sha256 "
+                         f"({manifest})", f"ollama pull {model}:{tag}")
+    blob = ollama_root() / "blobs" / digest.replace(":", "-")
     if not blob.is_file():
         raise ModelError(f"Ollama's model file of {model}:{tag} is missing ({blob})", f"ollama pull {model}:{tag}")
     return blob
@@ -96,9 +102,11 @@ def _lmstudio(name: str) -> Path:
 def _hf_ggufs() -> dict[str, list[Path]]:
     """The GGUF files of each model repo in the Hugging Face cache, of its `main` revision (else
     its newest)."""
+    if hf_cache_note() is not None:
+        return {}
     try:
         repos = scan_cache_dir(hf_cache()).repos
-    except CacheNotFound:
+    except (CacheNotFound, ValueError, OSError):  # gone, or made a file, since; unreadable
         return {}
     found = {}
     for repo in sorted((repo for repo in repos if repo.repo_type == "model"), key=lambda repo: repo.repo_id):
@@ -109,12 +117,20 @@ def _hf_ggufs() -> dict[str, list[Path]]:
     return found
 
 
+def hf_cache_note() -> str | None:
+    """Why the Hugging Face cache is left out, where it is there but is not a folder."""
+    cache = hf_cache()
+    if cache.exists() and not cache.is_dir():
+        return f"the Hugging Face cache {cache} is not a folder: its models are left out (check HF_HUB_CACHE and HF_HOME)"
+    return None
+
+
 def _hugging_face(name: str) -> Path:
     repo, _, wanted = name.partition(":")
     download = f"huggingface-cli download {repo}" + (f" --include '*{wanted}*'" if wanted else "")
     files = _hf_ggufs().get(repo)
     if not files:
-        raise ModelError(f"no GGUF of {repo} in the Hugging Face cache ({hf_cache()})", download)
+        raise ModelError(hf_cache_note() or f"no GGUF of {repo} in the Hugging Face cache ({hf_cache()})", download)
     chosen = [path for path in files if path.name == wanted] or [path for path in files if wanted.lower() in path.name.lower()]
     if len(chosen) == 1:
         return chosen[0]

@@ -200,6 +200,7 @@ def test_bad_documents_exit_1_with_one_line(kind, tmp_path, tiny_model_path, iso
         (["--temperature", "-1"], "temperature must be 0 or more"),
         (["--threads", "0"], "threads must be at least 1"),
         (["--threads", "-3"], "threads must be at least 1"),
+        (["--threads", "100000"], "--threads must be at most "),  # SIGSEGV in llama.cpp before
         (["--n-ctx", "-5"], "context size must be at least 1"),
     ],
 )
@@ -455,6 +456,27 @@ def test_serve_refuses_bad_threads_before_loading_a_model(threads, tmp_path, mon
     ]
 
 
+def too_many_threads(got: str) -> str:
+    cpus = len(os.sched_getaffinity(0))
+    return (f"kvchat: error: --threads must be at most {4 * cpus} (4 for each of the {cpus} CPUs kvchat may use), got {got} "
+            "(hint: leave it unset for every CPU kvchat may use)\n")
+
+
+@pytest.mark.parametrize("command", ["ask", "read", "chat", "serve"])
+def test_a_thread_count_from_the_settings_file_is_bounded_in_every_command(command, tmp_path, isolated_home) -> None:
+    """99999999999999999999 threads ended llama.cpp in std::bad_alloc (exit 134)."""
+    config = tmp_path / "c.toml"
+    config.write_text("threads = 99999999999999999999\n")
+    document = tmp_path / "notes.txt"
+    document.write_text("The fee is 5 dollars.")
+    args = {"ask": [str(document), "q"], "read": [str(document)], "chat": [str(document)], "serve": []}[command]
+    result = run_kvchat(command, *args, "--model", str(tmp_path / "absent.gguf"), home=isolated_home,
+                        env={"KVCHAT_CONFIG": str(config)}, timeout=60)
+    assert (result.returncode, result.stdout, result.stderr) == (2, "", too_many_threads("99,999,999,999,999,999,999"))
+    over = str(4 * len(os.sched_getaffinity(0)) + 1)
+    assert run_kvchat(command, *args, "-t", over, home=isolated_home, timeout=60).stderr == too_many_threads(over)
+
+
 def test_plotting_without_matplotlib_is_refused_before_the_run(monkeypatch, capsys) -> None:
     import importlib.util
 
@@ -588,3 +610,70 @@ def test_an_option_comes_from_the_flag_else_the_environment_else_the_settings_fi
     config.write_text("budget = [")
     broken = run_kvchat(*args, home=isolated_home)
     assert broken.returncode == 2 and broken.stderr.startswith(f"kvchat: error: cannot read the settings file {config}: ")
+
+
+def test_a_settings_file_that_is_not_utf8_is_one_line(isolated_home, tmp_path) -> None:
+    config = tmp_path / "c.toml"
+    config.write_bytes(b"\xff\xfe model = 1\n")
+    result = run_kvchat("models", home=isolated_home, env={"KVCHAT_CONFIG": str(config)})
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr == (f"kvchat: error: cannot read the settings file {config}: not UTF-8 text (byte 0) "
+                             "(hint: save it as UTF-8, or move it away (or set KVCHAT_CONFIG))\n")
+
+
+def test_the_json_switch_is_kvchat_json_in_the_environment_and_json_in_the_file(isolated_home) -> None:
+    listed = run_kvchat("cache", "list", home=isolated_home, env={"KVCHAT_JSON": "1"})
+    assert (listed.returncode, listed.stdout) == (0, "[]\n")
+    shown = run_kvchat("config", home=isolated_home, env={"KVCHAT_JSON": "1"}).stdout.splitlines()
+    assert "cache list --json = 1   (KVCHAT_JSON)" in shown and not any(line.startswith("bench --json") for line in shown)
+    config = isolated_home / "config" / "config.toml"
+    config.parent.mkdir(parents=True)
+    config.write_text("[cache.list]\njson = true\n")
+    assert run_kvchat("cache", "list", home=isolated_home).stdout == "[]\n"
+
+
+def test_a_question_with_bytes_that_are_not_utf8_is_answered(document, tiny_model_path, isolated_home) -> None:
+    """The shell passes `$(printf 'what \\xff')` as bytes; Python keeps the 0xff as a lone surrogate."""
+    question = "How much is item 7? \udcff"
+    asked = run_kvchat("ask", str(document), question, "--model", str(tiny_model_path), "--max-tokens", "2", "--threads", "2",
+                       "--json", "--system", "Answer briefly \udcfe", home=isolated_home)
+    assert asked.returncode == 0, asked.stderr
+    assert json.loads(asked.stdout)["prompt_tokens"] > 0
+
+
+def test_names_are_printed_without_control_characters(tmp_path, tiny_model_path, isolated_home) -> None:
+    """A file name holding ESC wrote `ESC[31m` (colours) and `ESC]0;TITLE` (the window's title)
+    to the terminal; every line naming it now leaves the control characters out."""
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "a\x1b[31mred\x1b]0;TITLE\x07.txt").write_text("The fee is 5 dollars.")
+    (folder / "b\x1b[2J.bin").write_bytes(b"x")
+    read = run_kvchat("read", str(folder), "--model", str(tiny_model_path), "--threads", "2", home=isolated_home)
+    assert read.returncode == 0, read.stderr
+    assert read.stderr.splitlines() == [
+        f"skipped {folder}/b[2J.bin: not a PDF, DOCX, EPUB, TXT, Markdown or HTML file",
+        "1 document, " + read.stderr.splitlines()[1].split(", ", 1)[1],
+        f"{folder}/a[31mred]0;TITLE.txt: read ({read.stderr.splitlines()[2].split(': read (', 1)[1]}",
+        "1 read",
+    ]
+    listed = run_kvchat("cache", "list", home=isolated_home, env={"COLUMNS": "200"})
+    asked = run_kvchat("ask", str(folder / "a\x1b[31mred\x1b]0;TITLE\x07.txt"), "What is the fee?", "--model", str(tiny_model_path),
+                       "--threads", "2", "--max-tokens", "2", home=isolated_home)
+    missing = run_kvchat("ask", str(folder / "gone\x1b[31m.txt"), "q", home=isolated_home)
+    assert asked.returncode == 0 and "a[31mred]0;TITLE.txt" in listed.stdout
+    assert missing.stderr.startswith(f"kvchat: skipped {folder}/gone[31m.txt: no file matches it\n")
+    for result in (read, listed, asked, missing):
+        assert "\x1b" not in result.stdout + result.stderr and "\x07" not in result.stdout + result.stderr
+
+
+def test_notices_errors_and_log_lines_leave_control_characters_out() -> None:
+    import logging
+
+    from kvchat.cli.logs import PrintableFormatter
+    from kvchat.errors import DocumentError
+    from kvchat.events import Notice
+
+    assert Notice("reading a\x1b[31m\x9bb\x7f.txt").text == "reading a[31mb.txt"
+    assert DocumentError("x\x1b]0;T\x07.pdf: no such file", "check\x1b[2J it").one_line() == "x]0;T.pdf: no such file (hint: check[2J it)"
+    record = logging.LogRecord("kvchat", logging.WARNING, __file__, 1, "deleted %s", ("a\x1b[31m.kvstate",), None)
+    assert PrintableFormatter("%(message)s").format(record) == "deleted a[31m.kvstate"

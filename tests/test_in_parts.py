@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from kvchat.documents import Document, Page
-from kvchat.engine import AskSettings, Engine, state_store
+from kvchat.engine import AskSettings, Engine, part_store, state_store
 from kvchat.engine.in_parts import PART_SYSTEM, PART_TOKENS, answer_in_parts, part_of, part_ranges
 from kvchat.engine.whole_question import about_whole
 from kvchat.errors import CancelledError, SettingsError
@@ -62,8 +62,37 @@ def test_a_whole_document_question_is_asked_of_each_part_in_turn(tiny_model_path
 
     assert 0 < len(done.sources) <= n_parts and all(source.text == " ".join(TEXT[source.start:source.end].split())
                                                     for source in done.sources)
-    saved = sorted(entry.header.document for entry in state_store().entries())
+    saved = sorted(entry.header.document for entry in part_store().entries())
     assert saved == sorted(f"deliveries.txt (part {n} of {n_parts})" for n in range(1, n_parts + 1))
+    assert state_store().entries() == []  # the user's saved readings are another store's
+
+
+def test_a_whole_document_question_evicts_no_reading_the_user_saved(tiny_model_path: Path, tmp_path: Path) -> None:
+    """The saved readings' store full to its cap with what `kvchat read` saved (another document):
+    the parts' readings go to a store of their own and, past its cap, evict only parts (the oldest
+    first)."""
+    path = tmp_path / "deliveries.txt"
+    path.write_text(TEXT)
+    document = Document(path, "text", TEXT, [Page(1, 0, len(TEXT))])
+    settings = AskSettings(whole="on", part_tokens=512, max_tokens=2, threads=2)
+    notes = tmp_path / "notes.txt"
+    notes.write_text("The boat was named the Grey Heron. " * 20)
+    with Engine(str(tiny_model_path)) as engine:
+        list(engine.read_whole(Document(notes, "text", notes.read_text(), [Page(1, 0, 700)]), AskSettings(threads=2)))
+        (read,) = state_store().entries()
+        engine.states.store.max_bytes = read.size  # one more reading saved there would evict it
+        list(engine.ask(document, "List every delivery.", settings))
+        parts = part_store().entries()
+        assert len(parts) == len(part_ranges(document, engine.model.count_tokens, 512)) >= 3
+        part_store().clear()
+        cap = sum(sorted(entry.size for entry in parts)[-2:])  # room for two parts
+        engine.part_states.store.max_bytes = cap
+        list(engine.ask(document, "List every delivery.", settings))
+        kept = part_store().entries()
+    assert [entry.path for entry in state_store().entries()] == [read.path]
+    names = {entry.header.document for entry in kept}
+    assert f"{path} (part {len(parts)} of {len(parts)})" in names and f"{path} (part 1 of {len(parts)})" not in names
+    assert 2 <= len(kept) < len(parts) and sum(entry.size for entry in kept) <= cap
 
 
 def test_parts_smaller_than_an_answer_is_worth_are_refused() -> None:

@@ -104,3 +104,21 @@ def test_unknown_name_lists_the_registry() -> None:
     with pytest.raises(ModelError) as info:
         resolve_model("no-such-model")
     assert "default" in info.value.hint and "small" in info.value.hint
+
+
+@pytest.mark.parametrize("key, extra, context_length", [
+    ("qwen2.attention.key_length", {"qwen2.attention.key_length": 2**31}, 4096),  # GGML_ASSERT at the first ask before
+    ("qwen2.context_length", {}, 2**32 - 1),  # "do not fit the model's -1 positions" before
+])
+def test_a_gguf_of_absurd_shape_is_refused_at_load_naming_the_key(key, extra, context_length, tmp_path, isolated_home) -> None:
+    from test_cli import run_kvchat
+    from tiny_gguf import write_tiny_gguf
+
+    model = write_tiny_gguf(tmp_path / "absurd.gguf", context_length=context_length, extra=extra)
+    document = tmp_path / "notes.txt"
+    document.write_text("The fee is 5 dollars.")
+    for command in (["ask", str(document), "How much?", "--json"], ["inspect", str(document), "--json"]):
+        result = run_kvchat(*command, "--model", str(model), home=isolated_home)
+        assert (result.returncode, result.stdout) == (1, "")  # nothing of ggml's on stdout: the JSON stays clean
+        assert result.stderr.startswith(f"kvchat: error: {model}: {key} is ") and result.stderr.count("\n") == 1
+        assert "(hint: the file's metadata is damaged: download the model again)" in result.stderr

@@ -17,19 +17,21 @@ from kvchat.models import resolve_model
 from test_cli import run_kvchat
 from tiny_gguf import CHATML_TEMPLATE, write_tiny_gguf
 
+OLLAMA_HEX = "0123abcd" + "0" * 56  # the sha256 Ollama names the tiny model's blob by
+
 
 @pytest.fixture
 def home(tmp_path: Path, tiny_model_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A HOME with `ollama pull tiny` and `lms get pub/tiny-GGUF` done, as far as their files go."""
     home = tmp_path / "home"
-    blob = home / ".ollama" / "models" / "blobs" / "sha256-0123abcd"
+    blob = home / ".ollama" / "models" / "blobs" / f"sha256-{OLLAMA_HEX}"
     blob.parent.mkdir(parents=True)
     shutil.copy(tiny_model_path, blob)
     manifest = home / ".ollama" / "models" / "manifests" / "registry.ollama.ai" / "library" / "tiny" / "latest"
     manifest.parent.mkdir(parents=True)
     manifest.write_text(json.dumps({"schemaVersion": 2, "layers": [
         {"mediaType": "application/vnd.ollama.image.template", "digest": "sha256-ffff"},
-        {"mediaType": "application/vnd.ollama.image.model", "digest": "sha256:0123abcd", "size": blob.stat().st_size}]}))
+        {"mediaType": "application/vnd.ollama.image.model", "digest": f"sha256:{OLLAMA_HEX}", "size": blob.stat().st_size}]}))
     studio = home / ".lmstudio" / "models" / "pub" / "tiny-GGUF"
     studio.mkdir(parents=True)
     shutil.copy(tiny_model_path, studio / "tiny-Q8_0.gguf")
@@ -51,7 +53,7 @@ def home(tmp_path: Path, tiny_model_path: Path, monkeypatch: pytest.MonkeyPatch)
 
 
 def test_store_names_resolve_to_the_files_the_tools_keep(home: Path) -> None:
-    assert resolve_model("ollama:tiny") == resolve_model("ollama:tiny:latest") == home / ".ollama/models/blobs/sha256-0123abcd"
+    assert resolve_model("ollama:tiny") == resolve_model("ollama:tiny:latest") == home / f".ollama/models/blobs/sha256-{OLLAMA_HEX}"
     assert resolve_model("lmstudio:pub/tiny-GGUF") == home / ".lmstudio/models/pub/tiny-GGUF/tiny-Q8_0.gguf"
     assert resolve_model("lmstudio:pub/tiny-GGUF/tiny-Q8_0.gguf") == resolve_model("lmstudio:pub/tiny-GGUF")
     with pytest.raises(ModelError) as missing:
@@ -72,6 +74,36 @@ def test_store_names_resolve_to_the_files_the_tools_keep(home: Path) -> None:
         resolve_model("lmstudio:pub/tiny-GGUF")
 
 
+def test_an_ollama_digest_that_is_not_a_sha256_names_no_file(home: Path, tmp_path: Path, isolated_home: Path) -> None:
+    """A manifest's digest of "/etc/passwd" (or "../x") would name a file outside Ollama's blobs."""
+    outside = tmp_path / "outside.gguf"
+    shutil.copy(home / f".ollama/models/blobs/sha256-{OLLAMA_HEX}", outside)
+    manifest = home / ".ollama/models/manifests/registry.ollama.ai/library/evil/latest"
+    manifest.parent.mkdir(parents=True)
+    for digest in (str(outside), f"sha256:../../../{outside.parent.name}/{outside.name}", f"sha256:{OLLAMA_HEX.upper()}", 7):
+        manifest.write_text(json.dumps({"layers": [{"mediaType": "application/vnd.ollama.image.model", "digest": digest}]}))
+        with pytest.raises(ModelError) as refused:
+            resolve_model("ollama:evil")
+        assert refused.value.message.startswith("Ollama's manifest of evil:latest names its model file by ")
+        assert refused.value.message.endswith(f", not by a sha256 ({manifest})")
+    listed = run_kvchat("models", "--json", home=isolated_home, env={"HOME": str(home)})
+    assert listed.returncode == 0 and "ollama:evil:latest" not in listed.stdout and str(outside) not in listed.stdout
+
+
+def test_a_hugging_face_cache_that_is_a_file_is_left_out_with_a_note(home: Path, tmp_path: Path, isolated_home: Path) -> None:
+    not_a_folder = tmp_path / "passwd"
+    not_a_folder.write_text("root:x:0:0::/root:/bin/sh\n")
+    env = {"HOME": str(home), "HF_HUB_CACHE": str(not_a_folder)}
+    listed = run_kvchat("models", "--json", home=isolated_home, env=env)
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stderr == (f"kvchat: the Hugging Face cache {not_a_folder} is not a folder: its models are left out "
+                             "(check HF_HUB_CACHE and HF_HOME)\n")
+    found = {row["name"] for row in json.loads(listed.stdout) if row["source"] != "registry"}
+    assert found == {"ollama:tiny:latest", "lmstudio:pub/tiny-GGUF/tiny-Q8_0.gguf"}
+    asked = run_kvchat("ask", str(not_a_folder), "Who?", "-m", "hf:acme/Tiny-GGUF", home=isolated_home, env=env)
+    assert asked.returncode == 1 and asked.stderr.startswith(f"kvchat: error: the Hugging Face cache {not_a_folder} is not a folder")
+
+
 def test_models_lists_them_and_ask_uses_them(home: Path, tmp_path: Path, isolated_home: Path) -> None:
     env = {"HOME": str(home)}
     listed = run_kvchat("models", "--json", home=isolated_home, env=env)
@@ -82,7 +114,7 @@ def test_models_lists_them_and_ask_uses_them(home: Path, tmp_path: Path, isolate
     assert found["hf:acme/Tiny-GGUF:tiny-Q8_0.gguf"]["source"] == "huggingface"
     tiny = found["ollama:tiny:latest"]
     assert (tiny["source"], tiny["architecture"], tiny["context"], tiny["draft"]) == ("ollama", "qwen2", 4096, None)
-    with LlamaModel(home / ".ollama/models/blobs/sha256-0123abcd") as model:
+    with LlamaModel(home / f".ollama/models/blobs/sha256-{OLLAMA_HEX}") as model:
         assert tiny["kv_bytes_per_token"] == model.shape.kv_bytes_per_token() > 0
     document = tmp_path / "notes.txt"
     document.write_text("The boat was named the Grey Heron. " * 20)

@@ -96,9 +96,11 @@ def _add_tensors(writer: gguf.GGUFWriter, n_vocab: int, rng: np.random.Generator
 
 def write_tiny_gguf(
     path: Path, seed: int = 0, context_length: int = CONTEXT_LENGTH, n_embd: int = N_EMBD, chat_template: str | bytes = CHATML_TEMPLATE,
+    extra: dict[str, int] | None = None,
 ) -> Path:
     """Write the tiny model to `path` and return it; `n_embd` 128 gives heads 32 wide, which a
-    q8_0 block (32 values) fits; `chat_template` as bytes is written as they are (not UTF-8, say)."""
+    q8_0 block (32 values) fits; `chat_template` as bytes is written as they are (not UTF-8, say).
+    `extra`: more metadata, each a uint32 (`qwen2.attention.key_length`)."""
     rng = np.random.default_rng(seed)
     writer = gguf.GGUFWriter(str(path), "qwen2")
     writer.add_name("kvchat-tiny-random")
@@ -111,6 +113,8 @@ def write_tiny_gguf(
     writer.add_rope_freq_base(1_000_000.0)
     writer.add_layer_norm_rms_eps(1e-6)
     writer.add_file_type(gguf.LlamaFileType.ALL_F32)
+    for key, value in (extra or {}).items():
+        writer.add_uint32(key, value)
     _add_tokenizer(writer, chat_template)
     n_vocab = len(vocabulary()[0])
     _add_tensors(writer, n_vocab, rng, n_embd)

@@ -21,6 +21,7 @@ from textual.widgets import Footer, Header, Input, Markdown, OptionList
 from textual.widgets.markdown import MarkdownStream
 
 from kvchat.engine import AskSettings
+from kvchat.errors import printable
 from kvchat.events import Done, Notice, Progress, Pruned, Token
 from kvchat.tui.dialogs import Dialogs
 from kvchat.tui.messages import DocumentLoaded, EngineEvent, Job, JobEnded, PagesRead
@@ -105,7 +106,7 @@ class KvchatApp(Dialogs, BackgroundReading):
         """Close the open documents (if any) and read `paths`, asked about together."""
         old, self.session, self._kept = self.session, None, None
         self.paths = list(paths)
-        self.sub_title = " + ".join(path.name for path in paths)
+        self.sub_title = " + ".join(printable(path.name) for path in paths)
         self.stop_reading_on()
         self.query_one(ReadingBar).start("Reading")
         self._read(old, self.paths, self._start("reading"))

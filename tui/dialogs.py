@@ -13,6 +13,7 @@ from textual.screen import ModalScreen
 from kvchat.documents import Document
 from kvchat.documents.bundle import kept_by_source
 from kvchat.engine import AskSettings
+from kvchat.errors import printable
 from kvchat.events import Pruned, Source
 from kvchat.tui.messages import Job
 from kvchat.tui.screens import HelpScreen, KeptScreen, PickerScreen, SettingsScreen
@@ -116,7 +117,7 @@ class Dialogs(App[None]):
             summary = f"{kept.kept_tokens:,} of {kept.prompt_tokens:,} prompt tokens kept; the highlighted text is what the answer saw"
         kept_any = spans if not partial else self.session.kept_spans(kept.kept_positions if kept else ())
         if per_document := kept_by_source(self.session.document, kept_any):
-            summary += " · " + " · ".join(f"{name}: {chars:,} chars" for name, chars in per_document.items())
+            summary += " · " + " · ".join(f"{printable(name)}: {chars:,} chars" for name, chars in per_document.items())
         self.push_screen(KeptScreen(self.session.document.text.strip(), spans, summary, focus, partial))
 
     def action_help(self) -> None:

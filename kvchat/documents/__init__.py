@@ -5,7 +5,7 @@ Document with Document.from_pages."""
 from kvchat.documents.bundle import bundle
 from kvchat.documents.formats import DOCUMENT_SUFFIXES, SUPPORTED
 from kvchat.documents.model import Document, Page
-from kvchat.documents.loader import load_document
+from kvchat.documents.loader import STDIN, load_document
 from kvchat.documents.ocr import PageProgress
 
-__all__ = ["DOCUMENT_SUFFIXES", "SUPPORTED", "Document", "Page", "PageProgress", "bundle", "load_document"]
+__all__ = ["DOCUMENT_SUFFIXES", "SUPPORTED", "Document", "Page", "PageProgress", "STDIN", "bundle", "load_document"]

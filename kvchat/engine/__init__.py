@@ -11,8 +11,8 @@ the installation's health (health.py). In its rooms:
 
 from kvchat.engine.conversation import Conversation
 from kvchat.engine.drafts import paired_draft
-from kvchat.engine.kvcache.in_progress import WAITING_FOR_TURN, InProgress, WholeReadingDone
-from kvchat.engine.engine import Engine, readings_in_progress, state_store
+from kvchat.engine.kvcache.in_progress import WAITING_FOR_TURN, InProgress, ReadingsInProgress, Survey, WholeReadingDone
+from kvchat.engine.engine import Engine, part_store, readings_in_progress, state_store
 from kvchat.engine.answering.generate import Generation, answer_stats
 from kvchat.engine.reading.plan import ReadingPlan
 from kvchat.engine.prepared import AnsweredInParts, PreparedPrompt, answer_sources, prepare_chat, prepare_question
@@ -29,7 +29,7 @@ from kvchat.engine.reading.stream import StreamSettings
 __all__ = [
     "DEFAULT_MAX_TOKENS", "WAITING_FOR_TURN", "SELECTIONS", "AnsweredInParts", "AskSettings", "ComposedReading", "Conversation",
     "Engine", "FastFirst", "FastSettings", "Generation", "InProgress", "KvLayout", "PreparedPrompt", "Reading", "ReadingPlan",
-    "Selection", "StreamSettings",
-    "StreamedReading", "Turn", "WholeReading", "WholeReadingDone", "answer_sources", "answer_stats", "paired_draft", "prepare_chat",
+    "ReadingsInProgress", "Selection", "StreamSettings", "Survey",
+    "StreamedReading", "Turn", "WholeReading", "WholeReadingDone", "answer_sources", "answer_stats", "paired_draft", "part_store", "prepare_chat",
     "prepare_question", "readings_in_progress", "selection_named", "selections_help", "state_store",
 ]

@@ -26,10 +26,19 @@ from kvchat.llama import LlamaModel
 from kvchat.models import cheap_depth, model_sha256, resolve_model
 from kvchat.paths import cache_dir
 
+PART_MAX_BYTES = 2**30  # the parts' readings: 18 parts of 2,048 tokens of the default model (57 MB each)
+
 
 def state_store(max_bytes: int = DEFAULT_MAX_BYTES) -> StateStore:
     """The store of saved document readings under the user's cache directory."""
     return StateStore(cache_dir() / "states", max_bytes)
+
+
+def part_store() -> StateStore:
+    """The readings of the parts a whole-document question was answered from (in_parts.py): a
+    store of their own, with a cap of their own, so that one such question about a long document
+    evicts only parts, never a reading `kvchat read` (or an ask) saved."""
+    return StateStore(cache_dir() / "part-states", PART_MAX_BYTES)
 
 
 def readings_in_progress() -> ReadingsInProgress:
@@ -55,6 +64,7 @@ class Engine:
         self.cheap_pass = _draft(self.model, draft, draft_path, gpu_layers) if draft_path is not None else CheapPass(cheap_depth(model))
         model_sha = model_sha256(self.model_path)
         self.states = DocumentStates(state_store(), model_sha, model) if use_cache else None
+        self.part_states = DocumentStates(part_store(), model_sha, model) if use_cache else None
         speeds_path, speeds_key = cache_dir() / "reading-speeds.json", f"{model_sha}|gpu_layers={gpu_layers}"
         self.speeds = ReadingSpeeds(speeds_path, speeds_key) if use_cache else None
         self.in_progress = readings_in_progress()
@@ -74,16 +84,20 @@ class Engine:
         """A conversation about `document`; call open() on it before asking. `reading` and
         `decode_all` are the bench's (see Conversation); by default the settings choose the reading.
         `saves` False: its reading is not saved (a document made for one answer)."""
-        settings = settings or AskSettings()
-        states = self.states if saves else None
+        return self._conversation(document, settings or AskSettings(), self.states if saves else None, selection=selection,
+                                  stream=stream, reading=reading, decode_all=decode_all)
+
+    def conversation_for_part(self, document: Document, settings: AskSettings, saves: bool) -> Conversation:
+        """A conversation about a part of a document (in_parts.py), its reading saved with the parts'."""
+        return self._conversation(document, settings, self.part_states if saves else None)
+
+    def _conversation(self, document: Document, settings: AskSettings, states: DocumentStates | None, *,
+                      selection: Selection = PerQuestion(), stream: StreamSettings | None = None,
+                      reading: Reading | None = None, decode_all: bool = False) -> Conversation:
         return Conversation(self.model, self.model_name, document, settings, selection=selection, states=states,
                             in_progress=self.in_progress if states is not None else None,
                             stream=stream, speeds=self.speeds, cheap_pass=self.cheap_pass, reading=reading,
                             decode_all=decode_all, parts=self.conversation_for_part)
-
-    def conversation_for_part(self, document: Document, settings: AskSettings, saves: bool) -> Conversation:
-        """A conversation about a part of a document (in_parts.py)."""
-        return self.conversation(document, settings, saves=saves)
 
     def plan(self, document: Document, settings: AskSettings | None = None) -> ReadingPlan:
         """How `document` would be read with `settings`, and how long that would take here."""

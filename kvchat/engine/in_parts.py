@@ -5,8 +5,9 @@ under its heading ("Part 2 of 4 (pp. 3–5):"), streamed as it is written.
 An answer otherwise comes from the entries the question's attention keeps (1,024 by default):
 right for a lookup, where the answer sits in a few passages, but a summary or a list needs what
 is spread over all of the text. Each part is read whole as a document of its own and nothing of
-it is pruned, so all of it is in the cache when its answer is written; its reading is saved, so
-the next whole-document question about the document loads the parts. The parts' answers are not
+it is pruned, so all of it is in the cache when its answer is written; its reading is saved (with the parts', in a
+store of their own: Engine.conversation_for_part), so the next whole-document question about the
+document loads the parts. The parts' answers are not
 asked once more to be combined: the default model, so asked, copied the first notes and dropped
 the last ones (the sample's governing law, clauses of a list; docs/how-it-works.md, "Questions
 about the whole document"). The sources are each part's first, in the parts' order.

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field, replace
 
 from kvchat.engine.whole_question import about_whole
 from kvchat.errors import SettingsError
-from kvchat.llama import CACHE_TYPES, ContextSettings, SamplerSettings
+from kvchat.llama import CACHE_TYPES, ContextSettings, SamplerSettings, available_cpus
 from kvchat.policy import SPAN_MODES, HeadReduction, Method, SnapKV
 
 REDUCTIONS = tuple(r.value for r in HeadReduction if r is not HeadReduction.PER_HEAD)  # one set of tokens to re-read
@@ -14,6 +14,10 @@ REDUCTIONS = tuple(r.value for r in HeadReduction if r is not HeadReduction.PER_
 DEFAULT_MAX_TOKENS = 512
 READS = ("auto", "full", "fast", "retrieval")
 CHOOSERS = ("attention", "bm25", "fused")
+# Threads for each CPU kvchat may use, at most: llama.cpp's threads meet after every op, so more
+# only wait on each other (-t 1000 on 2 CPUs: 26 s to the first token, not 0.7 s), and far more
+# crash it (-t 100000: SIGSEGV; 10^20 from a settings file: std::bad_alloc).
+MAX_THREADS_PER_CPU = 4
 
 
 @dataclass(frozen=True)
@@ -142,8 +146,8 @@ class AskSettings:
     def __post_init__(self) -> None:
         if self.max_tokens < 1:
             raise SettingsError(f"max tokens must be at least 1, got {self.max_tokens}", f"ask for at least 1 token ({DEFAULT_MAX_TOKENS} is the default)")
-        if self.threads is not None and self.threads < 1:
-            raise SettingsError(f"threads must be at least 1, got {self.threads}", "use 1 or more threads, or leave it unset for all cores")
+        if self.threads is not None:
+            _check_threads(self.threads)
         if self.n_ctx is not None and self.n_ctx < 1:
             raise SettingsError(f"context size must be at least 1, got {self.n_ctx}", "leave it unset to fit the prompt")
         if self.system is not None and not self.system.strip():
@@ -195,3 +199,13 @@ class AskSettings:
     def answers_in_parts(self, question: str) -> bool:
         """Whether `question` is answered from the whole document in parts (in_parts.py)."""
         return self.whole == "on" or (self.whole == "auto" and about_whole(question))
+
+
+def _check_threads(threads: int) -> None:
+    """Refuse a thread count llama.cpp would crash on or crawl with (MAX_THREADS_PER_CPU)."""
+    if threads < 1:
+        raise SettingsError(f"threads must be at least 1, got {threads}", "use 1 or more threads, or leave it unset for all cores")
+    cpus = available_cpus()
+    if threads > MAX_THREADS_PER_CPU * cpus:
+        raise SettingsError(f"`threads` must be at most {MAX_THREADS_PER_CPU * cpus} ({MAX_THREADS_PER_CPU} for each of the "
+                            f"{cpus} CPUs kvchat may use), got {threads:,}", "leave it unset for every CPU kvchat may use")

@@ -13,6 +13,7 @@ from kvchat.errors import ModelError, PromptTooLongError
 from kvchat.llama._lib import backend_ready, raw
 from kvchat.llama.cpu import apply_weight_layout, weight_buffers, weight_layout
 from kvchat.llama.logs import captured_lines, route_logs
+from kvchat.llama.shape_limits import checked
 
 # Bytes per element of the KV cache types kvchat offers (ggml_type ids).
 CACHE_TYPE_BYTES = {"f16": (1, 2.0), "q8_0": (8, 34 / 32), "f32": (0, 4.0)}  # ggml type id, bytes per element
@@ -61,21 +62,34 @@ class LlamaModel:
         self._vocab = raw.llama_model_get_vocab(self._model)
         self._piece_texts: dict[int, str] = {}
         self._piece_lengths: dict[int, int] = {}
-        self.shape = self._read_shape()
-        self.chat_template = self._read_chat_template()
+        try:
+            self.shape = self._read_shape()
+            self.chat_template = self._read_chat_template()
+        except ModelError:
+            self.close()  # refused: its weights are freed now, not when the process ends
+            raise
 
     def _read_shape(self) -> ModelShape:
-        n_head = raw.llama_model_n_head(self._model)
-        key_length = self.metadata(f"{self.metadata('general.architecture')}.attention.key_length")
-        n_embd = raw.llama_model_n_embd(self._model)
+        """The model's shape, each value within SHAPE_LIMITS (shape_limits.py) before any context is made."""
+        n_head = self._sized("attention.head_count", raw.llama_model_n_head(self._model))
+        n_embd = self._sized("embedding_length", raw.llama_model_n_embd(self._model))
+        key_length = self._sized("attention.key_length", n_embd // n_head)
+        self._sized("attention.value_length", key_length)
         return ModelShape(
-            n_layer=raw.llama_model_n_layer(self._model),
+            n_layer=self._sized("block_count", raw.llama_model_n_layer(self._model)),
             n_head=n_head,
-            n_head_kv=raw.llama_model_n_head_kv(self._model),
-            head_dim=int(key_length) if key_length else n_embd // n_head,
-            n_ctx_train=raw.llama_model_n_ctx_train(self._model),
+            n_head_kv=self._sized("attention.head_count_kv", raw.llama_model_n_head_kv(self._model)),
+            head_dim=key_length,
+            n_ctx_train=self._sized("context_length", raw.llama_model_n_ctx_train(self._model)),
             n_vocab=raw.llama_vocab_n_tokens(self._vocab),
         )
+
+    def _sized(self, name: str, known: int) -> int:
+        """Shape `name` as the file says it (`known`, what llama.cpp read, where the file says it as
+        a list, per layer, or not at all), refused when out of bounds."""
+        architecture = self.metadata("general.architecture") or "general"
+        said = self.metadata(f"{architecture}.{name}")
+        return checked(self.path, architecture, name, int(said) if said is not None and said.isdigit() else known)
 
     def _read_chat_template(self) -> str:
         """The template as text; one that is not UTF-8 refuses the model, naming its key (llama.cpp

@@ -5,7 +5,9 @@ can show and stop it (read_alone).
 
 The lock is an flock on `<key>.lock`, held by the reading process for as long as it reads: the
 kernel drops it when that process ends however it ends, so a record whose lock is free is stale.
-The record `<key>.json` says who reads what and how far it got; it is replaced whole each time.
+The lock file goes with the reading (lock_files.py). The record `<key>.json` says who reads what
+and how far it got; it is replaced whole each time. A record is shown, and its process stopped,
+only while it is what kvchat writes (progress_record.py) and its process holds the lock.
 Background readings take turns (`turn.lock`): each holds a context as large as its document, so
 several asks about new documents read one after another rather than all at once.
 """
@@ -15,18 +17,23 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import logging
 import os
 import signal
 import threading
 import time
 from collections.abc import Callable, Generator, Iterator
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, replace
 from enum import Enum
 from pathlib import Path
 
 from kvchat.atomic import atomic_file
+from kvchat.engine.kvcache.lock_files import holders, lock, remove_and_unlock
+from kvchat.engine.kvcache.progress_record import KEY_FORM, BadRecord, InProgress, read_record
 from kvchat.errors import raise_if_cancelled
 from kvchat.events import Event, Notice, Progress
+
+LOGGER = logging.getLogger(__name__)
 
 PROGRESS_EVERY_S = 0.5  # the record is rewritten at most this often
 WAITING_FOR_TURN = "waiting for the background reading before it to end"  # read_alone(in_turn=True)'s notice
@@ -38,30 +45,6 @@ class WholeReadingDone(Enum):
     READ = "read"  # read and saved
     SAVED = "already saved"
     STREAMED = "too long for the model's context: read streamed for each question, never saved"
-
-
-@dataclass(frozen=True)
-class InProgress:
-    """One reading in progress: `done` of `total` tokens read by process `pid`."""
-
-    key: str
-    document: str
-    model: str
-    pid: int
-    done: int
-    total: int
-    started: float
-    updated: float
-    queued: bool = False  # waiting for its turn (ReadingTurn)
-    stoppable: bool = True  # `kvchat cache stop` may stop it (SIGTERM): not a chat's or a server's
-
-    @property
-    def left_s(self) -> float | None:
-        """Seconds left at the speed so far; None before any token is read."""
-        elapsed = self.updated - self.started
-        if self.done <= 0 or elapsed <= 0:
-            return None
-        return (self.total - self.done) * elapsed / self.done
 
 
 class Claim:
@@ -91,14 +74,23 @@ class Claim:
             handle.write(json.dumps(asdict(self._record)).encode())
 
     def release(self) -> None:
+        """Remove the record, then the lock file, holding the lock until both are gone."""
         (self._root / f"{self._record.key}.json").unlink(missing_ok=True)
-        os.close(self._fd)  # the lock goes with it
+        remove_and_unlock(self._root / f"{self._record.key}.lock", self._fd)
 
     def __enter__(self) -> "Claim":
         return self
 
     def __exit__(self, *_exc: object) -> None:
         self.release()
+
+
+@dataclass(frozen=True)
+class Survey:
+    """The readings in progress (`live`), and a line for each record removed as untrustworthy."""
+
+    live: list[InProgress]
+    removed: list[str]
 
 
 class ReadingsInProgress:
@@ -111,11 +103,8 @@ class ReadingsInProgress:
         """The lock of reading `key`, or None when another process holds it (it is reading it).
         `stoppable`: this process turns SIGTERM into stopping the reading (see stop())."""
         self.root.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.root / f"{key}.lock", os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
+        fd = lock(self._lock_path(key), fcntl.LOCK_EX | fcntl.LOCK_NB, create=True)
+        if fd is None:
             return None
         now = time.time()
         return Claim(self.root, fd, InProgress(key, document, model, os.getpid(), 0, total, now, now, stoppable=stoppable))
@@ -130,38 +119,65 @@ class ReadingsInProgress:
         return next((entry for entry in self.entries() if entry.key == key), None)
 
     def entries(self) -> list[InProgress]:
-        """The readings in progress, oldest first; stale records (their process gone) are removed."""
-        found = []
-        for path in sorted(self.root.glob("*.json")) if self.root.is_dir() else []:
-            record = _record(path)
-            if record is None or not self._held(record.key):
-                path.unlink(missing_ok=True)
-                continue
-            found.append(record)
-        return sorted(found, key=lambda entry: entry.started)
+        """The readings in progress, oldest first (survey())."""
+        return self.survey().live
 
-    def _held(self, key: str) -> bool:
+    def survey(self) -> Survey:
+        """The readings in progress, oldest first. A stale record (its process gone) is removed with
+        its lock file; so is one that is not what kvchat writes, or whose process does not hold
+        its lock, and that one is reported too."""
+        live, removed = [], []
+        for path in sorted(self.root.glob("*.json")) if self.root.is_dir() else []:
+            try:
+                record = self._trusted(path)
+            except BadRecord as bad:
+                path.unlink(missing_ok=True)
+                LOGGER.warning("removed the progress record %s: %s", path, bad)
+                removed.append(f"removed {path}: not a record of a kvchat reading ({bad})")
+                continue
+            if record is not None:
+                live.append(record)
+        self._remove_free_locks()
+        return Survey(sorted(live, key=lambda entry: entry.started), removed)
+
+    def _trusted(self, path: Path) -> InProgress | None:
+        """The record at `path` if its reading is in progress; None if it ended (its record and
+        lock file are removed then). BadRecord when it must not be trusted."""
         try:
-            fd = os.open(self.root / f"{key}.lock", os.O_RDWR)
-        except FileNotFoundError:
+            record = read_record(path)
+        except OSError:  # removed meanwhile: that reading ended
+            return None
+        if self._removed_if_free(record.key):
+            return None
+        holding = holders(self._lock_path(record.key))
+        if holding is not None and record.pid not in holding:  # None: a system that does not tell
+            raise BadRecord(f"process {record.pid} does not hold the reading's lock")
+        return record
+
+    def _removed_if_free(self, key: str) -> bool:
+        """Whether no process holds the lock of reading `key`; then its record and lock file are
+        removed, holding the lock, so that no new reading of it can lose its own."""
+        fd = lock(self._lock_path(key), fcntl.LOCK_EX | fcntl.LOCK_NB, create=True)
+        if fd is None:
             return False
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
-        finally:
-            os.close(fd)
-        return False
+        (self.root / f"{key}.json").unlink(missing_ok=True)
+        remove_and_unlock(self._lock_path(key), fd)
+        return True
+
+    def _remove_free_locks(self) -> None:
+        """Remove the lock files of readings that ended without removing theirs (a reader killed
+        between removing its record and its lock file, or an earlier kvchat, which kept them all)."""
+        for path in self.root.glob("*.lock"):
+            if KEY_FORM.fullmatch(path.stem) and not path.with_suffix(".json").exists():
+                self._removed_if_free(path.stem)
+
+    def _lock_path(self, key: str) -> Path:
+        return self.root / f"{key}.lock"
 
     def wait(self, key: str) -> None:
         """Block until no process reads `key` (returns at once if none does)."""
-        try:
-            fd = os.open(self.root / f"{key}.lock", os.O_RDWR)
-        except FileNotFoundError:
-            return
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH)
-        finally:
+        fd = lock(self._lock_path(key), fcntl.LOCK_SH, create=False)
+        if fd is not None:
             os.close(fd)
 
     def follow(self, key: str, cancel: threading.Event | None = None) -> Iterator[InProgress]:
@@ -172,22 +188,26 @@ class ReadingsInProgress:
         while not ended.wait(PROGRESS_EVERY_S):
             if cancel is not None and cancel.is_set():
                 return
-            if (record := _record(self.root / f"{key}.json")) is not None:
-                yield record
+            try:
+                record = read_record(self.root / f"{key}.json")
+            except (OSError, BadRecord):  # between readings, or not one to show
+                continue
+            yield record
 
     def progress_of(self, key: str, cancel: threading.Event | None = None) -> Iterator[Progress]:
         """Another process's reading of `key` as Progress events (follow())."""
         for record in self.follow(key, cancel):
             yield Progress(done=record.done, total=record.total, elapsed_s=record.updated - record.started)
 
-    def stop(self) -> list[InProgress]:
-        """Ask every stoppable reading's process to stop (SIGTERM: it stops between batches and
-        saves nothing); the readings asked. A chat's or a server's reading is its own to stop."""
+    def stop(self, survey: Survey) -> list[InProgress]:
+        """Ask the process of every stoppable reading in `survey` (just taken: each of its
+        processes holds its reading's lock) to stop (SIGTERM: it stops between batches and saves
+        nothing); the readings asked. A chat's or a server's reading is its own to stop."""
         stopped = []
-        for entry in (entry for entry in self.entries() if entry.stoppable):
+        for entry in (entry for entry in survey.live if entry.stoppable):
             try:
                 os.kill(entry.pid, signal.SIGTERM)
-            except ProcessLookupError:
+            except (ProcessLookupError, PermissionError):  # ended since, or another user's
                 continue
             stopped.append(entry)
         return stopped
@@ -265,12 +285,3 @@ def _claimed(readings: ReadingsInProgress, claim: Claim, saved: Callable[[], boo
             yield event
     return WholeReadingDone.READ
 
-
-def _record(path: Path) -> InProgress | None:
-    """The record at `path`; fields it does not know (a newer kvchat's) are left aside."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        known = {field.name for field in fields(InProgress)}
-        return InProgress(**{name: value for name, value in data.items() if name in known})
-    except (OSError, ValueError, TypeError, AttributeError):
-        return None
