@@ -96,7 +96,9 @@ class FastSettings:
 # How the default (read "auto") reads a new document's first question: the passages its words
 # choose (BM25) and the document's opening passage, read alone. On the 48 dev cuad questions it
 # answered 43 where BM25 alone answered 40 and BM25 fused with the draft's attention 37, in 1.15x
-# BM25's time (docs/how-it-works.md, "Reading what the question chooses").
+# BM25's time (docs/how-it-works.md, "Reading what the question chooses"). Only with a draft: a
+# question that shares no word with the document is chosen by its attention, and the model's own
+# first layers lost answers where a draft's did not ("Reading fast").
 AUTO_READING = FastSettings(choose="bm25", opening=1)
 
 MIN_PART_TOKENS = 256  # a part smaller than this says too little to be worth its answer
@@ -186,8 +188,8 @@ class AskSettings:
         """Whether a new document's first question is answered from a fast reading: asked for, or
         by default (auto) with a draft model and a method that reads fast; the prompt's length
         decides after (fast.pays)."""
-        if self.read == "auto":  # the question's words choose: no draft needed
-            return self.method_reads_fast
+        if self.read == "auto":  # the question's words choose, a draft's attention where they find nothing
+            return with_draft and self.method_reads_fast
         return self.read in ("fast", "retrieval")
 
     @property

@@ -138,7 +138,8 @@ def _choose(
     matched = bool((words > 0).any())
     if chooser == "bm25" and matched:
         chosen = passages.top(words, reread, fast.opening)
-        return passages.tokens_of(chosen, window_start), f"bm25, {len(chosen)} passages"
+        opening = " and the opening" if fast.opening else ""
+        return passages.tokens_of(chosen, window_start), f"bm25{opening}, {len(chosen)} passages"
     candidates = passages.top(words, narrow * reread) if narrow and matched else np.arange(len(passages.starts))
     origins, kept, scores, layers = yield from _cheap_pass(
         cache, tokens, passages.tokens_of(candidates, window_start), window_start, settings, reread, cheap_pass, cancel)
