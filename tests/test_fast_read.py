@@ -391,16 +391,18 @@ def test_ask_with_a_draft_reads_fast_by_default_and_a_draft_needs_a_fast_reading
     path.write_text("The boat was named the Grey Heron. " * 60)
     args = ["ask", str(path), "Boat?", "--model", str(tiny_model_path), "--budget", "64", "--window", "16",
             "--max-tokens", "4", "--threads", "2", "--no-cache", "--draft", str(draft_path)]
-    result = run_kvchat(*args, "--json", home=isolated_home)  # --read auto
+    result = run_kvchat(*args, "--json", home=isolated_home)  # --read auto: the question's words choose
     assert result.returncode == 0, result.stderr
-    assert json.loads(result.stdout)["read"] == f"draft {draft_path}, 1/2 layers, 256 re-read"
+    assert json.loads(result.stdout)["read"].startswith("bm25 and the opening, ")
+    drafted = run_kvchat(*args, "--read", "fast", "--json", home=isolated_home)
+    assert json.loads(drafted.stdout)["read"] == f"draft {draft_path}, 1/2 layers, 256 re-read"
     refused = run_kvchat(*args, "--read", "full", home=isolated_home)
     assert refused.returncode == 2 and "--draft does the cheap pass of a fast reading (hint: leave --read at auto, or use --read fast)" in refused.stderr
     own = run_kvchat(*args[:-1], "none", "--read", "fast", "--json", home=isolated_home)  # the model's own layers
     assert own.returncode == 0 and json.loads(own.stdout)["read"] == "fast 1/2 layers"
 
 
-def test_by_default_a_draft_reads_a_long_enough_prompt_fast_and_anything_else_is_read_in_full_without_a_word(
+def test_by_default_with_a_draft_the_question_chooses_on_a_long_enough_prompt_and_anything_else_is_read_in_full_without_a_word(
         tiny_model_path: Path, draft_path: Path, tmp_path: Path) -> None:
     long, short = tmp_path / "long.txt", tmp_path / "short.txt"
     long.write_text("The boat was named the Grey Heron. The radio failed on day four. " * 40)
@@ -412,20 +414,23 @@ def test_by_default_a_draft_reads_a_long_enough_prompt_fast_and_anything_else_is
         events = list(engine.ask(load_document(path), "What was the boat called?", asked))
         return [e.text for e in events if isinstance(e, Notice)], [e for e in events if isinstance(e, Done)][0]
 
+    wide = replace(settings, method=SnapKV(budget=256, window=16))  # over two thirds of the short prompt
     with Engine(str(tiny_model_path), use_cache=False, draft=str(draft_path)) as engine:
         fast = answer(engine, long, settings)
-        too_short = answer(engine, short, settings)
+        too_short = answer(engine, short, wide)
         per_head = answer(engine, long, replace(settings, method=SnapKV(budget=64, window=16, heads=HeadReduction.PER_HEAD)))
         streaming = answer(engine, long, replace(settings, method=method_named("streamingllm", budget=64)))
-        asked_fast = answer(engine, short, replace(settings, read="fast"))
+        asked_fast = answer(engine, short, replace(wide, read="retrieval"))
     with Engine(str(tiny_model_path), use_cache=False) as engine:
         no_draft = answer(engine, long, settings)
-    assert fast[0] == [] and fast[1].stats.read == f"draft {draft_path}, 1/2 layers, 256 re-read" and fast[1].stats.kept_tokens == 64
+    assert fast[0] == [] and fast[1].stats.read.startswith("bm25 and the opening, ")
+    assert fast[1].stats.kept_tokens < fast[1].stats.prompt_tokens / 2
     n_short = too_short[1].stats.prompt_tokens
     assert n_short < 1.5 * 256 and too_short[0] == [] and too_short[1].stats.read == "full" and too_short[1].stats.read_tokens == n_short
     for notices, done in (per_head, streaming, no_draft):
         assert notices == [] and done.stats.read == "full" and done.stats.read_tokens == fast[1].stats.prompt_tokens
     assert asked_fast[0] == [f"read in full: a fast reading would re-read 256 of this prompt's {n_short:,} tokens"]
+    assert asked_fast[1].stats.read == "full"
 
 
 def test_a_first_question_during_the_whole_reading_is_read_fast_and_the_reading_goes_on_where_it_stopped(tiny_model) -> None:
