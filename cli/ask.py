@@ -19,7 +19,7 @@ from kvchat.cli.options import (
 from kvchat.cli.render import OcrBar, render
 from kvchat.cli.files import files_named
 from kvchat.documents import SUPPORTED, Document, bundle, load_document
-from kvchat.engine import Conversation, Engine, InProgress, StreamSettings, selection_named, selections_help
+from kvchat.engine import Conversation, Engine, InProgress, StreamSettings, selection_named, selections_help, speed_kind
 from kvchat.errors import CancelledError, DocumentError, SettingsError, printable, raise_if_cancelled
 from kvchat.events import Event, Notice
 from kvchat.policy import HeadReduction, SnapKV
@@ -153,5 +153,5 @@ def _sooner_to_wait(engine: Engine, conversation: Conversation, reading: InProgr
         return False
     if not conversation.reads_fast_first():
         return True
-    fast_speed = engine.speeds.measured("fast") if engine.speeds is not None else None  # tokens/s, measured here
+    fast_speed = engine.speeds.measured(speed_kind(conversation.settings)) if engine.speeds is not None else None  # tokens/s, measured here
     return reading.left_s is not None and fast_speed is not None and reading.left_s < len(conversation.document_tokens) / fast_speed

@@ -4,6 +4,7 @@ Here: the Engine (engine.py), a Conversation about a document (conversation.py),
 ask (settings.py), the chat prompt (prompt.py), prompts prepared for the server (prepared.py) and
 the installation's health (health.py). In its rooms:
   reading/     how a prompt comes into the KV cache: read whole, streamed, put together, or fast first
+               (what the question's words or a cheap pass's attention choose)
   kvcache/     the KV cache of one context, its pruning, and its readings saved on disk
   selections/  what each answer of a conversation is chosen from
   answering/   generating answers, and the passages of the document they drew on
@@ -18,6 +19,7 @@ from kvchat.engine.reading.plan import ReadingPlan
 from kvchat.engine.prepared import AnsweredInParts, PreparedPrompt, answer_sources, prepare_chat, prepare_question
 from kvchat.engine.prompt import Turn
 from kvchat.engine.reading.composed import ComposedReading
+from kvchat.engine.reading.fast import speed_kind
 from kvchat.engine.reading.fast_first import FastFirst
 from kvchat.engine.reading.streamed import StreamedReading
 from kvchat.engine.reading.way import Reading
@@ -31,5 +33,5 @@ __all__ = [
     "Engine", "FastFirst", "FastSettings", "Generation", "InProgress", "KvLayout", "PreparedPrompt", "Reading", "ReadingPlan",
     "ReadingsInProgress", "Selection", "StreamSettings", "Survey",
     "StreamedReading", "Turn", "WholeReading", "WholeReadingDone", "answer_sources", "answer_stats", "paired_draft", "part_store", "prepare_chat",
-    "prepare_question", "readings_in_progress", "selection_named", "selections_help", "state_store",
+    "prepare_question", "readings_in_progress", "selection_named", "selections_help", "speed_kind", "state_store",
 ]

@@ -26,7 +26,7 @@ from kvchat.engine.in_parts import ConversationFor, answer_in_parts
 from kvchat.engine.kvcache.in_progress import ReadingsInProgress, WholeReadingDone, read_alone
 from kvchat.engine.kvcache.states import DocumentStates
 from kvchat.engine.prompt import PromptPart, Turn, chat_messages, document_part, split_rendered
-from kvchat.engine.reading.fast import CheapPass, pays, reread_tokens
+from kvchat.engine.reading.fast import CheapPass, pays, reread_tokens, speed_kind
 from kvchat.engine.reading.passages import Question
 from kvchat.engine.reading.prompt_run import PromptRun
 from kvchat.engine.reading.registry import reading_for
@@ -273,7 +273,7 @@ class Conversation:
                     asked = Question(question, self._text.passages)
                     selected = yield from self._text.with_kept_text(self.run.read_fast(tokens, settings, cancel, asked))
                     if self.speeds is not None:
-                        self.speeds.record("fast", len(tokens), time.perf_counter() - selected.started)
+                        self.speeds.record(speed_kind(settings), len(tokens), time.perf_counter() - selected.started)
                     return selected
                 if settings.read != "auto":  # asked for by name: say why not (auto reads in full quietly)
                     reread = reread_tokens(settings, with_draft)

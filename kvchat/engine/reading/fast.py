@@ -64,6 +64,13 @@ def pays(n_prompt: int, settings: AskSettings, with_draft: bool) -> bool:
     return reread_tokens(settings, with_draft) < PAYS_BELOW * n_prompt
 
 
+def speed_kind(settings: AskSettings) -> str:
+    """What a fast reading's speed is remembered as (speeds.py): each way of choosing has its own
+    pace (the question's words choose in no time; a draft's pass costs a third of a reading)."""
+    choose = settings.fast_reading.choose
+    return "fast" if choose == "attention" else f"fast {choose}"
+
+
 def last_read_layer(n_layer: int, depth: float) -> int:
     """The 0-based layer a cheap pass through `depth` of `n_layer` layers stops after."""
     return max(1, round(n_layer * depth)) - 1

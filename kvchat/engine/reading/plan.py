@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass
 from kvchat.documents import Document
 from kvchat.engine.prompt import document_part
 from kvchat.engine.settings import AskSettings
-from kvchat.engine.reading.fast import pays
+from kvchat.engine.reading.fast import pays, speed_kind
 from kvchat.engine.reading.sizing import reading_settings
 from kvchat.engine.reading.speeds import ReadingSpeeds
 from kvchat.llama import LlamaModel
@@ -41,7 +41,7 @@ def reading_plan(
     read_with, _ = reading_settings(model, tokens, settings)
     speed = speeds.tokens_per_s("stream" if read_with.method.streams else "read") if speeds else None
     reads_fast = read_with.reads_fast(with_draft) and pays(tokens, read_with, with_draft)
-    fast_speed = speeds.measured("fast") if speeds and reads_fast else None
+    fast_speed = speeds.measured(speed_kind(read_with)) if speeds and reads_fast else None
     return ReadingPlan(
         path=str(document.path),
         format=document.kind,
