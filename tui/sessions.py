@@ -58,7 +58,8 @@ class SessionFactory(Protocol):
 class EngineSession:
     """A ChatSession on a real engine conversation."""
 
-    def __init__(self, conversation: Conversation) -> None:
+    def __init__(self, engine: Engine, conversation: Conversation) -> None:
+        self.engine = engine
         self.conversation = conversation
         self.document = conversation.document
         self.token_count = len(conversation.document_tokens)
@@ -74,7 +75,8 @@ class EngineSession:
         return self.conversation.read_on(cancel)
 
     def ask(self, question: str, settings: AskSettings, cancel: threading.Event) -> Iterator[Event]:
-        return self.conversation.ask(question, settings, cancel=cancel)
+        with self.engine.foreground.answering():  # other processes' background readings pause meanwhile
+            yield from self.conversation.ask(question, settings, cancel=cancel)
 
     def reset(self) -> None:
         self.conversation.reset()
@@ -103,7 +105,7 @@ class EngineSessions:
         document = bundle([load_document(path, ocr_progress, cancel) for path in paths])
         if self._engine is None:
             self._engine = Engine(self.model, gpu_layers=self.gpu_layers, use_cache=self.use_cache, draft=self.draft)
-        return EngineSession(self._engine.conversation(document, settings))
+        return EngineSession(self._engine, self._engine.conversation(document, settings))
 
     def close(self) -> None:
         if self._engine is not None:
