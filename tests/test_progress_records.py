@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from kvchat.cli import app as cli_app
 from kvchat.cli.app import main
 from kvchat.engine import readings_in_progress
 from kvchat.engine.kvcache import lock_files
@@ -47,8 +48,10 @@ def bystander() -> Iterator[subprocess.Popen]:
 
 
 def kvchat(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    """`kvchat args` run in this process: (exit code, stdout, stderr)."""
+    """`kvchat args` run in this process: (exit code, stdout, stderr). Its logging is left as the
+    tests have it: configured, kvchat's log lines would leave caplog for the rest of the session."""
     monkeypatch.setattr(sys, "argv", ["kvchat", *args])
+    monkeypatch.setattr(cli_app, "configure_logging", lambda: None)
     with pytest.raises(SystemExit) as exited:
         main()
     captured = capsys.readouterr()
