@@ -65,9 +65,11 @@ class Passages:
 
     def bm25(self, question: str) -> np.ndarray:
         """Each passage's BM25 score for `question`; all 0 when it shares no word with them."""
-        (words,) = _words([question]) or ([],)
+        if not self.texts:
+            return np.zeros(0)
+        (words,) = _words([question])
         known = [word for word in words if word in self._index.vocab_dict]
-        if not known or not self.texts:
+        if not known:
             return np.zeros(len(self.texts))
         return np.asarray(self._index.get_scores(known), dtype=np.float64)
 
