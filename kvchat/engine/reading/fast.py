@@ -139,8 +139,7 @@ def _choose(
     passages = question.passages if question is not None else None
     if passages is None or not len(passages.starts) or (chooser == "attention" and narrow is None):
         origins, kept, _, layers = yield from _cheap_pass(cache, tokens, None, window_start, settings, reread, cheap_pass, cancel)
-        kept = origins[kept]
-        return kept[kept < window_start], f"{cheap_pass.label} {layers} layers"
+        return _before(origins[kept], window_start), f"{cheap_pass.label} {layers} layers"
     words = passages.bm25(question.text)
     matched = bool((words > 0).any())
     if chooser == "bm25" and matched:
@@ -152,12 +151,16 @@ def _choose(
         cache, tokens, passages.tokens_of(candidates, window_start), window_start, settings, reread, cheap_pass, cancel)
     how = f"{cheap_pass.label} {layers} layers" + (f" over {len(candidates)} bm25 passages" if len(candidates) < len(passages.starts) else "")
     if chooser == "attention":
-        kept = origins[kept]
-        return kept[kept < window_start], how
+        return _before(origins[kept], window_start), how
     attention = passages.attention(scores, origins[: len(scores)])
     ranking = fused(words, attention) if chooser == "fused" and matched else attention
     chosen = passages.top(np.where(np.isfinite(attention), ranking, -np.inf), reread, fast.opening)
     return passages.tokens_of(chosen, window_start), f"{'fused bm25, ' if chooser == 'fused' and matched else ''}{how}, {len(chosen)} passages"
+
+
+def _before(indices: np.ndarray, window_start: int) -> np.ndarray:
+    """The prompt indices a cheap pass kept, less the question's window (read after them)."""
+    return indices[indices < window_start]
 
 
 def _cheap_pass(
