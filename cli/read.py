@@ -100,8 +100,9 @@ def _read_job(job: Path) -> None:
                 elif isinstance(event, Progress) and not began:
                     log(f"reading {document.path}")
                     began = True
-                elif isinstance(event, Progress) and engine.foreground.give_way(cancel):  # a question was answered meanwhile
-                    log(f"went on reading {document.path} after a question was answered")
+                elif isinstance(event, Progress) and engine.foreground.give_way(
+                        cancel, on_pause=lambda: log(f"paused reading {document.path} while a question is answered")):
+                    log(f"went on reading {document.path} after the question was answered")
         except StopIteration as finished:
             log(f"{document.path}: {finished.value.value}")
 

@@ -16,6 +16,7 @@ import pytest
 from kvchat.cli.background import job_command, log_path, start_background_reading, write_job
 from kvchat.documents import load_document
 from kvchat.engine import WAITING_FOR_TURN, AskSettings, Engine, KvLayout, readings_in_progress
+from kvchat.engine.kvcache.foreground import PAUSED_CHECK_S, Foreground
 from kvchat.errors import CancelledError
 from kvchat.events import Notice, Progress
 from test_cli import ask_args, run_kvchat
@@ -133,6 +134,37 @@ def test_background_readings_of_two_documents_take_turns_and_a_waiting_one_stops
                 f"stopped the reading of {path}" for path in (document, long_document))
             assert second.wait(timeout=120) == 130 and first.wait(timeout=120) == 130
     assert list((isolated_home / "cache" / "states").glob("*")) == [] and readings_in_progress().entries() == []
+
+
+def _cpu_s(pid: int) -> float:
+    """The CPU time process `pid` has used so far (user + system, /proc/PID/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_a_background_reading_pauses_while_a_question_is_answered_and_then_goes_on(tmp_path, isolated_home) -> None:
+    """`kvchat ask` holds the foreground while it reads and answers: a background reading started
+    meanwhile pauses after its first batch, takes no CPU while paused, and reads on when the question is answered."""
+    model = write_tiny_gguf(tmp_path / "long-context.gguf", context_length=16384)
+    long_document = tmp_path / "ledger.txt"
+    long_document.write_text(" ".join(f"Item {i} costs {i * 3} dollars." for i in range(300)))  # 8.4k tokens: 17 batches
+    job = write_job(load_document(long_document), str(model), AskSettings(threads=1), 0)
+    question = Foreground(readings_in_progress().root).answering()
+    question.__enter__()
+    with subprocess.Popen(job_command(job), stderr=subprocess.PIPE, text=True) as reader:
+        try:
+            assert reader.stderr.readline().endswith(f"reading {long_document}\n")
+            assert reader.stderr.readline().endswith(f"paused reading {long_document} while a question is answered\n")
+            before = _cpu_s(reader.pid)
+            threading.Event().wait(4 * PAUSED_CHECK_S)  # nothing to await: a paused reading does nothing
+            assert _cpu_s(reader.pid) - before < 0.5 * PAUSED_CHECK_S  # reading on would take the second whole
+        finally:
+            question.__exit__(None, None, None)
+        assert reader.stderr.readline().endswith(f"went on reading {long_document} after the question was answered\n")
+        assert reader.stderr.readline().endswith(f"{long_document}: read\n")
+        assert reader.wait(timeout=120) == 0
+    listed = json.loads(run_kvchat("cache", "list", "--json", home=isolated_home).stdout)
+    assert [(row["state"], row["document"]) for row in listed] == [("saved", str(long_document))]
 
 
 def _fast_answer(engine: Engine, path: Path):

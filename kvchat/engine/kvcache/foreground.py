@@ -13,7 +13,7 @@ import contextlib
 import fcntl
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 PAUSED_CHECK_S = 0.25  # how often a paused reading looks whether the questions are answered, or it was stopped
@@ -39,8 +39,9 @@ class Foreground:
         finally:
             os.close(fd)
 
-    def give_way(self, cancel: threading.Event) -> bool:
-        """Wait while a question is answered (or until `cancel`); whether this waited."""
+    def give_way(self, cancel: threading.Event, on_pause: Callable[[], None] = lambda: None) -> bool:
+        """Wait while a question is answered (or until `cancel`), calling `on_pause` once when the
+        wait begins; whether this waited."""
         fd = self._open()
         waited = False
         try:
@@ -49,6 +50,8 @@ class Foreground:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                     return waited
                 except BlockingIOError:
+                    if not waited:
+                        on_pause()
                     waited = True
                     cancel.wait(PAUSED_CHECK_S)
             return waited
