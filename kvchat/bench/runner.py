@@ -219,6 +219,6 @@ def run_bench(engine: Engine, config: BenchConfig) -> Iterator[tuple[int, int, d
     total, done = len(cases) * len(variants), 0
     yield done, total, None
     for group in _by_document(cases):
-        for case_index, variant_index, events in compare(engine, group, all_settings, decode_all=True):
+        for case_index, variant_index, events in compare(engine, group, all_settings):
             done += 1
             yield done, total, _record(engine.model_name, group[case_index], variants[variant_index], events)

@@ -3,7 +3,7 @@
 Here: the Engine (engine.py), a Conversation about a document (conversation.py), the settings of an
 ask (settings.py), the chat prompt (prompt.py), prompts prepared for the server (prepared.py) and
 the installation's health (health.py). In its rooms:
-  reading/     how a prompt comes into the KV cache: read whole, streamed, put together, or fast first
+  reading/     how a prompt comes into the KV cache: read whole, streamed, or fast first
                (what the question's words or a cheap pass's attention choose)
   kvcache/     the KV cache of one context, its pruning, and its readings saved on disk
   selections/  what each answer of a conversation is chosen from
@@ -18,7 +18,6 @@ from kvchat.engine.answering.generate import Generation, answer_stats
 from kvchat.engine.reading.plan import ReadingPlan
 from kvchat.engine.prepared import AnsweredInParts, PreparedPrompt, answer_sources, prepare_chat, prepare_question
 from kvchat.engine.prompt import Turn
-from kvchat.engine.reading.composed import ComposedReading
 from kvchat.engine.reading.fast import speed_kind
 from kvchat.engine.reading.fast_first import FastFirst
 from kvchat.engine.reading.streamed import StreamedReading
@@ -29,7 +28,7 @@ from kvchat.engine.settings import DEFAULT_MAX_TOKENS, AskSettings, FastSettings
 from kvchat.engine.reading.stream import StreamSettings
 
 __all__ = [
-    "DEFAULT_MAX_TOKENS", "WAITING_FOR_TURN", "SELECTIONS", "AnsweredInParts", "AskSettings", "ComposedReading", "Conversation",
+    "DEFAULT_MAX_TOKENS", "WAITING_FOR_TURN", "SELECTIONS", "AnsweredInParts", "AskSettings", "Conversation",
     "Engine", "FastFirst", "FastSettings", "Generation", "InProgress", "KvLayout", "PreparedPrompt", "Reading", "ReadingPlan",
     "ReadingsInProgress", "Selection", "StreamSettings", "Survey",
     "StreamedReading", "Turn", "WholeReading", "WholeReadingDone", "answer_sources", "answer_stats", "paired_draft", "part_store", "prepare_chat",

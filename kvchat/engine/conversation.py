@@ -2,8 +2,8 @@
 
 How the document comes into the cache is the conversation's way of reading (reading/way.py,
 chosen by reading/registry.py): whole, streamed within the budget (a streaming method, or a
-document too long to read whole unless the method was named: reading/sizing.py), put together
-from several documents' readings, or fast for the first question and whole for the follow-ups.
+document too long to read whole unless the method was named: reading/sizing.py), or fast for
+the first question and whole for the follow-ups.
 What each answer is chosen from is its Selection (selections/): by default every question
 selects anew from the document's reading, with the earlier turns pinned. Several documents come
 as one bundle (documents/bundle.py).
@@ -33,7 +33,7 @@ from kvchat.engine.reading.registry import reading_for
 from kvchat.engine.reading.sizing import RING_MIN, check_prompt, context_size, reading_settings, round_up
 from kvchat.engine.reading.speeds import ReadingSpeeds
 from kvchat.engine.reading.stream import StreamSettings, stream_context_size
-from kvchat.engine.reading.way import DocumentPrompt, Reading
+from kvchat.engine.reading.way import DocumentPrompt
 from kvchat.engine.selections import PerQuestion, Selection
 from kvchat.engine.settings import AskSettings
 from kvchat.errors import KvchatError
@@ -59,16 +59,11 @@ class Conversation:
         stream: StreamSettings | None = None,
         speeds: ReadingSpeeds | None = None,
         cheap_pass: CheapPass = CheapPass(),
-        reading: Reading | None = None,
-        decode_all: bool = False,
         in_progress: ReadingsInProgress | None = None,
         parts: ConversationFor | None = None,
     ) -> None:
-        """`reading`: a way of reading asked for (the bench's); by default reading_for() chooses.
-        `parts`: makes the conversations that answer a question about the whole document, one per
-        part (in_parts.py); None: every question is answered here.
-        `decode_all`: every answer decodes its max tokens, its text ending where the model ended it
-        (the bench's: decode speeds compare over equal lengths). `in_progress`: the readings other
+        """`parts`: makes the conversations that answer a question about the whole document, one per
+        part (in_parts.py); None: every question is answered here. `in_progress`: the readings other
         processes are doing, so that read_on() never reads the document beside one of them."""
         self.model = model
         self.model_name = model_name
@@ -76,7 +71,6 @@ class Conversation:
         self.selection = selection
         self.stream = stream or StreamSettings()
         self.speeds = speeds  # what a reading measures, remembered for `kvchat inspect`
-        self._decode_all = decode_all
         self._in_progress = in_progress
         self._parts = parts
         self.turns: list[Turn] = []
@@ -86,9 +80,8 @@ class Conversation:
         self.document_tokens = [token for run in self._runs for token in run] if self._runs else part.tokens(model)
         self.settings, self._notice = reading_settings(model, len(self.document_tokens), settings)
         self.states = None if self.settings.method.streams or states is None else states.for_settings(self.settings)
-        self.reading = reading_for(self.settings, self.stream, cheap_pass.drafted, self._runs is not None, reading)
-        self._prompt = DocumentPrompt(self.document_tokens, str(document.path), self._runs,
-                                      tuple(document_names(document)) if self._runs else (), self.states)
+        self.reading = reading_for(self.settings, self.stream, cheap_pass.drafted)
+        self._prompt = DocumentPrompt(self.document_tokens, str(document.path), self.states)
         if settings.method.needs_spans:  # token texts for span-aware selection, prepared with the tokens
             model.pieces_text(self.document_tokens)
         self._cheap_pass = cheap_pass
@@ -117,7 +110,7 @@ class Conversation:
     def run(self) -> PromptRun:
         """The context the document is read into, made when it is first needed: a question the
         document's parts answer (in_parts.py) never holds one as large as the document."""
-        return PromptRun(self.model, self._n_ctx, self.settings, self.model_name, self.reading.shares_cells, self._cheap_pass)
+        return PromptRun(self.model, self._n_ctx, self.settings, self.model_name, self._cheap_pass)
 
     def _context_size(self) -> int:
         if self.settings.method.streams:
@@ -224,7 +217,7 @@ class Conversation:
                 yield event
         else:
             selected = yield from self.select(question, cancel, settings)
-            for event in self.run.answer(settings, selected, cancel, decode_all=self._decode_all):
+            for event in self.run.answer(settings, selected, cancel):
                 if isinstance(event, Done):
                     event = done = yield from self._with_answer_sources(event, selected.kept, settings)
                 yield event

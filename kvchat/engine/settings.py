@@ -30,11 +30,11 @@ class KvLayout:
     type_k: str = "f16"
     type_v: str = "f16"
 
-    def context(self, n_ctx: int, n_batch: int, threads: int | None, n_seq_max: int = 1, kv_unified: bool = False) -> ContextSettings:
+    def context(self, n_ctx: int, n_batch: int, threads: int | None, n_seq_max: int = 1) -> ContextSettings:
         """The settings of a llama.cpp context of `n_ctx` cells laid out so: the one way every
         context of a reading, a sequence of the server or an answer's sources is made."""
         return ContextSettings(n_ctx=n_ctx, n_batch=n_batch, threads=threads, flash_attn=self.flash_attn, type_k=self.type_k,
-                               type_v=self.type_v, n_seq_max=n_seq_max, kv_unified=kv_unified)
+                               type_v=self.type_v, n_seq_max=n_seq_max)
 
     def __post_init__(self) -> None:
         for name, cache_type in (("k", self.type_k), ("v", self.type_v)):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from kvchat.engine.reading.composed import ComposedReading
 from kvchat.engine.reading.fast_first import FastFirst
 from kvchat.engine.reading.stream import StreamSettings
 from kvchat.engine.reading.streamed import StreamedReading
@@ -11,12 +10,9 @@ from kvchat.engine.reading.whole import WholeReading
 from kvchat.engine.settings import AskSettings
 
 
-def reading_for(settings: AskSettings, stream: StreamSettings, drafted: bool, several: bool, asked: Reading | None = None) -> Reading:
-    """Streamed for a streaming method; the reading `asked` for (the bench's) where it can read
-    this document (a composed one needs `several` documents); whole otherwise, and then its first
-    question read fast where the settings say so (`drafted`: a draft model does the cheap pass)."""
+def reading_for(settings: AskSettings, stream: StreamSettings, drafted: bool) -> Reading:
+    """Streamed for a streaming method; whole otherwise, and then its first question read fast
+    where the settings say so (`drafted`: a draft model does the cheap pass)."""
     if settings.method.streams:
         return StreamedReading(stream)
-    if asked is not None and (several or not isinstance(asked, ComposedReading)):
-        return asked
     return FastFirst(WholeReading()) if settings.reads_fast(drafted) else WholeReading()

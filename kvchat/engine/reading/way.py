@@ -24,13 +24,10 @@ from kvchat.events import Event
 
 @dataclass(frozen=True)
 class DocumentPrompt:
-    """What there is to read of a conversation's document: the document part's tokens, and with
-    several documents its runs ([prefix, one per document, suffix]) and their names."""
+    """What there is to read of a conversation's document: the document part's tokens."""
 
     tokens: list[int]
     label: str  # names the reading where it is saved
-    runs: list[list[int]] | None = None
-    names: tuple[str, ...] = ()
     states: DocumentStates | None = None  # where its readings are saved (None: nowhere)
 
 
@@ -43,7 +40,6 @@ class Reading:
 
     name: ClassVar[str] = ""
     speed: ClassVar[str] = "read"  # what its measured speed is remembered as (speeds.py)
-    shares_cells: ClassVar[bool] = False  # its context holds two sequences that share cells (compose.py)
 
     def defers(self, saved: bool) -> bool:
         """Whether open() leaves the reading to the first question (`saved`: a reading of the
