@@ -13,7 +13,7 @@ REDUCTIONS = tuple(r.value for r in HeadReduction if r is not HeadReduction.PER_
 
 DEFAULT_MAX_TOKENS = 512
 READS = ("auto", "full", "fast", "retrieval")
-CHOOSERS = ("attention", "bm25", "fused")
+CHOOSERS = ("attention", "bm25")
 # Threads for each CPU kvchat may use, at most: llama.cpp's threads meet after every op, so more
 # only wait on each other (-t 1000 on 2 CPUs: 26 s to the first token, not 0.7 s), and far more
 # crash it (-t 100000: SIGSEGV; 10^20 from a settings file: std::bad_alloc).
@@ -66,12 +66,9 @@ class FastSettings:
     # "Reading fast").
     spans: str = "sentences"
     heads: str = "max"
-    # Who chooses what the model re-reads (reading/passages.py): the cheap pass's attention, the
-    # question's words (BM25 over the document's passages, attention where it shares none with
-    # them), or both, their rankings of the passages fused. `narrow`: the cheap pass reads only the
-    # BM25 best passages of this many times the re-reading (None: the whole prompt).
+    # Who chooses what the model re-reads (reading/passages.py): the cheap pass's attention, or the
+    # question's words (BM25 over the document's passages, attention where it shares none with them).
     choose: str = "attention"
-    narrow: int | None = None
     opening: int = 0  # the document's first passages, read whatever the question chooses (its title, parties, date)
 
     def __post_init__(self) -> None:
@@ -89,8 +86,6 @@ class FastSettings:
             raise SettingsError(f"unknown fast reading chooser {self.choose!r}", f"use one of {', '.join(CHOOSERS)}")
         if self.opening < 0:
             raise SettingsError(f"the fast reading's opening passages cannot be negative, got {self.opening}", "use 0 or more")
-        if self.narrow is not None and self.narrow < 1:
-            raise SettingsError(f"the cheap pass narrows to at least the re-reading, got {self.narrow}x", "use 1 or more, or leave it unset")
 
 
 # How the default (read "auto") reads a new document's first question: the passages its words
