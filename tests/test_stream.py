@@ -63,7 +63,7 @@ def test_ring_invariants_after_many_evictions(short_model, query_aware: bool) ->
 
 @pytest.mark.parametrize("heads", ["sum", "per-head"])
 def test_long_generation_runs_past_the_cache(short_model, heads: str, monkeypatch) -> None:
-    """Per head, the reading evicts for all heads at once (stream.py says why), the question's
+    """Per head, the reading evicts for all heads at once (chunked.py says why), the question's
     selection is per head, and the ring repacks those cells past the trained context."""
     monkeypatch.setattr(short_model, "is_end_of_generation", lambda token: False)  # the answer runs to max_tokens
     document = Document(path=Path("boxes.txt"), kind="text", text=" ".join(f"Box {i} holds {i * 3}." for i in range(40)))

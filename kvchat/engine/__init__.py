@@ -3,8 +3,9 @@
 Here: the Engine (engine.py), a Conversation about a document (conversation.py), the settings of an
 ask (settings.py), the chat prompt (prompt.py), prompts prepared for the server (prepared.py) and
 the installation's health (health.py). In its rooms:
-  reading/     how a prompt comes into the KV cache: read whole, streamed, or fast first
-               (what the question's words or a cheap pass's attention choose)
+  reading/     how a prompt comes into the KV cache: its ways of reading (ways/: whole, streamed,
+               or fast first), reading in chunks within the budget (chunked.py) and the fast
+               reading's choice (cheap_pass.py: what the question's words or a cheap pass choose)
   kvcache/     the KV cache of one context, its pruning, and its readings saved on disk
   selections/  what each answer of a conversation is chosen from
   answering/   generating answers, and the passages of the document they drew on
@@ -18,14 +19,11 @@ from kvchat.engine.answering.generate import Generation, answer_stats
 from kvchat.engine.reading.plan import ReadingPlan
 from kvchat.engine.prepared import AnsweredInParts, PreparedPrompt, answer_sources, prepare_chat, prepare_question
 from kvchat.engine.prompt import Turn
-from kvchat.engine.reading.fast import speed_kind
-from kvchat.engine.reading.fast_first import FastFirst
-from kvchat.engine.reading.streamed import StreamedReading
-from kvchat.engine.reading.way import Reading
-from kvchat.engine.reading.whole import WholeReading
+from kvchat.engine.reading.cheap_pass import speed_kind
+from kvchat.engine.reading.ways import FastFirst, Reading, StreamedReading, WholeReading
 from kvchat.engine.selections import SELECTIONS, Selection, selection_named, selections_help
 from kvchat.engine.settings import DEFAULT_MAX_TOKENS, AskSettings, FastSettings, KvLayout
-from kvchat.engine.reading.stream import StreamSettings
+from kvchat.engine.reading.chunked import StreamSettings
 
 __all__ = [
     "DEFAULT_MAX_TOKENS", "WAITING_FOR_TURN", "SELECTIONS", "AnsweredInParts", "AskSettings", "Conversation",

@@ -1,7 +1,7 @@
 """A conversation about a document (or several): read (or load) it once, answer many questions.
 
-How the document comes into the cache is the conversation's way of reading (reading/way.py,
-chosen by reading/registry.py): whole, streamed within the budget (a streaming method, or a
+How the document comes into the cache is the conversation's way of reading (reading/ways/,
+chosen by reading/ways/registry.py): whole, streamed within the budget (a streaming method, or a
 document too long to read whole unless the method was named: reading/sizing.py), or fast for
 the first question and whole for the follow-ups.
 What each answer is chosen from is its Selection (selections/): by default every question
@@ -20,20 +20,20 @@ from functools import cached_property
 
 from kvchat.documents import Document
 from kvchat.documents.bundle import document_names, document_starts
-from kvchat.engine.answering.kept import DocumentText
+from kvchat.engine.answering.document_text import DocumentText
 from kvchat.engine.answering.sources import SourceFinder
 from kvchat.engine.in_parts import ConversationFor, answer_in_parts
 from kvchat.engine.kvcache.in_progress import ReadingsInProgress, WholeReadingDone, read_alone
 from kvchat.engine.kvcache.states import DocumentStates
 from kvchat.engine.prompt import PromptPart, Turn, chat_messages, document_part, split_rendered
-from kvchat.engine.reading.fast import CheapPass, pays, reread_tokens, speed_kind
+from kvchat.engine.reading.cheap_pass import CheapPass, pays, reread_tokens, speed_kind
 from kvchat.engine.reading.passages import Question
 from kvchat.engine.reading.prompt_run import PromptRun
-from kvchat.engine.reading.registry import reading_for
+from kvchat.engine.reading.ways.registry import reading_for
 from kvchat.engine.reading.sizing import RING_MIN, check_prompt, context_size, reading_settings, round_up
 from kvchat.engine.reading.speeds import ReadingSpeeds
-from kvchat.engine.reading.stream import StreamSettings, stream_context_size
-from kvchat.engine.reading.way import DocumentPrompt
+from kvchat.engine.reading.chunked import StreamSettings, stream_context_size
+from kvchat.engine.reading.ways.reading import DocumentPrompt
 from kvchat.engine.selections import PerQuestion, Selection
 from kvchat.engine.settings import AskSettings
 from kvchat.errors import KvchatError

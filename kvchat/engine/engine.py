@@ -13,10 +13,10 @@ from kvchat.engine.kvcache.foreground import Foreground
 from kvchat.engine.kvcache.in_progress import ReadingsInProgress, WholeReadingDone, read_alone
 from kvchat.engine.kvcache.states import DocumentStates
 from kvchat.engine.kvcache.store import DEFAULT_MAX_BYTES, StateStore
-from kvchat.engine.reading.fast import CheapPass
+from kvchat.engine.reading.cheap_pass import CheapPass
 from kvchat.engine.reading.plan import ReadingPlan, reading_plan
 from kvchat.engine.reading.speeds import ReadingSpeeds
-from kvchat.engine.reading.stream import StreamSettings
+from kvchat.engine.reading.chunked import StreamSettings
 from kvchat.engine.selections import PerQuestion, Selection
 from kvchat.engine.settings import AskSettings
 from kvchat.errors import SettingsError

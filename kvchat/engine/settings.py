@@ -49,7 +49,7 @@ class KvLayout:
 
 @dataclass(frozen=True)
 class FastSettings:
-    """How a fast reading's cheap pass chooses and what the model re-reads (reading/fast.py): what the
+    """How a fast reading's cheap pass chooses and what the model re-reads (reading/cheap_pass.py): what the
     bench varies; a user leaves them at their defaults."""
 
     depth: float | None = None  # None: the registry's share for the model that reads (models.cheap_depth)

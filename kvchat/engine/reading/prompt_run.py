@@ -18,12 +18,12 @@ import numpy as np
 
 from kvchat.engine.kvcache.cache import KvCache, SavedCells
 from kvchat.engine.reading.passages import Question
-from kvchat.engine.reading.fast import CheapPass, fast_select
+from kvchat.engine.reading.cheap_pass import CheapPass, fast_select
 from kvchat.engine.answering.generate import Generation, answer_stats, generate
 from kvchat.engine.reading.selected import Selected
 from kvchat.engine.settings import AskSettings
 from kvchat.engine.kvcache.states import DocumentStates
-from kvchat.engine.reading.stream import StreamSettings, stream_read
+from kvchat.engine.reading.chunked import StreamSettings, stream_read
 from kvchat.errors import DecodeError
 from kvchat.events import Done, Event, Notice, Progress
 from kvchat.llama import LlamaContext, LlamaModel, Sampler
@@ -83,7 +83,7 @@ class PromptRun:
         stream: StreamSettings,
         cancel: threading.Event | None = None,
     ) -> Iterator[Event]:
-        """Read tokens[read_upto:] within the budget (streamed reading, see stream.py)."""
+        """Read tokens[read_upto:] within the budget (streamed reading, see chunked.py)."""
         started = time.perf_counter()
         try:
             for event in stream_read(self.cache, self.model, tokens, self.read_upto, question_window, settings, stream, cancel):
@@ -195,7 +195,7 @@ class PromptRun:
     def read_fast(
         self, tokens: list[int], settings: AskSettings, cancel: threading.Event | None = None, question: Question | None = None,
     ) -> Iterator[Event]:
-        """Instead of reading and select(): a fast reading of the whole prompt (fast.py) into the
+        """Instead of reading and select(): a fast reading of the whole prompt (cheap_pass.py) into the
         emptied cache; `question` for a choice by its words. What a whole reading stopped midway had
         read is set aside (back_to_reading()). Returns the Selected that answer() takes."""
         aside = self._aside if self.holds_fast_answer or not self.read_upto else (self.cache.saved(), self.read_upto)

@@ -1,12 +1,12 @@
-"""Which way of reading (way.py) a conversation reads its document with."""
+"""Which way of reading (reading.py) a conversation reads its document with."""
 
 from __future__ import annotations
 
-from kvchat.engine.reading.fast_first import FastFirst
-from kvchat.engine.reading.stream import StreamSettings
-from kvchat.engine.reading.streamed import StreamedReading
-from kvchat.engine.reading.way import Reading
-from kvchat.engine.reading.whole import WholeReading
+from kvchat.engine.reading.ways.fast_first import FastFirst
+from kvchat.engine.reading.chunked import StreamSettings
+from kvchat.engine.reading.ways.streamed import StreamedReading
+from kvchat.engine.reading.ways.reading import Reading
+from kvchat.engine.reading.ways.whole import WholeReading
 from kvchat.engine.settings import AskSettings
 
 
