@@ -21,7 +21,6 @@ from kvchat.engine.reading.plan import ReadingPlan
 from kvchat.engine.prepared import AnsweredInParts, PreparedPrompt, answer_sources, prepare_chat, prepare_question
 from kvchat.engine.prompt import SYSTEM_PROMPT, Turn
 from kvchat.engine.reading.cheap_pass import speed_kind
-from kvchat.engine.reading.ways import FastFirst, Reading, StreamedReading, WholeReading
 from kvchat.engine.selections import SELECTIONS, Selection, selection_named, selections_help
 from kvchat.engine.settings import DEFAULT_MAX_TOKENS, AskSettings, FastSettings, KvLayout
 from kvchat.engine.reading.chunked import StreamSettings
@@ -29,8 +28,8 @@ from kvchat.engine.whole_question import about_whole
 
 __all__ = [
     "DEFAULT_MAX_TOKENS", "WAITING_FOR_TURN", "SELECTIONS", "SYSTEM_PROMPT", "AnsweredInParts", "AskSettings", "Conversation",
-    "Engine", "FastFirst", "FastSettings", "Generation", "InProgress", "KvLayout", "PreparedPrompt", "Reading", "ReadingPlan",
+    "Engine", "FastSettings", "Generation", "InProgress", "KvLayout", "PreparedPrompt", "ReadingPlan",
     "ReadingsInProgress", "Selection", "StreamSettings", "Survey",
-    "StreamedReading", "Turn", "WholeReading", "WholeReadingDone", "about_whole", "answer_sources", "answer_stats", "paired_draft", "part_store", "prepare_chat",
+    "Turn", "WholeReadingDone", "about_whole", "answer_sources", "answer_stats", "paired_draft", "part_store", "prepare_chat",
     "prepare_question", "readings_in_progress", "selection_named", "selections_help", "speed_kind", "state_store", "time_read_and_decode",
 ]

@@ -19,7 +19,7 @@ from dataclasses import replace
 from functools import cached_property
 
 from kvchat.documents import Document
-from kvchat.documents.bundle import document_names, document_starts
+from kvchat.documents.bundle import document_starts
 from kvchat.engine.answering.document_text import DocumentText
 from kvchat.engine.answering.sources import SourceFinder
 from kvchat.engine.in_parts import ConversationFor, answer_in_parts
@@ -76,8 +76,8 @@ class Conversation:
         self.turns: list[Turn] = []
         self._system = settings.system  # the conversation's: its document part (and saved reading) holds it
         part = document_part(model, document.text, self._system)
-        self._runs = self._document_runs(part)
-        self.document_tokens = [token for run in self._runs for token in run] if self._runs else part.tokens(model)
+        runs = self._document_runs(part)
+        self.document_tokens = [token for run in runs for token in run] if runs else part.tokens(model)
         self.settings, self._notice = reading_settings(model, len(self.document_tokens), settings)
         self.states = None if self.settings.method.streams or states is None else states.for_settings(self.settings)
         self.reading = reading_for(self.settings, self.stream, cheap_pass.drafted)
@@ -93,10 +93,10 @@ class Conversation:
 
     def _document_runs(self, part: PromptPart) -> list[list[int]] | None:
         """Several documents: the document part's tokens as [prefix, one run per document,
-        suffix], each tokenized on its own (see open()); None for one document. A document's run
-        is its heading and text between the line breaks around them (the prompt's own before the
-        first and after the last, the separator's between two), so it is the same tokens wherever
-        the document stands among the others, and its saved reading serves every combination."""
+        suffix], each tokenized on its own; None for one document. A document's run is its
+        heading and text between the line breaks around them (the prompt's own before the first
+        and after the last, the separator's between two), so it is the same tokens wherever the
+        document stands among the others."""
         starts = document_starts(self.document)
         if not starts:
             return None
