@@ -29,11 +29,10 @@ SAMPLE = "kvchat/samples/marketing_reseller_agreement.pdf"
 def child(model_name: str, prompt_tokens: int, decode_tokens: int, read_threads: int, decode_threads: int) -> dict:
     """One measurement in this process: read the prompt in 512-token batches, then decode greedily."""
     from kvchat.documents import load_document
-    from kvchat.engine.health import time_read_and_decode
-    from kvchat.llama import LlamaModel
-    from kvchat.models import resolve_model
+    from kvchat.engine import Engine, time_read_and_decode
 
-    with LlamaModel(resolve_model(model_name)) as model:
+    with Engine(model_name, use_cache=False) as engine:
+        model = engine.model
         tokens = model.tokenize(load_document(SAMPLE).text * 4)[:prompt_tokens]
         read_s, decode_s = time_read_and_decode(model, tokens, decode_tokens, decode_threads, read_threads)
         return {"read_tok_s": len(tokens) / read_s, "decode_tok_s": decode_tokens / decode_s,

@@ -21,7 +21,7 @@ import json
 import re
 from pathlib import Path
 
-from kvchat.engine.whole_question import about_whole
+from kvchat.engine import about_whole
 
 ROOT = Path(__file__).resolve().parents[1]
 CUAD = {"dev": ROOT / "kvchat" / "bench" / "data" / "cuad", "held-out": ROOT / "bench" / "cuad_heldout"}

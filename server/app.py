@@ -106,7 +106,7 @@ def create_app(service: ChatService, api_key: str | None = None, allowed_origins
             raise ApiError(404, f"The model {body.model!r} does not exist; this server has {model_id!r}", "model_not_found", "model")
         answer = await service.start(body)  # refusals are HTTP errors before any byte is sent
         completion_id, created = f"chatcmpl-{uuid.uuid4().hex[:24]}", int(time.time())
-        report = _Reading()  # for the kv block
+        report = _ReadingReport()  # for the kv block
         if body.stream:  # the headers go at once, then the reading's progress, then the answer
             include_usage = bool(body.stream_options and body.stream_options.include_usage)
             chunks = _sse(answer.events(), completion_id, created, model_id, include_usage, report)
@@ -189,7 +189,7 @@ async def _disconnected(request: Request) -> None:
 
 
 @dataclass
-class _Reading:
+class _ReadingReport:
     """What the events before an answer said of its prompt's reading, for the kv block."""
 
     notices: list[str] = field(default_factory=list)
@@ -204,7 +204,7 @@ class _Reading:
             self.kept_spans = list(event.kept_spans)
 
 
-async def _last_event(events: AsyncIterator[Event], report: _Reading) -> Done:
+async def _last_event(events: AsyncIterator[Event], report: _ReadingReport) -> Done:
     """The answer's Done, the last of its events (those before it noted in `report`)."""
     last: Event | None = None
     async for last in events:
@@ -228,7 +228,7 @@ def _usage(done: Done) -> dict[str, int]:
             "total_tokens": stats.prompt_tokens + stats.generated_tokens}
 
 
-def _kv(done: Done, report: _Reading) -> dict[str, object]:
+def _kv(done: Done, report: _ReadingReport) -> dict[str, object]:
     """kvchat's extension of a completion: how the prompt was read and kept."""
     stats = done.stats
     return {"method": stats.method, "read": stats.read, "prompt_tokens": stats.prompt_tokens, "loaded_tokens": stats.loaded_tokens,
@@ -239,7 +239,7 @@ def _kv(done: Done, report: _Reading) -> dict[str, object]:
             "sources": [asdict(source) for source in done.sources], "attention": list(done.attention)}
 
 
-def _completion(done: Done, completion_id: str, created: int, model_id: str, report: _Reading) -> dict[str, object]:
+def _completion(done: Done, completion_id: str, created: int, model_id: str, report: _ReadingReport) -> dict[str, object]:
     return {
         "id": completion_id, "object": "chat.completion", "created": created, "model": model_id,
         "choices": [{"index": 0, "message": {"role": "assistant", "content": done.answer},
@@ -265,7 +265,7 @@ class _AnswerStream(StreamingResponse):
 
 
 async def _sse(events: AsyncIterator[Event], completion_id: str, created: int, model_id: str,
-               include_usage: bool, report: _Reading) -> AsyncIterator[str]:
+               include_usage: bool, report: _ReadingReport) -> AsyncIterator[str]:
     """OpenAI's chunks: the role at once; while the prompt is read, a comment line for each chunk
     read (`: progress {"done": 512, "total": 4096}`: clients skip comments, a page can show it);
     the content pieces; the finish reason (with kvchat's kv block); usage if asked; [DONE]. An

@@ -354,7 +354,7 @@ def test_a_document_is_read_once_for_all_its_questions(tiny_model_path, count_to
         conversation = engine.conversation
         engine.conversation = lambda document, settings, **kw: opened.append(settings.method.name) or conversation(
             document, settings, **kw)
-        answers = {(c, v): answer_of(events).answer for c, v, events in compare(engine, [first, second], variants, decode_all=True)}
+        answers = {(c, v): answer_of(events).answer for c, v, events in compare(engine, [first, second], variants)}
         assert sorted(opened) == ["full", "snapstream", "snapstream", "streamingllm"]
         assert sorted(answers) == [(c, v) for c in range(2) for v in range(4)]
         alone = {v: answer_of(events).answer for _, v, events in compare(engine, [second], variants)}

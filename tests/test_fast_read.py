@@ -14,7 +14,7 @@ import pytest
 from kvchat.documents import Document, load_document
 from kvchat.engine import AskSettings, Conversation, Engine
 from kvchat.engine.kvcache.cache import KvCache
-from kvchat.engine.reading.fast import CheapPass, fast_select, last_read_layer
+from kvchat.engine.reading.cheap_pass import CheapPass, fast_select, last_read_layer
 from kvchat.engine.settings import FastSettings
 from kvchat.errors import CancelledError, SettingsError
 from kvchat.events import Done, Notice, Progress, Pruned

@@ -20,6 +20,7 @@ PACKAGES = {
     "tui": REPO / "tui",
     "server": REPO / "server",
     "bench": REPO / "kvchat" / "bench",
+    "experiments": REPO / "bench",  # the research scripts, beside `kvchat bench`
 }
 # What each layer may import from kvchat (besides itself).
 ALLOWED = {
@@ -35,6 +36,8 @@ ALLOWED = {
                "kvchat.policy"},
     "bench": {"kvchat.engine", "kvchat.events", "kvchat.documents", "kvchat.policy", "kvchat.errors",
               "kvchat.atomic"},
+    "experiments": {"kvchat.bench", "kvchat.engine", "kvchat.events", "kvchat.documents", "kvchat.policy", "kvchat.errors",
+                    "kvchat.models"},
 }
 
 
@@ -146,8 +149,9 @@ def test_each_front_end_names_a_setting_its_own_way() -> None:
     assert api_error(budget).message == "the prompt fills the whole context (hint: lower kv_budget)"
 
 
-def test_serving_and_the_server_use_the_engine_through_its_front_door() -> None:
-    """They import `kvchat.engine` itself, never one of its modules: what they need is its public API."""
-    for package in ("serving", "server"):
+def test_front_ends_use_the_engine_through_its_front_door() -> None:
+    """Serving, the server, the bench and its experiments import `kvchat.engine` itself, never one
+    of its modules: what they need is its public API."""
+    for package in ("serving", "server", "bench", "experiments"):
         inner = {name for name in imports_of(package) if name.startswith("kvchat.engine.")}
         assert not inner, f"{package} imports {inner}"

@@ -10,7 +10,7 @@ import pytest
 
 from kvchat.documents import Document
 from kvchat.engine import AskSettings, Conversation
-from kvchat.engine.reading.passages import PASSAGE_TOKENS, RRF_K, Passages, fused
+from kvchat.engine.reading.passages import PASSAGE_TOKENS, Passages
 from kvchat.engine.settings import FastSettings
 from kvchat.events import Done, Pruned
 from kvchat.policy import SnapKV
@@ -95,28 +95,11 @@ def test_a_question_sharing_no_word_with_the_document_is_read_as_the_attention_c
     assert read[passages.always].all() and 0 < read.sum() - len(passages.always) <= BUDGET
 
 
-def test_fused_ranks_by_both_scorings_reciprocal_ranks() -> None:
-    words = np.array([3.0, 0.0, 1.0, 2.0])
-    attention = np.array([0.1, 0.9, 0.5, -np.inf])  # passage 3 was not read by the cheap pass
-    expected = [1 / (RRF_K + 1) + 1 / (RRF_K + 3), 1 / (RRF_K + 4) + 1 / (RRF_K + 1),
-                1 / (RRF_K + 3) + 1 / (RRF_K + 2), 1 / (RRF_K + 2)]
-    np.testing.assert_allclose(fused(words, attention), expected, rtol=0, atol=1e-15)
-
-
 def test_a_passages_attention_is_the_mean_score_of_its_read_tokens() -> None:
     passages = Passages(np.array([2, 5, 9]), np.array([5, 9, 12]), ("a", "b", "c"), np.array([0, 1, 12]), 13)
     origins = np.array([0, 1, 2, 3, 4, 9, 10, 12])
     scores = np.array([9.0, 9.0, 1.0, 2.0, 3.0, 4.0, 6.0, 9.0])
     np.testing.assert_array_equal(passages.attention(scores, origins), [2.0, -np.inf, 5.0])
-
-
-def test_a_fused_reading_reads_the_best_fused_passages(tiny_model) -> None:
-    conversation = _conversation(tiny_model, choose="fused", reread=BUDGET)
-    done, pruned = _asked(conversation, "Which law governs this?")
-    passages = conversation._text.passages
-    read = [index for index in range(len(passages.starts)) if passages.starts[index] in pruned.kept_positions]
-    assert done.stats.read == "fused bm25, fast 1/2 layers, 1 passages"
-    assert len(read) == 1 and "governing law" in passages.texts[read[0]]  # both law passages lead BM25; attention breaks the tie
 
 
 @pytest.mark.parametrize("read", ["retrieval", "fast"])

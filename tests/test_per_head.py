@@ -181,7 +181,8 @@ def test_conversations_keep_tokens_per_head_with_earlier_turns_in_every_head(tin
         assert second.kept_tokens == answers[1].stats.kept_tokens > 96
 
 
-def test_the_decode_ring_evicts_answer_cells_after_a_prompt_kept_per_head(tiny_model) -> None:
+def test_the_decode_ring_evicts_answer_cells_after_a_prompt_kept_per_head(tiny_model, monkeypatch) -> None:
+    monkeypatch.setattr(tiny_model, "is_end_of_generation", lambda token: False)  # the answer runs to max_tokens
     text = " ".join(f"Box {i} holds {1000 + i * 7}." for i in range(9))
     tokens = chat_tokens(tiny_model, [{"role": "user", "content": text}])
     assert 96 < len(tokens) < 256
@@ -190,7 +191,7 @@ def test_the_decode_ring_evicts_answer_cells_after_a_prompt_kept_per_head(tiny_m
         list(run.read(tokens, len(tokens) - 16))
         selected = returned(run.select(tokens, settings))
         prompt_heads = run.cache.head_origins.copy()
-        events = list(run.answer(settings, selected, decode_all=True))
+        events = list(run.answer(settings, selected))
         cache = run.cache
     assert sum(isinstance(event, Evicted) for event in events) >= 2
     assert events[-1].stats.generated_tokens == 300 and cache.peak_cells <= 256

@@ -23,7 +23,7 @@ from kvchat.errors import CancelledError, InternalError, KvchatError, PromptTooL
 from kvchat.events import Done, Progress, Token
 from kvchat.llama import Sampler
 from kvchat.policy import SnapKV
-from kvchat.serving.reading_on import BackgroundReadings
+from kvchat.serving.background_readings import BackgroundReadings
 from kvchat.serving.requests import ChatRequest, prepare
 from kvchat.serving.jobs import ChatJob, QueueFull, ShuttingDown
 from kvchat.serving.scheduler import Scheduler

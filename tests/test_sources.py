@@ -11,7 +11,7 @@ import pytest
 from kvchat.documents import Document, Page, bundle, load_document
 from kvchat.engine import AskSettings, Engine
 from kvchat.engine.kvcache.cache import KvCache
-from kvchat.engine.answering.kept import token_char_ranges
+from kvchat.engine.answering.document_text import token_char_ranges
 from kvchat.engine.prompt import document_part
 from kvchat.engine.answering.sources import MAX_PASSAGE, MIN_PASSAGE, SourceFinder, passages
 from kvchat.errors import DecodeError

@@ -62,13 +62,13 @@ def test_ring_invariants_after_many_evictions(short_model, query_aware: bool) ->
 
 
 @pytest.mark.parametrize("heads", ["sum", "per-head"])
-def test_long_generation_runs_past_the_cache(short_model, heads: str) -> None:
-    """Per head, the reading evicts for all heads at once (stream.py says why), the question's
+def test_long_generation_runs_past_the_cache(short_model, heads: str, monkeypatch) -> None:
+    """Per head, the reading evicts for all heads at once (chunked.py says why), the question's
     selection is per head, and the ring repacks those cells past the trained context."""
+    monkeypatch.setattr(short_model, "is_end_of_generation", lambda token: False)  # the answer runs to max_tokens
     document = Document(path=Path("boxes.txt"), kind="text", text=" ".join(f"Box {i} holds {i * 3}." for i in range(40)))
     settings = AskSettings(method=SnapStream(budget=96, window=16, heads=heads), max_tokens=1500, threads=2)
-    conversation = Conversation(short_model, "tiny", document, settings, stream=StreamSettings(chunk=64, recent=16),
-                                decode_all=True)
+    conversation = Conversation(short_model, "tiny", document, settings, stream=StreamSettings(chunk=64, recent=16))
     try:
         list(conversation.open(question="What does box 3 hold?"))
         n_ctx = conversation.run.n_ctx
@@ -86,10 +86,11 @@ def test_long_generation_runs_past_the_cache(short_model, heads: str) -> None:
         conversation.close()
 
 
-def test_snapkv_answer_longer_than_its_context(tiny_model) -> None:
+def test_snapkv_answer_longer_than_its_context(tiny_model, monkeypatch) -> None:
+    monkeypatch.setattr(tiny_model, "is_end_of_generation", lambda token: False)  # the answer runs to max_tokens
     document = Document(path=Path("boxes.txt"), kind="text", text=" ".join(f"Box {i} holds {i * 3}." for i in range(50)))
     settings = AskSettings(method=SnapKV(budget=128, window=16), max_tokens=900, threads=2, n_ctx=1536)
-    conversation = Conversation(tiny_model, "tiny", document, settings, decode_all=True)
+    conversation = Conversation(tiny_model, "tiny", document, settings)
     try:
         list(conversation.open())
         events = list(conversation.ask("What does box 3 hold?"))

@@ -2,7 +2,7 @@
 
 Model work runs in one thread worker at a time (reading or answering); it gets its own cancel
 event, which Esc sets, and posts the engine's events back as messages. After an answer from a
-fast reading, the whole document is read in the background (reading_on.py). The app is built
+fast reading, the whole document is read in the background (background_reading.py). The app is built
 around an injected SessionFactory, so tests drive it on a fake engine.
 """
 
@@ -25,7 +25,7 @@ from kvchat.errors import printable
 from kvchat.events import Done, Notice, Progress, Pruned, Token
 from kvchat.tui.dialogs import Dialogs
 from kvchat.tui.messages import DocumentLoaded, EngineEvent, Job, JobEnded, PagesRead
-from kvchat.tui.reading_on import BackgroundReading
+from kvchat.tui.background_reading import BackgroundReading
 from kvchat.tui.sessions import ChatSession, SessionFactory
 from kvchat.tui.widgets import AnswerView, Exchange, KvPanel, NoticeView, ReadingBar, SourceList
 

@@ -24,14 +24,11 @@ def for_case(settings: AskSettings, case: Case) -> AskSettings:
     return replace(settings, system=settings.system or case.system, max_tokens=case.max_tokens or settings.max_tokens)
 
 
-def _one_reading(engine: Engine, cases: list[Case], variants: dict[int, AskSettings], observer: str | None,
-                 decode_all: bool) -> Iterator[Answer]:
+def _one_reading(engine: Engine, cases: list[Case], variants: dict[int, AskSettings], observer: str | None) -> Iterator[Answer]:
     """Read the cases' document once, then answer every case under every variant, each from the
-    restored reading. An answer's events include the reading's (a streamed reading prunes there).
-    A task with its own answer length (L-Eval's) ends each answer where the model ends it."""
+    restored reading. An answer's events include the reading's (a streamed reading prunes there)."""
     widest = max((for_case(settings, case) for settings in variants.values() for case in cases), key=lambda s: s.max_tokens)
-    decode_all = decode_all and all(case.max_tokens is None for case in cases)
-    conversation = engine.conversation(case_document(cases[0]), widest, decode_all=decode_all)
+    conversation = engine.conversation(case_document(cases[0]), widest)
     try:
         reading = list(conversation.open(question=observer))
         for case_index, case in enumerate(cases):
@@ -43,10 +40,8 @@ def _one_reading(engine: Engine, cases: list[Case], variants: dict[int, AskSetti
         conversation.close()
 
 
-def compare(engine: Engine, cases: list[Case], variants: list[AskSettings], decode_all: bool = False) -> Iterator[Answer]:
-    """Every variant's answer to every case; the cases share one document. `decode_all`: each
-    answer decodes its max tokens, so decode speeds compare over equal lengths (its text still
-    ends where the model ended it).
+def compare(engine: Engine, cases: list[Case], variants: list[AskSettings]) -> Iterator[Answer]:
+    """Every variant's answer to every case; the cases share one document.
 
     Methods that prune after reading share one reading for all cases and variants (one per KV
     layout and system prompt), so they differ only in what they keep. A method that streams reads its own way: once for all cases when the
@@ -62,7 +57,7 @@ def compare(engine: Engine, cases: list[Case], variants: list[AskSettings], deco
         if not settings.method.streams and not reads_fast[index] and not in_parts[index]:
             after_reading.setdefault((settings.layout, settings.system), {})[index] = settings
     for in_layout in after_reading.values():
-        yield from _one_reading(engine, cases, in_layout, None, decode_all)
+        yield from _one_reading(engine, cases, in_layout, None)
     for index, settings in enumerate(variants):
         if in_parts[index]:  # answered from the document's parts, each case on its own (in_parts.py)
             for case_index, case in enumerate(cases):
@@ -70,16 +65,16 @@ def compare(engine: Engine, cases: list[Case], variants: list[AskSettings], deco
             continue
         if reads_fast[index]:  # a fast reading is the question's own
             for case_index, case in enumerate(cases):
-                for _, variant_index, events in _one_reading(engine, [case], {index: settings}, None, decode_all):
+                for _, variant_index, events in _one_reading(engine, [case], {index: settings}, None):
                     yield case_index, variant_index, events
             continue
         if not settings.method.streams:
             continue
         if not settings.method.scores:
-            yield from _one_reading(engine, cases, {index: settings}, None, decode_all)
+            yield from _one_reading(engine, cases, {index: settings}, None)
             continue
         for case_index, case in enumerate(cases):
-            for _, variant_index, events in _one_reading(engine, [case], {index: settings}, case.question, decode_all):
+            for _, variant_index, events in _one_reading(engine, [case], {index: settings}, case.question):
                 yield case_index, variant_index, events
 
 

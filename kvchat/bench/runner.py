@@ -28,8 +28,7 @@ TASKS = ("needle", "multikey", "multikey16", "vt", "cuad", "cuad-lists", *LEVAL_
 DEFAULT_TASKS = ("needle", "multikey", "vt")  # cuad and L-Eval read whole documents (up to 32K tokens): asked for by name
 # What a variant may set of the reading: how it reads, and a fast reading's settings (FastSettings), by their names in a variant
 READING_OPTIONS = {"read": str, "fast_depth": float, "fast_positions": str, "fast_layers": int, "fast_reread": int, "fast_spans": str,
-                   "fast_heads": str, "fast_choose": str, "fast_narrow": int,
-                   "fast_opening": int}
+                   "fast_heads": str, "fast_choose": str, "fast_opening": int}
 # What a variant may set of the KV cache's layout (KvLayout): such a variant reads the document again, in its layout
 def _on_off(value: str) -> bool:
     if value not in ("on", "off"):
@@ -219,6 +218,6 @@ def run_bench(engine: Engine, config: BenchConfig) -> Iterator[tuple[int, int, d
     total, done = len(cases) * len(variants), 0
     yield done, total, None
     for group in _by_document(cases):
-        for case_index, variant_index, events in compare(engine, group, all_settings, decode_all=True):
+        for case_index, variant_index, events in compare(engine, group, all_settings):
             done += 1
             yield done, total, _record(engine.model_name, group[case_index], variants[variant_index], events)

@@ -57,11 +57,6 @@ def _first_pages(document: Document) -> dict[str, Page]:
     return first
 
 
-def document_names(document: Document) -> list[str]:
-    """The names of a bundle's documents, in order; [] for one document."""
-    return list(_first_pages(document))
-
-
 def document_starts(document: Document) -> list[int]:
     """Where each document of a bundle begins in its text (at its heading); [] for one document."""
     return [page.start - len(heading(name)) for name, page in _first_pages(document).items()]

@@ -3,8 +3,9 @@
 Here: the Engine (engine.py), a Conversation about a document (conversation.py), the settings of an
 ask (settings.py), the chat prompt (prompt.py), prompts prepared for the server (prepared.py) and
 the installation's health (health.py). In its rooms:
-  reading/     how a prompt comes into the KV cache: read whole, streamed, put together, or fast first
-               (what the question's words or a cheap pass's attention choose)
+  reading/     how a prompt comes into the KV cache: its ways of reading (ways/: whole, streamed,
+               or fast first), reading in chunks within the budget (chunked.py) and the fast
+               reading's choice (cheap_pass.py: what the question's words or a cheap pass choose)
   kvcache/     the KV cache of one context, its pruning, and its readings saved on disk
   selections/  what each answer of a conversation is chosen from
   answering/   generating answers, and the passages of the document they drew on
@@ -12,26 +13,23 @@ the installation's health (health.py). In its rooms:
 
 from kvchat.engine.conversation import Conversation
 from kvchat.engine.drafts import paired_draft
+from kvchat.engine.health import time_read_and_decode
 from kvchat.engine.kvcache.in_progress import WAITING_FOR_TURN, InProgress, ReadingsInProgress, Survey, WholeReadingDone
 from kvchat.engine.engine import Engine, part_store, readings_in_progress, state_store
 from kvchat.engine.answering.generate import Generation, answer_stats
 from kvchat.engine.reading.plan import ReadingPlan
 from kvchat.engine.prepared import AnsweredInParts, PreparedPrompt, answer_sources, prepare_chat, prepare_question
-from kvchat.engine.prompt import Turn
-from kvchat.engine.reading.composed import ComposedReading
-from kvchat.engine.reading.fast import speed_kind
-from kvchat.engine.reading.fast_first import FastFirst
-from kvchat.engine.reading.streamed import StreamedReading
-from kvchat.engine.reading.way import Reading
-from kvchat.engine.reading.whole import WholeReading
+from kvchat.engine.prompt import SYSTEM_PROMPT, Turn
+from kvchat.engine.reading.cheap_pass import speed_kind
 from kvchat.engine.selections import SELECTIONS, Selection, selection_named, selections_help
 from kvchat.engine.settings import DEFAULT_MAX_TOKENS, AskSettings, FastSettings, KvLayout
-from kvchat.engine.reading.stream import StreamSettings
+from kvchat.engine.reading.chunked import StreamSettings
+from kvchat.engine.whole_question import about_whole
 
 __all__ = [
-    "DEFAULT_MAX_TOKENS", "WAITING_FOR_TURN", "SELECTIONS", "AnsweredInParts", "AskSettings", "ComposedReading", "Conversation",
-    "Engine", "FastFirst", "FastSettings", "Generation", "InProgress", "KvLayout", "PreparedPrompt", "Reading", "ReadingPlan",
+    "DEFAULT_MAX_TOKENS", "WAITING_FOR_TURN", "SELECTIONS", "SYSTEM_PROMPT", "AnsweredInParts", "AskSettings", "Conversation",
+    "Engine", "FastSettings", "Generation", "InProgress", "KvLayout", "PreparedPrompt", "ReadingPlan",
     "ReadingsInProgress", "Selection", "StreamSettings", "Survey",
-    "StreamedReading", "Turn", "WholeReading", "WholeReadingDone", "answer_sources", "answer_stats", "paired_draft", "part_store", "prepare_chat",
-    "prepare_question", "readings_in_progress", "selection_named", "selections_help", "speed_kind", "state_store",
+    "Turn", "WholeReadingDone", "about_whole", "answer_sources", "answer_stats", "paired_draft", "part_store", "prepare_chat",
+    "prepare_question", "readings_in_progress", "selection_named", "selections_help", "speed_kind", "state_store", "time_read_and_decode",
 ]

@@ -1,9 +1,9 @@
 """A conversation about a document (or several): read (or load) it once, answer many questions.
 
-How the document comes into the cache is the conversation's way of reading (reading/way.py,
-chosen by reading/registry.py): whole, streamed within the budget (a streaming method, or a
-document too long to read whole unless the method was named: reading/sizing.py), put together
-from several documents' readings, or fast for the first question and whole for the follow-ups.
+How the document comes into the cache is the conversation's way of reading (reading/ways/,
+chosen by reading/ways/registry.py): whole, streamed within the budget (a streaming method, or a
+document too long to read whole unless the method was named: reading/sizing.py), or fast for
+the first question and whole for the follow-ups.
 What each answer is chosen from is its Selection (selections/): by default every question
 selects anew from the document's reading, with the earlier turns pinned. Several documents come
 as one bundle (documents/bundle.py).
@@ -19,21 +19,21 @@ from dataclasses import replace
 from functools import cached_property
 
 from kvchat.documents import Document
-from kvchat.documents.bundle import document_names, document_starts
-from kvchat.engine.answering.kept import DocumentText
+from kvchat.documents.bundle import document_starts
+from kvchat.engine.answering.document_text import DocumentText
 from kvchat.engine.answering.sources import SourceFinder
 from kvchat.engine.in_parts import ConversationFor, answer_in_parts
 from kvchat.engine.kvcache.in_progress import ReadingsInProgress, WholeReadingDone, read_alone
 from kvchat.engine.kvcache.states import DocumentStates
 from kvchat.engine.prompt import PromptPart, Turn, chat_messages, document_part, split_rendered
-from kvchat.engine.reading.fast import CheapPass, pays, reread_tokens, speed_kind
+from kvchat.engine.reading.cheap_pass import CheapPass, pays, reread_tokens, speed_kind
 from kvchat.engine.reading.passages import Question
 from kvchat.engine.reading.prompt_run import PromptRun
-from kvchat.engine.reading.registry import reading_for
+from kvchat.engine.reading.ways.registry import reading_for
 from kvchat.engine.reading.sizing import RING_MIN, check_prompt, context_size, reading_settings, round_up
 from kvchat.engine.reading.speeds import ReadingSpeeds
-from kvchat.engine.reading.stream import StreamSettings, stream_context_size
-from kvchat.engine.reading.way import DocumentPrompt, Reading
+from kvchat.engine.reading.chunked import StreamSettings, stream_context_size
+from kvchat.engine.reading.ways.reading import DocumentPrompt
 from kvchat.engine.selections import PerQuestion, Selection
 from kvchat.engine.settings import AskSettings
 from kvchat.errors import KvchatError
@@ -59,16 +59,11 @@ class Conversation:
         stream: StreamSettings | None = None,
         speeds: ReadingSpeeds | None = None,
         cheap_pass: CheapPass = CheapPass(),
-        reading: Reading | None = None,
-        decode_all: bool = False,
         in_progress: ReadingsInProgress | None = None,
         parts: ConversationFor | None = None,
     ) -> None:
-        """`reading`: a way of reading asked for (the bench's); by default reading_for() chooses.
-        `parts`: makes the conversations that answer a question about the whole document, one per
-        part (in_parts.py); None: every question is answered here.
-        `decode_all`: every answer decodes its max tokens, its text ending where the model ended it
-        (the bench's: decode speeds compare over equal lengths). `in_progress`: the readings other
+        """`parts`: makes the conversations that answer a question about the whole document, one per
+        part (in_parts.py); None: every question is answered here. `in_progress`: the readings other
         processes are doing, so that read_on() never reads the document beside one of them."""
         self.model = model
         self.model_name = model_name
@@ -76,19 +71,17 @@ class Conversation:
         self.selection = selection
         self.stream = stream or StreamSettings()
         self.speeds = speeds  # what a reading measures, remembered for `kvchat inspect`
-        self._decode_all = decode_all
         self._in_progress = in_progress
         self._parts = parts
         self.turns: list[Turn] = []
         self._system = settings.system  # the conversation's: its document part (and saved reading) holds it
         part = document_part(model, document.text, self._system)
-        self._runs = self._document_runs(part)
-        self.document_tokens = [token for run in self._runs for token in run] if self._runs else part.tokens(model)
+        runs = self._document_runs(part)
+        self.document_tokens = [token for run in runs for token in run] if runs else part.tokens(model)
         self.settings, self._notice = reading_settings(model, len(self.document_tokens), settings)
         self.states = None if self.settings.method.streams or states is None else states.for_settings(self.settings)
-        self.reading = reading_for(self.settings, self.stream, cheap_pass.drafted, self._runs is not None, reading)
-        self._prompt = DocumentPrompt(self.document_tokens, str(document.path), self._runs,
-                                      tuple(document_names(document)) if self._runs else (), self.states)
+        self.reading = reading_for(self.settings, self.stream, cheap_pass.drafted)
+        self._prompt = DocumentPrompt(self.document_tokens, str(document.path), self.states)
         if settings.method.needs_spans:  # token texts for span-aware selection, prepared with the tokens
             model.pieces_text(self.document_tokens)
         self._cheap_pass = cheap_pass
@@ -100,10 +93,10 @@ class Conversation:
 
     def _document_runs(self, part: PromptPart) -> list[list[int]] | None:
         """Several documents: the document part's tokens as [prefix, one run per document,
-        suffix], each tokenized on its own (see open()); None for one document. A document's run
-        is its heading and text between the line breaks around them (the prompt's own before the
-        first and after the last, the separator's between two), so it is the same tokens wherever
-        the document stands among the others, and its saved reading serves every combination."""
+        suffix], each tokenized on its own; None for one document. A document's run is its
+        heading and text between the line breaks around them (the prompt's own before the first
+        and after the last, the separator's between two), so it is the same tokens wherever the
+        document stands among the others."""
         starts = document_starts(self.document)
         if not starts:
             return None
@@ -117,7 +110,7 @@ class Conversation:
     def run(self) -> PromptRun:
         """The context the document is read into, made when it is first needed: a question the
         document's parts answer (in_parts.py) never holds one as large as the document."""
-        return PromptRun(self.model, self._n_ctx, self.settings, self.model_name, self.reading.shares_cells, self._cheap_pass)
+        return PromptRun(self.model, self._n_ctx, self.settings, self.model_name, self._cheap_pass)
 
     def _context_size(self) -> int:
         if self.settings.method.streams:
@@ -224,7 +217,7 @@ class Conversation:
                 yield event
         else:
             selected = yield from self.select(question, cancel, settings)
-            for event in self.run.answer(settings, selected, cancel, decode_all=self._decode_all):
+            for event in self.run.answer(settings, selected, cancel):
                 if isinstance(event, Done):
                     event = done = yield from self._with_answer_sources(event, selected.kept, settings)
                 yield event

@@ -13,11 +13,10 @@ from kvchat.engine.kvcache.foreground import Foreground
 from kvchat.engine.kvcache.in_progress import ReadingsInProgress, WholeReadingDone, read_alone
 from kvchat.engine.kvcache.states import DocumentStates
 from kvchat.engine.kvcache.store import DEFAULT_MAX_BYTES, StateStore
-from kvchat.engine.reading.fast import CheapPass
+from kvchat.engine.reading.cheap_pass import CheapPass
 from kvchat.engine.reading.plan import ReadingPlan, reading_plan
 from kvchat.engine.reading.speeds import ReadingSpeeds
-from kvchat.engine.reading.stream import StreamSettings
-from kvchat.engine.reading.way import Reading
+from kvchat.engine.reading.chunked import StreamSettings
 from kvchat.engine.selections import PerQuestion, Selection
 from kvchat.engine.settings import AskSettings
 from kvchat.errors import SettingsError
@@ -77,27 +76,22 @@ class Engine:
         *,
         selection: Selection = PerQuestion(),
         stream: StreamSettings | None = None,
-        reading: Reading | None = None,
-        decode_all: bool = False,
         saves: bool = True,
     ) -> Conversation:
-        """A conversation about `document`; call open() on it before asking. `reading` and
-        `decode_all` are the bench's (see Conversation); by default the settings choose the reading.
-        `saves` False: its reading is not saved (a document made for one answer)."""
+        """A conversation about `document`; call open() on it before asking. The settings choose
+        the reading. `saves` False: its reading is not saved (a document made for one answer)."""
         return self._conversation(document, settings or AskSettings(), self.states if saves else None, selection=selection,
-                                  stream=stream, reading=reading, decode_all=decode_all)
+                                  stream=stream)
 
     def conversation_for_part(self, document: Document, settings: AskSettings, saves: bool) -> Conversation:
         """A conversation about a part of a document (in_parts.py), its reading saved with the parts'."""
         return self._conversation(document, settings, self.part_states if saves else None)
 
     def _conversation(self, document: Document, settings: AskSettings, states: DocumentStates | None, *,
-                      selection: Selection = PerQuestion(), stream: StreamSettings | None = None,
-                      reading: Reading | None = None, decode_all: bool = False) -> Conversation:
+                      selection: Selection = PerQuestion(), stream: StreamSettings | None = None) -> Conversation:
         return Conversation(self.model, self.model_name, document, settings, selection=selection, states=states,
                             in_progress=self.in_progress if states is not None else None,
-                            stream=stream, speeds=self.speeds, cheap_pass=self.cheap_pass, reading=reading,
-                            decode_all=decode_all, parts=self.conversation_for_part)
+                            stream=stream, speeds=self.speeds, cheap_pass=self.cheap_pass, parts=self.conversation_for_part)
 
     def plan(self, document: Document, settings: AskSettings | None = None) -> ReadingPlan:
         """How `document` would be read with `settings`, and how long that would take here."""

@@ -13,7 +13,7 @@ REDUCTIONS = tuple(r.value for r in HeadReduction if r is not HeadReduction.PER_
 
 DEFAULT_MAX_TOKENS = 512
 READS = ("auto", "full", "fast", "retrieval")
-CHOOSERS = ("attention", "bm25", "fused")
+CHOOSERS = ("attention", "bm25")
 # Threads for each CPU kvchat may use, at most: llama.cpp's threads meet after every op, so more
 # only wait on each other (-t 1000 on 2 CPUs: 26 s to the first token, not 0.7 s), and far more
 # crash it (-t 100000: SIGSEGV; 10^20 from a settings file: std::bad_alloc).
@@ -30,11 +30,11 @@ class KvLayout:
     type_k: str = "f16"
     type_v: str = "f16"
 
-    def context(self, n_ctx: int, n_batch: int, threads: int | None, n_seq_max: int = 1, kv_unified: bool = False) -> ContextSettings:
+    def context(self, n_ctx: int, n_batch: int, threads: int | None, n_seq_max: int = 1) -> ContextSettings:
         """The settings of a llama.cpp context of `n_ctx` cells laid out so: the one way every
         context of a reading, a sequence of the server or an answer's sources is made."""
         return ContextSettings(n_ctx=n_ctx, n_batch=n_batch, threads=threads, flash_attn=self.flash_attn, type_k=self.type_k,
-                               type_v=self.type_v, n_seq_max=n_seq_max, kv_unified=kv_unified)
+                               type_v=self.type_v, n_seq_max=n_seq_max)
 
     def __post_init__(self) -> None:
         for name, cache_type in (("k", self.type_k), ("v", self.type_v)):
@@ -49,7 +49,7 @@ class KvLayout:
 
 @dataclass(frozen=True)
 class FastSettings:
-    """How a fast reading's cheap pass chooses and what the model re-reads (reading/fast.py): what the
+    """How a fast reading's cheap pass chooses and what the model re-reads (reading/cheap_pass.py): what the
     bench varies; a user leaves them at their defaults."""
 
     depth: float | None = None  # None: the registry's share for the model that reads (models.cheap_depth)
@@ -66,12 +66,9 @@ class FastSettings:
     # "Reading fast").
     spans: str = "sentences"
     heads: str = "max"
-    # Who chooses what the model re-reads (reading/passages.py): the cheap pass's attention, the
-    # question's words (BM25 over the document's passages, attention where it shares none with
-    # them), or both, their rankings of the passages fused. `narrow`: the cheap pass reads only the
-    # BM25 best passages of this many times the re-reading (None: the whole prompt).
+    # Who chooses what the model re-reads (reading/passages.py): the cheap pass's attention, or the
+    # question's words (BM25 over the document's passages, attention where it shares none with them).
     choose: str = "attention"
-    narrow: int | None = None
     opening: int = 0  # the document's first passages, read whatever the question chooses (its title, parties, date)
 
     def __post_init__(self) -> None:
@@ -89,8 +86,6 @@ class FastSettings:
             raise SettingsError(f"unknown fast reading chooser {self.choose!r}", f"use one of {', '.join(CHOOSERS)}")
         if self.opening < 0:
             raise SettingsError(f"the fast reading's opening passages cannot be negative, got {self.opening}", "use 0 or more")
-        if self.narrow is not None and self.narrow < 1:
-            raise SettingsError(f"the cheap pass narrows to at least the re-reading, got {self.narrow}x", "use 1 or more, or leave it unset")
 
 
 # How the default (read "auto") reads a new document's first question: the passages its words

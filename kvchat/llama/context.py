@@ -29,9 +29,6 @@ class ContextSettings:
     threads_batch: int | None = None  # reading a prompt in batches (n_threads_batch)
     flash_attn: bool = False
     n_seq_max: int = 1
-    # One stream of n_ctx cells for every sequence (sequences can share cells: see copy()); else
-    # each sequence gets a stream of its own of n_ctx / n_seq_max cells.
-    kv_unified: bool = False
     type_k: str = "f16"  # KV cache types: f16, q8_0 or f32 (a quantized V needs flash attention)
     type_v: str = "f16"
     # Scores from queries and keys even with flash attention off, where the softmax could be read:
@@ -88,7 +85,6 @@ class LlamaContext:
         params.type_k = CACHE_TYPE_BYTES[settings.type_k][0]
         params.type_v = CACHE_TYPE_BYTES[settings.type_v][0]
         params.no_perf = True
-        params.kv_unified = settings.kv_unified
         params.cb_eval = self.probe.callback
         params.cb_eval_user_data = None
         return params
@@ -162,11 +158,6 @@ class LlamaContext:
     def remove_runs(self, seq: int, runs: list[tuple[int, int]]) -> None:
         for p0, p1 in runs:
             self.remove(seq, p0, p1)
-
-    def copy(self, seq_src: int, seq_dst: int, p0: int, p1: int) -> None:
-        """Give `seq_dst` the cells of positions [p0, p1) of `seq_src` too (p1 < 0: to the end);
-        in a unified cache the cells are shared, not copied."""
-        raw.llama_memory_seq_cp(self._memory, seq_src, seq_dst, p0, p1)
 
     def shift(self, seq: int, p0: int, p1: int, delta: int) -> None:
         """Add `delta` to positions [p0, p1); K is re-rotated lazily on the next decode."""

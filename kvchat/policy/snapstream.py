@@ -1,5 +1,5 @@
 """SnapStream: SnapKV's selection applied while reading, so a document of any length is read
-within budget + chunk cells (the engine's reading/stream.py does the reading)."""
+within budget + chunk cells (the engine's reading/chunked.py does the reading)."""
 
 from __future__ import annotations
 

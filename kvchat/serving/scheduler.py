@@ -12,7 +12,7 @@ each chunk of reading the answers in progress decode for as long as that chunk t
 step each), and longer while one of them has taken less time than every reading: a short
 question's answer ends before the book reads on. Each reading
 reserves the sequence it will move into, so at most as many are read as sequences are free. When
-nothing else is to do, documents that a fast reading answered are read whole (reading_on.py).
+nothing else is to do, documents that a fast reading answered are read whole (background_readings.py).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from kvchat.errors import CancelledError, InternalError, KvchatError, PromptTooL
 from kvchat.events import Done, Event, Source, Token
 from kvchat.llama import LlamaModel, Sampler, SamplerSettings
 from kvchat.serving.jobs import ChatJob, QueueFull, ShuttingDown
-from kvchat.serving.reading_on import BackgroundReadings, ReadWhole, read_whole
+from kvchat.serving.background_readings import BackgroundReadings, ReadWhole, read_whole
 from kvchat.serving.requests import ChatRequest, prepare
 from kvchat.serving.slots import Slot, SlotDecoder
 
@@ -37,14 +37,14 @@ LOGGER = logging.getLogger(__name__)
 
 # What the scheduler runs the model with (a fake engine's, in tests): the reading and pruning of a
 # request, which returns its PreparedPrompt (or AnsweredInParts); the shared context's sequences;
-# a sampler chain; the whole reading of a document a fast reading answered (reading_on.py).
+# a sampler chain; the whole reading of a document a fast reading answered (background_readings.py).
 Prepare = Callable[[Engine, ChatRequest, threading.Event, Sampler], Iterator[Event]]
 NewDecoder = Callable[[LlamaModel, int, int, int | None, KvLayout], SlotDecoder]
 NewSampler = Callable[[SamplerSettings], Sampler]
 
 
 @dataclass
-class _Reading:
+class _JobBeingRead:
     """A job being read and pruned: its events end by returning its PreparedPrompt (or, for a
     question about the whole document, answered part by part as it was read, its AnsweredInParts)."""
 
@@ -80,7 +80,7 @@ class Scheduler:
         self._waiting: queue.Queue[ChatJob] = queue.Queue(max_waiting)
         self._answers: list[_Answer] = []
         self.max_readings = max_readings  # each holds a context of its own while it reads
-        self._readings: list[_Reading] = []  # in turn order: of those that took least time, the first reads next
+        self._readings: list[_JobBeingRead] = []  # in turn order: of those that took least time, the first reads next
         self._clock = clock  # what the fair share of time is measured by
         self._readings_on = BackgroundReadings(engine, read_whole)
         self._to_read: queue.SimpleQueue[ChatRequest] = queue.SimpleQueue()  # documents uploaded, for _readings_on
@@ -177,7 +177,7 @@ class Scheduler:
             if job.cancel.is_set():
                 continue
             sampler = self._new_sampler(job.request.settings.sampler)
-            self._readings.append(_Reading(job, sampler, self._reading_events(job, sampler)))
+            self._readings.append(_JobBeingRead(job, sampler, self._reading_events(job, sampler)))
 
     def _room_to_admit(self) -> bool:
         """A job waits, and there is room to read it: a free sequence, and fewer than max_readings read."""
@@ -228,7 +228,7 @@ class Scheduler:
             if self._clock() - started >= read_s and not behind:
                 return
 
-    def _end_answer_in_parts(self, reading: _Reading) -> None:
+    def _end_answer_in_parts(self, reading: _JobBeingRead) -> None:
         """An answer in parts, its job cancelled (stop() did), runs on to its next check of the
         cancel, where it ends with what it said so far (in_parts.answer_in_parts)."""
         try:
@@ -239,7 +239,7 @@ class Scheduler:
         except Exception:
             self._end_reading(reading, ShuttingDown())
 
-    def _end_reading(self, reading: _Reading, error: KvchatError) -> None:
+    def _end_reading(self, reading: _JobBeingRead, error: KvchatError) -> None:
         """The job fails with `error`, sent without its traceback: the traceback's frames hold
         the reading's tokens and text (tens of MB for a long document) for as long as the error
         lives, and the error of a client that left lives until the garbage collector's next full
@@ -267,7 +267,7 @@ class Scheduler:
             raise
         return slot
 
-    def _start(self, reading: _Reading, prepared: PreparedPrompt | AnsweredInParts) -> None:
+    def _start(self, reading: _JobBeingRead, prepared: PreparedPrompt | AnsweredInParts) -> None:
         """Move a prepared prompt into a free sequence and take its first token; a question
         answered in parts while it was read is done."""
         job = reading.job

@@ -28,15 +28,12 @@ class Generation:
     detokenizer and its flush, the stop reason and the timings. generate() feeds it from one
     context; the server's scheduler feeds every answer of a batched decode step the same way."""
 
-    def __init__(self, model: LlamaModel, max_tokens: int, *, stop_at_end: bool = True) -> None:
-        """`stop_at_end` False: decoding goes on to `max_tokens` after the model ends its answer, whose
-        text still ends there: the bench times decoding over equal lengths so."""
+    def __init__(self, model: LlamaModel, max_tokens: int) -> None:
         self._model = model
         self._max_tokens = max_tokens
-        self._stop_at_end = stop_at_end
         self._detokenizer = Detokenizer(model)
         self.text = ""
-        self.ended = False  # the model ended its answer (generation may go on for timing)
+        self.ended = False  # the model ended its answer
         self.over = False  # nothing more is to be decoded
         self.tokens = 0
         self.token_ids: list[int] = []  # every token taken, the end of generation included
@@ -49,16 +46,15 @@ class Generation:
         if not self.first_token_at:
             self.first_token_at = time.perf_counter()
         self.token_ids.append(token)
-        if not self.ended and self._model.is_end_of_generation(token):
-            self.ended, self.stop_reason = True, "stop"
-            if self._stop_at_end:
-                self.over = True
-                return ""
+        if self._model.is_end_of_generation(token):
+            self.ended = self.over = True
+            self.stop_reason = "stop"
+            return ""
         self.tokens += 1
-        text = "" if self.ended else self._detokenizer.feed(token)
+        text = self._detokenizer.feed(token)
         self.text += text
         if self.tokens >= self._max_tokens:
-            self.stop_reason, self.over = ("stop" if self.ended else "max_tokens"), True
+            self.stop_reason, self.over = "max_tokens", True
         return text
 
     def count_step(self, seconds: float) -> None:

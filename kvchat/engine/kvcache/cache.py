@@ -109,27 +109,6 @@ class KvCache:
         self.origins = np.asarray(chosen, dtype=np.int64)
         self.next_origin = next_origin
 
-    def append_reading(self, state: StateBytes, skip: int, tokens: list[int]) -> None:
-        """Put after the cells held the cells of a reading saved on its own: its positions from
-        `skip` on, which hold `tokens`, moved to follow on (they attended only to the reading's
-        own first `skip` positions: block-wise reading). Needs a context with a second sequence
-        in the same stream (ContextSettings n_seq_max=2, kv_unified): the reading is loaded
-        there, trimmed, shifted, and its cells handed to sequence 0."""
-        ctx, start, end = self.ctx, self.next_pos, self.next_pos + len(tokens)
-        ctx.load_state(state, 1)
-        ctx.remove(1, 0, skip)
-        ctx.shift(1, skip, -1, start - skip)
-        # llama.cpp re-rotates shifted keys when it next decodes, and a state saved before that
-        # would hold them unrotated: one throwaway token applies the shift now.
-        ctx.decode(tokens[:1], end, seq=1, want_logits=False)
-        ctx.remove(1, end, -1)
-        ctx.copy(1, 0, -1, -1)
-        ctx.remove(1, -1, -1)
-        added = np.arange(start, end)
-        self.reset(np.concatenate([self.positions, added]), np.concatenate([self.tokens, np.asarray(tokens, dtype=np.int64)]),
-                   np.concatenate([self.origins, added]))
-        self.verify(ctx.compact(0))  # dense again: the trimmed cells left holes
-
     def _append(self, tokens: list[int]) -> None:
         new_positions = np.arange(self.next_pos, self.next_pos + len(tokens), dtype=np.int64)
         new_origins = np.arange(self.next_origin, self.next_origin + len(tokens), dtype=np.int64)

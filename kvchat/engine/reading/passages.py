@@ -1,6 +1,6 @@
 """The document cut into passages of whole sentences, and which of them a question chooses: by its
-words (BM25, as retrieval tools choose their chunks), by the attention of a cheap pass, or by both
-(reciprocal-rank fusion). A question-chosen reading (fast.py) reads the chosen passages alone,
+words (BM25, as retrieval tools choose their chunks), or by the attention of a cheap pass. A
+question-chosen reading (cheap_pass.py) reads the chosen passages alone,
 in document order.
 
 Passages are cut on the sentence spans of policy/spans.py into runs of about PASSAGE_TOKENS
@@ -20,7 +20,6 @@ import Stemmer
 from kvchat.policy.spans import spans_from_pieces
 
 PASSAGE_TOKENS = 250  # a passage grows by whole sentences (of at most 48 tokens) up to this many tokens
-RRF_K = 60  # reciprocal-rank fusion's constant (Cormack et al. 2009)
 _STEMMER = Stemmer.Stemmer("english")
 
 
@@ -112,19 +111,6 @@ class Question:
 
     text: str
     passages: Passages
-
-
-def fused(first: np.ndarray, second: np.ndarray) -> np.ndarray:
-    """Reciprocal-rank fusion of two scorings of the same passages: the sum of 1 / (RRF_K + rank)
-    over both (rank 1 is the best); a passage that one scoring leaves out (-inf) has only the
-    other's share."""
-    return _reciprocal_ranks(first) + _reciprocal_ranks(second)
-
-
-def _reciprocal_ranks(scores: np.ndarray) -> np.ndarray:
-    ranks = np.empty(len(scores), dtype=np.float64)
-    ranks[np.argsort(-scores, kind="stable")] = np.arange(1, len(scores) + 1)
-    return np.where(np.isfinite(scores), 1.0 / (RRF_K + ranks), 0.0)
 
 
 def _words(texts: list[str] | tuple[str, ...]) -> list[list[str]]:

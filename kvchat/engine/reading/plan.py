@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass
 from kvchat.documents import Document
 from kvchat.engine.prompt import document_part
 from kvchat.engine.settings import AskSettings
-from kvchat.engine.reading.fast import pays, speed_kind
+from kvchat.engine.reading.cheap_pass import pays, speed_kind
 from kvchat.engine.reading.sizing import reading_settings
 from kvchat.engine.reading.speeds import ReadingSpeeds
 from kvchat.llama import LlamaModel
@@ -25,7 +25,7 @@ class ReadingPlan:
     fits_context: bool
     method: str  # what the reading will use: the settings' method, or snapstream past the context
     est_read_s: float | None  # a whole reading: tokens at the last measured speed; None before any was measured
-    # the first question reads fast (fast.py), the whole reading follows in the background
+    # the first question reads fast (cheap_pass.py), the whole reading follows in the background
     reads_fast: bool = False
     est_fast_s: float | None = None  # that fast reading, at the last measured speed of one
 

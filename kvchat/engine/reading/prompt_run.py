@@ -17,14 +17,13 @@ from pathlib import Path
 import numpy as np
 
 from kvchat.engine.kvcache.cache import KvCache, SavedCells
-from kvchat.engine.reading.compose import read_blockwise
 from kvchat.engine.reading.passages import Question
-from kvchat.engine.reading.fast import CheapPass, fast_select
+from kvchat.engine.reading.cheap_pass import CheapPass, fast_select
 from kvchat.engine.answering.generate import Generation, answer_stats, generate
 from kvchat.engine.reading.selected import Selected
 from kvchat.engine.settings import AskSettings
 from kvchat.engine.kvcache.states import DocumentStates
-from kvchat.engine.reading.stream import StreamSettings, stream_read
+from kvchat.engine.reading.chunked import StreamSettings, stream_read
 from kvchat.errors import DecodeError
 from kvchat.events import Done, Event, Notice, Progress
 from kvchat.llama import LlamaContext, LlamaModel, Sampler
@@ -37,17 +36,13 @@ class PromptRun:
     decoded for the coming answer."""
 
     def __init__(
-        self, model: LlamaModel, n_ctx: int, settings: AskSettings, model_name: str, composes: bool = False,
-        cheap_pass: CheapPass = CheapPass(),
+        self, model: LlamaModel, n_ctx: int, settings: AskSettings, model_name: str, cheap_pass: CheapPass = CheapPass(),
     ) -> None:
-        """`composes`: the prompt is put together from readings of its parts (compose());
-        `cheap_pass`: who does a fast reading's cheap pass."""
+        """`cheap_pass`: who does a fast reading's cheap pass."""
         self.model = model
         self.cheap_pass = cheap_pass
         self.model_name = model_name
-        self._context_settings = settings.layout.context(
-            n_ctx, settings.n_batch, settings.threads, n_seq_max=2 if composes else 1, kv_unified=composes
-        )
+        self._context_settings = settings.layout.context(n_ctx, settings.n_batch, settings.threads)
         self.cache = KvCache(LlamaContext(model, self._context_settings))
         self.read_upto = 0
         self.loaded_upto = 0
@@ -88,7 +83,7 @@ class PromptRun:
         stream: StreamSettings,
         cancel: threading.Event | None = None,
     ) -> Iterator[Event]:
-        """Read tokens[read_upto:] within the budget (streamed reading, see stream.py)."""
+        """Read tokens[read_upto:] within the budget (streamed reading, see chunked.py)."""
         started = time.perf_counter()
         try:
             for event in stream_read(self.cache, self.model, tokens, self.read_upto, question_window, settings, stream, cancel):
@@ -137,22 +132,6 @@ class PromptRun:
             state = self.save()
         if new_reading:
             yield from states.save(tokens[:upto], state, label)
-
-    def compose(
-        self,
-        prefix: list[int],
-        blocks: list[list[int]],
-        suffix: list[int],
-        states: DocumentStates | None,
-        labels: list[str],
-        cancel: threading.Event | None = None,
-    ) -> Iterator[Event]:
-        """Bring prefix + blocks + suffix into the cache block-wise (compose.py); loaded_upto
-        counts the tokens loaded rather than read."""
-        loaded, read_s = yield from read_blockwise(self.cache, prefix, blocks, suffix, states, labels, cancel)
-        self.read_s += read_s
-        total = len(prefix) + sum(len(block) for block in blocks) + len(suffix)
-        self.read_upto, self.loaded_upto, self._at_saved = total, loaded, False
 
     def _load_longest(self, states: DocumentStates, tokens: list[int], label: str) -> Iterator[Event]:
         """Load the longest saved reading of a prefix of `tokens`: loaded_upto says how long.
@@ -216,7 +195,7 @@ class PromptRun:
     def read_fast(
         self, tokens: list[int], settings: AskSettings, cancel: threading.Event | None = None, question: Question | None = None,
     ) -> Iterator[Event]:
-        """Instead of reading and select(): a fast reading of the whole prompt (fast.py) into the
+        """Instead of reading and select(): a fast reading of the whole prompt (cheap_pass.py) into the
         emptied cache; `question` for a choice by its words. What a whole reading stopped midway had
         read is set aside (back_to_reading()). Returns the Selected that answer() takes."""
         aside = self._aside if self.holds_fast_answer or not self.read_upto else (self.cache.saved(), self.read_upto)
@@ -273,12 +252,9 @@ class PromptRun:
         reading_s = self.read_s if reading_s is None else reading_s
         return Selected(n_prompt, self.cache.cells, min(self.loaded_upto, n_prompt), reading_s, window_s, started)
 
-    def answer(
-        self, settings: AskSettings, selected: Selected, cancel: threading.Event | None = None, *, decode_all: bool = False
-    ) -> Iterator[Event]:
-        """Generate from the logits select() left; Token events, then Done. `decode_all`: the bench's,
-        see Generation."""
-        generation = Generation(self.model, settings.max_tokens, stop_at_end=not decode_all)
+    def answer(self, settings: AskSettings, selected: Selected, cancel: threading.Event | None = None) -> Iterator[Event]:
+        """Generate from the logits select() left; Token events, then Done."""
+        generation = Generation(self.model, settings.max_tokens)
         sampler = Sampler(settings.sampler)
         try:
             yield from generate(self.cache, sampler, generation, cancel)

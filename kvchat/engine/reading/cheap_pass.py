@@ -32,7 +32,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from kvchat.engine.kvcache.cache import KvCache
-from kvchat.engine.reading.passages import Question, fused
+from kvchat.engine.reading.passages import Question
 from kvchat.engine.reading.selected import Selected
 from kvchat.engine.settings import AskSettings
 from kvchat.events import Event, Progress
@@ -131,31 +131,23 @@ def _choose(
     question: Question | None, cancel: threading.Event | None,
 ) -> Generator[Event, None, tuple[np.ndarray, str]]:
     """The prompt's tokens before the question's window that the model reads (sorted), and how they
-    were chosen. By the question's words where it shares some with the document's passages (bm25),
-    else or also by a cheap pass's attention (fused: both passage rankings fused); the BM25 best
-    passages of `narrow` times the re-reading alone are read by the cheap pass where it says."""
+    were chosen: by a cheap pass's attention, or (bm25) by the question's words where it shares
+    some with the document's passages, else by the cheap pass's attention over those passages."""
     fast = settings.fast_reading
-    chooser, narrow = fast.choose, fast.narrow
     passages = question.passages if question is not None else None
-    if passages is None or not len(passages.starts) or (chooser == "attention" and narrow is None):
+    if passages is None or not len(passages.starts) or fast.choose == "attention":
         origins, kept, _, layers = yield from _cheap_pass(cache, tokens, None, window_start, settings, reread, cheap_pass, cancel)
         return _before(origins[kept], window_start), f"{cheap_pass.label} {layers} layers"
     words = passages.bm25(question.text)
-    matched = bool((words > 0).any())
-    if chooser == "bm25" and matched:
+    if (words > 0).any():
         chosen = passages.top(words, reread, fast.opening)
         opening = " and the opening" if fast.opening else ""
         return passages.tokens_of(chosen, window_start), f"bm25{opening}, {len(chosen)} passages"
-    candidates = passages.top(words, narrow * reread) if narrow and matched else np.arange(len(passages.starts))
-    origins, kept, scores, layers = yield from _cheap_pass(
-        cache, tokens, passages.tokens_of(candidates, window_start), window_start, settings, reread, cheap_pass, cancel)
-    how = f"{cheap_pass.label} {layers} layers" + (f" over {len(candidates)} bm25 passages" if len(candidates) < len(passages.starts) else "")
-    if chooser == "attention":
-        return _before(origins[kept], window_start), how
+    every = passages.tokens_of(np.arange(len(passages.starts)), window_start)
+    origins, _, scores, layers = yield from _cheap_pass(cache, tokens, every, window_start, settings, reread, cheap_pass, cancel)
     attention = passages.attention(scores, origins[: len(scores)])
-    ranking = fused(words, attention) if chooser == "fused" and matched else attention
-    chosen = passages.top(np.where(np.isfinite(attention), ranking, -np.inf), reread, fast.opening)
-    return passages.tokens_of(chosen, window_start), f"{'fused bm25, ' if chooser == 'fused' and matched else ''}{how}, {len(chosen)} passages"
+    chosen = passages.top(np.where(np.isfinite(attention), attention, -np.inf), reread, fast.opening)
+    return passages.tokens_of(chosen, window_start), f"{cheap_pass.label} {layers} layers, {len(chosen)} passages"
 
 
 def _before(indices: np.ndarray, window_start: int) -> np.ndarray:

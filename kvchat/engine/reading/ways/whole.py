@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from kvchat.engine.reading.prompt_run import PromptRun
-from kvchat.engine.reading.way import DocumentPrompt, Observer, Reading
+from kvchat.engine.reading.ways.reading import DocumentPrompt, Observer, Reading
 from kvchat.engine.settings import AskSettings
 from kvchat.events import Event
 

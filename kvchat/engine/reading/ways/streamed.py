@@ -1,4 +1,4 @@
-"""The document read within the budget, chunk by chunk (stream.py): for a streaming method, and
+"""The document read within the budget, chunk by chunk (reading/chunked.py): for a streaming method, and
 for a document longer than the model's context."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from kvchat.engine.reading.prompt_run import PromptRun
-from kvchat.engine.reading.stream import StreamSettings
-from kvchat.engine.reading.way import DocumentPrompt, Observer, Reading
+from kvchat.engine.reading.chunked import StreamSettings
+from kvchat.engine.reading.ways.reading import DocumentPrompt, Observer, Reading
 from kvchat.engine.settings import AskSettings
 from kvchat.events import Event
 

@@ -1,13 +1,5 @@
-"""How a conversation's document comes into its cache: small frozen objects, one file each, in
-the spirit of the selections and of kvpress's presses. A way of reading reads the document whole
-into a PromptRun (which then holds it as its restore point): whole.py reads it (or loads its
-saved reading), streamed.py reads it within the budget, composed.py puts it together from its
-documents' readings; fast_first.py leaves it to the first question, which reads fast, and reads
-it whole with another way for the follow-ups. reading_for() chooses.
-
-Adding a way: a class here with `read()` (and `defers()` if the first question reads instead), and
-its line in reading_for().
-"""
+"""A way of reading: how a conversation's document comes into its cache (the ways, one file each
+in this folder, in the spirit of the selections and of kvpress's presses; registry.py chooses)."""
 
 from __future__ import annotations
 
@@ -24,13 +16,10 @@ from kvchat.events import Event
 
 @dataclass(frozen=True)
 class DocumentPrompt:
-    """What there is to read of a conversation's document: the document part's tokens, and with
-    several documents its runs ([prefix, one per document, suffix]) and their names."""
+    """What there is to read of a conversation's document: the document part's tokens."""
 
     tokens: list[int]
     label: str  # names the reading where it is saved
-    runs: list[list[int]] | None = None
-    names: tuple[str, ...] = ()
     states: DocumentStates | None = None  # where its readings are saved (None: nowhere)
 
 
@@ -43,7 +32,6 @@ class Reading:
 
     name: ClassVar[str] = ""
     speed: ClassVar[str] = "read"  # what its measured speed is remembered as (speeds.py)
-    shares_cells: ClassVar[bool] = False  # its context holds two sequences that share cells (compose.py)
 
     def defers(self, saved: bool) -> bool:
         """Whether open() leaves the reading to the first question (`saved`: a reading of the

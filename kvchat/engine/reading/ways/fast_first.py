@@ -1,4 +1,4 @@
-"""The first question about a new document reads fast (fast.py: a cheap pass chooses what the
+"""The first question about a new document reads fast (cheap_pass.py: a cheap pass chooses what the
 model reads); the document is read whole, with another way, for the follow-ups (Conversation.read_on)."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from kvchat.engine.reading.prompt_run import PromptRun
-from kvchat.engine.reading.way import DocumentPrompt, Observer, Reading
-from kvchat.engine.reading.whole import WholeReading
+from kvchat.engine.reading.ways.reading import DocumentPrompt, Observer, Reading
+from kvchat.engine.reading.ways.whole import WholeReading
 from kvchat.engine.settings import AskSettings
 from kvchat.events import Event
 
