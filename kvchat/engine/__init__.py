@@ -1,7 +1,7 @@
 """The engine: conversations over one loaded model that turn documents and questions into events.
 
-Here: the Engine (engine.py), a Conversation about a document (conversation.py), the settings of an
-ask (settings.py), the chat prompt (prompt.py), prompts prepared for the server (prepared.py) and
+Here: the Engine (engine.py), a Conversation about a document (conversation.py), the settings a user
+chooses (user_settings.py) and those of an ask (settings.py), the chat prompt (prompt.py), prompts prepared for the server (prepared.py) and
 the installation's health (health.py). In its rooms:
   reading/     how a prompt comes into the KV cache: read whole, streamed, put together, or fast first
                (what the question's words or a cheap pass's attention choose)
@@ -25,13 +25,16 @@ from kvchat.engine.reading.streamed import StreamedReading
 from kvchat.engine.reading.way import Reading
 from kvchat.engine.reading.whole import WholeReading
 from kvchat.engine.selections import SELECTIONS, Selection, selection_named, selections_help
-from kvchat.engine.settings import DEFAULT_MAX_TOKENS, AskSettings, FastSettings, KvLayout
+from kvchat.engine.settings import AskSettings, FastSettings, KvLayout
+from kvchat.engine.user_settings import (
+    DEFAULT_MAX_TOKENS, UserSettings, choices, form_label, invalid_setting, setting_names, user_settings,
+)
 from kvchat.engine.reading.stream import StreamSettings
 
 __all__ = [
     "DEFAULT_MAX_TOKENS", "WAITING_FOR_TURN", "SELECTIONS", "AnsweredInParts", "AskSettings", "ComposedReading", "Conversation",
     "Engine", "FastFirst", "FastSettings", "Generation", "InProgress", "KvLayout", "PreparedPrompt", "Reading", "ReadingPlan",
     "ReadingsInProgress", "Selection", "StreamSettings", "Survey",
-    "StreamedReading", "Turn", "WholeReading", "WholeReadingDone", "answer_sources", "answer_stats", "paired_draft", "part_store", "prepare_chat",
-    "prepare_question", "readings_in_progress", "selection_named", "selections_help", "speed_kind", "state_store",
+    "StreamedReading", "Turn", "UserSettings", "WholeReading", "WholeReadingDone", "answer_sources", "answer_stats", "choices", "form_label", "invalid_setting", "paired_draft", "part_store", "prepare_chat",
+    "prepare_question", "readings_in_progress", "selection_named", "selections_help", "setting_names", "speed_kind", "state_store", "user_settings",
 ]
