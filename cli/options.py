@@ -112,7 +112,8 @@ def with_settings(*names: str) -> Callable[[Callable[..., None]], Callable[..., 
 
         @functools.wraps(command)
         def with_user(**values: object) -> None:
-            command(**values, user=user_settings({name: values.pop(name) for name in names}))
+            user = user_settings({name: values.pop(name) for name in names})
+            command(**values, user=user)
 
         with_user.__signature__ = signature.replace(parameters=own + options)  # type: ignore[attr-defined]
         with_user.__annotations__ = {p.name: p.annotation for p in own + options}

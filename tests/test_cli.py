@@ -86,18 +86,18 @@ def test_sources_follow_the_answer_on_stderr_and_in_the_json(document, tiny_mode
     assert json.loads(off.stdout)["sources"] == [] and not [line for line in off.stderr.splitlines() if line.startswith("line ")]
 
 
-def test_a_summary_is_answered_from_the_parts_unless_whole_is_off(document, tiny_model_path, isolated_home) -> None:
+def test_a_summary_is_answered_from_the_parts_unless_in_parts_is_off(document, tiny_model_path, isolated_home) -> None:
     args = ask_args(document, tiny_model_path, "--json")
     args[2] = "Summarize this document."
     parts = run_kvchat(*args, home=isolated_home)
-    off = run_kvchat(*args, "--whole", "off", home=isolated_home)
-    lookup_on = run_kvchat(*ask_args(document, tiny_model_path, "--json", "--whole", "on"), home=isolated_home)
+    off = run_kvchat(*args, "--in-parts", "off", home=isolated_home)
+    lookup_on = run_kvchat(*ask_args(document, tiny_model_path, "--json", "--whole", "on"), home=isolated_home)  # its deprecated name
     assert parts.returncode == off.returncode == lookup_on.returncode == 0, parts.stderr + off.stderr + lookup_on.stderr
     assert json.loads(parts.stdout)["read"] == json.loads(lookup_on.stdout)["read"] == "in 2 parts"  # of 2,048 tokens
     assert "a question about the whole document" in parts.stderr
     assert json.loads(off.stdout)["read"] == "full" and json.loads(off.stdout)["kept_tokens"] == 64
-    bad = run_kvchat(*args, "--whole", "always", home=isolated_home)
-    assert bad.returncode == 2 and bad.stderr == "kvchat: error: unknown whole-document answering 'always' (hint: use auto, on or off)\n"
+    bad = run_kvchat(*args, "--in-parts", "always", home=isolated_home)
+    assert bad.returncode == 2 and bad.stderr == "kvchat: error: unknown --in-parts 'always' (hint: use auto, on or off)\n"
 
 
 def test_full_method_keeps_everything(document, tiny_model_path, isolated_home) -> None:
@@ -363,7 +363,7 @@ def _usage_errors(path: tuple[str, ...], command: object) -> list[list[str]]:
     params = command.params  # type: ignore[attr-defined]
     arguments = [param for param in params if param.param_type_name == "argument"]
     options = [param for param in params if param.param_type_name == "option"]
-    hints = typing.get_type_hints(inspect.unwrap(command.callback))  # type: ignore[attr-defined]
+    hints = typing.get_type_hints(inspect.unwrap(command.callback, stop=lambda f: hasattr(f, "__signature__")))  # type: ignore[attr-defined]
     filled = [*path, *["x"] * len(arguments)]  # the arguments given, so an option's own error shows
     lines = [[*path, "--no-such-option"]]
     lines += [[*filled, "x"]] if all(argument.nargs != -1 for argument in arguments) else []  # one too many
