@@ -677,3 +677,11 @@ def test_notices_errors_and_log_lines_leave_control_characters_out() -> None:
     assert DocumentError("x\x1b]0;T\x07.pdf: no such file", "check\x1b[2J it").one_line() == "x]0;T.pdf: no such file (hint: check[2J it)"
     record = logging.LogRecord("kvchat", logging.WARNING, __file__, 1, "deleted %s", ("a\x1b[31m.kvstate",), None)
     assert PrintableFormatter("%(message)s").format(record) == "deleted a[31m.kvstate"
+
+
+@pytest.mark.parametrize("path", [path for path, _ in _commands() if path], ids=lambda path: " ".join(("kvchat", *path)))
+def test_a_commands_help_is_prose_that_the_terminal_wraps(path) -> None:
+    """Before, a docstring's line breaks stood in the help ("the answer⏎ streams to stdout")."""
+    help_text = dict(_commands())[path].help  # type: ignore[attr-defined]
+    assert help_text and all("\n" not in paragraph for paragraph in help_text.split("\n\n"))
+    assert "  " not in help_text
