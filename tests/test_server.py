@@ -800,8 +800,8 @@ def test_the_api_docs_load_nothing_from_another_origin(server, path) -> None:
     ("kv_budget", "512", "kv_budget: Input should be a valid integer"),
     ("kv_budget", True, "kv_budget: Input should be a valid integer"),
     ("kv_budget", 48.0, "kv_budget: Input should be a valid integer"),
-    ("kv_sources", "false", "kv_sources is true or false, not 'false' (hint: leave it out for true)"),
-    ("kv_sources", 0, "kv_sources is true or false, not 0 (hint: leave it out for true)"),
+    ("kv_sources", "false", "kv_sources is true or false, not 'false' (hint: true is the default)"),
+    ("kv_sources", 0, "kv_sources is true or false, not 0 (hint: true is the default)"),
 ])
 def test_kvchats_request_fields_are_strict(client: openai.OpenAI, field, value, expected) -> None:
     """Before, "512" and true were taken as a budget of 512 and of 1."""

@@ -12,12 +12,18 @@ import httpx
 import pytest
 import typer
 
+from textual.widgets import Input, Label, Select
+
 from fake_engine import FakeEngine
+from fake_sessions import FakeSessions
 from server_harness import serving
+from test_tui import SIZE, wait_for
 from kvchat.cli import app as cli_app
 from kvchat.cli import config
 from kvchat.engine import UserSettings, choices, setting_names
 from kvchat.server.schemas import ChatCompletionRequest
+from kvchat.tui.app import KvchatApp
+from kvchat.tui.screens import SettingsScreen
 
 COMMAND = typer.main.get_command(cli_app.app)
 FIELDS = UserSettings.model_fields
@@ -92,3 +98,22 @@ def test_a_wrong_value_says_the_same_from_the_cli_and_the_server(name, request_v
 
 def test_the_old_name_of_in_parts_is_still_taken_by_the_server() -> None:
     assert ChatCompletionRequest(model="m", messages=[{"role": "user", "content": "Hi"}], kv_whole="off").kv_in_parts == "off"
+
+
+async def test_the_chat_form_has_a_field_for_each_form_setting_and_refuses_a_wrong_value_as_the_cli_does(
+        monkeypatch, capsys, tmp_path) -> None:
+    app = KvchatApp(FakeSessions(), [Path("notes.txt")])
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("ctrl+s")
+        await wait_for(pilot, lambda: isinstance(app.screen, SettingsScreen))
+        labels = [str(label.visual.plain) for label in app.screen.query("#settings-grid Label")]
+        assert labels[-2:] == ["max tokens", "in parts"]
+        assert app.screen.query_one("#in-parts", Select).value == "auto"
+        app.screen.query_one("#max-tokens", Input).value = "0"
+        error = app.screen.query_one("#settings-error", Label)
+        await pilot.click("#save")
+        await wait_for(pilot, lambda: error.visual.plain)
+        shown = error.visual.plain
+    code, stderr = _cli_error(["ask", str(tmp_path / "a.txt"), "Who?", "--max-tokens", "0"], monkeypatch, capsys)
+    said = "{} should be greater than or equal to 1, not 0 (hint: 512 is the default)"
+    assert (shown, code, stderr) == (said.format("max tokens"), 2, f"kvchat: error: {said.format('--max-tokens')}\n")

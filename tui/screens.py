@@ -105,7 +105,11 @@ class SettingsScreen(ModalScreen[AskSettings | None]):
         """The form's value of the setting `name`, as typed: the setting's own check refuses a wrong one."""
         if choices(name):
             return self.query_one(f"#{_widget_id(name)}", Select).value
-        return self.query_one(f"#{_widget_id(name)}", Input).value.strip()
+        text = self.query_one(f"#{_widget_id(name)}", Input).value.strip()
+        try:
+            return UserSettings.model_fields[name].annotation(text)  # type: ignore[misc]  # a number, as the CLI reads it
+        except ValueError:
+            return text
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         if event.button.id == "cancel":

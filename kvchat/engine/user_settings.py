@@ -88,8 +88,8 @@ def invalid_setting(error: Mapping[str, Any], name: str | None = None) -> Settin
         return SettingsError(f"unknown `{name}` {value!r}", f"use {_either(kinds)}")
     field = UserSettings.model_fields[name]
     if field.annotation is bool:
-        return SettingsError(f"`{name}` is true or false, not {value!r}", f"leave it out for {str(field.default).lower()}")
-    return SettingsError(f"`{name}` {_lowered(error['msg'])}, not {value!r}", f"leave it out for {field.default!r}")
+        return SettingsError(f"`{name}` is true or false, not {value!r}", f"{str(field.default).lower()} is the default")
+    return SettingsError(f"`{name}` {_lowered(error['msg'])}, not {value!r}", f"{field.default!r} is the default")
 
 
 def _either(values: tuple[str, ...]) -> str:
