@@ -82,8 +82,7 @@ def draft_for(model: str, draft: str | None, read: str) -> str | None:
 
 # The CLI's own words for some settings: llama.cpp's short forms where the meaning is the same, and
 # a name the option had before (a deprecated alias, still taken).
-SHORT_FLAGS = {"max_tokens": ("-n",), "system": ("-s",), "in_parts": ("--whole",)}
-AS_TEXT = {"system"}  # the settings that take text from the command line (as_text)
+MORE_FLAGS = {"max_tokens": ("-n",), "system": ("-s",), "in_parts": ("--whole",)}
 
 
 def setting_option(name: str) -> tuple[object, typer.models.OptionInfo]:
@@ -95,9 +94,10 @@ def setting_option(name: str) -> tuple[object, typer.models.OptionInfo]:
     if field.annotation is bool:
         return bool, typer.Option(field.default, f"{flag}/--no-{flag[2:]}", help=field.description)
     kinds = choices(name)
+    text = field.annotation in (str, str | None) and not kinds  # free text, as a command line may hold it (as_text)
     return field.annotation if not kinds else str, typer.Option(
-        field.default, flag, *SHORT_FLAGS.get(name, ()), help=field.description, show_default=field.default is not None,
-        callback=as_text if name in AS_TEXT else None)
+        field.default, flag, *MORE_FLAGS.get(name, ()), help=field.description, show_default=field.default is not None,
+        callback=as_text if text else None)
 
 
 def with_settings(*names: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
