@@ -1,4 +1,4 @@
-"""Settings of one ask: the method, generation limits, the sampler and the KV cache layout."""
+"""How one ask carries out the user's settings (user_settings.py): the method, generation limits, the sampler and the KV cache layout."""
 
 from __future__ import annotations
 
