@@ -82,6 +82,7 @@ def draft_for(model: str, draft: str | None, read: str) -> str | None:
 
 # The CLI's own words for some settings: llama.cpp's short forms where the meaning is the same, and
 # a name the option had before (a deprecated alias, still taken).
+SETTINGS_PANEL = "Answer settings (also KVCHAT_<SETTING>, config.toml)"  # where the help lists them
 MORE_FLAGS = {"max_tokens": ("-n",), "system": ("-s",), "in_parts": ("--whole",)}
 
 
@@ -92,12 +93,12 @@ def setting_option(name: str) -> tuple[object, typer.models.OptionInfo]:
     field = UserSettings.model_fields[name]
     flag = "--" + name.replace("_", "-")
     if field.annotation is bool:
-        return bool, typer.Option(field.default, f"{flag}/--no-{flag[2:]}", help=field.description)
+        return bool, typer.Option(field.default, f"{flag}/--no-{flag[2:]}", help=field.description, rich_help_panel=SETTINGS_PANEL)
     kinds = choices(name)
     text = field.annotation in (str, str | None) and not kinds  # free text, as a command line may hold it (as_text)
     return field.annotation if not kinds else str, typer.Option(
         field.default, flag, *MORE_FLAGS.get(name, ()), help=field.description, show_default=field.default is not None,
-        callback=as_text if text else None)
+        callback=as_text if text else None, rich_help_panel=SETTINGS_PANEL)
 
 
 def with_settings(*names: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
