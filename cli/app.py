@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import inspect
 import sys
 from importlib.metadata import version
 from typing import NoReturn
@@ -54,6 +55,19 @@ app.command("serve")(serve_command)
 app.command("doctor")(doctor_command)
 app.command("config")(config_command)
 app.add_typer(cache_app, name="cache")
+
+
+def _reflow(typer_app: typer.Typer) -> None:
+    """Each command's help from its docstring as prose, its paragraphs' line breaks taken out, so
+    that the help is wrapped to the terminal's width rather than where the source's lines end."""
+    for command in typer_app.registered_commands:
+        doc = command.help or inspect.getdoc(command.callback) or ""
+        command.help = "\n\n".join(" ".join(paragraph.split()) for paragraph in doc.split("\n\n"))
+    for group in typer_app.registered_groups:
+        _reflow(group.typer_instance)
+
+
+_reflow(app)
 
 EXIT_INTERRUPTED = 130
 

@@ -12,14 +12,15 @@ from rich.console import Console
 from kvchat.cli.background import background_reading_on, start_background_reading
 from kvchat.cli.interrupt import interrupt_as_cancel, signals_stop_reading
 from kvchat.cli.options import (
-    ADVANCED, BUDGET, CACHE_TYPE_K, N_BATCH, SYSTEM, CACHE_TYPE_V, DRAFT, FLASH_ATTN, GPU_LAYERS, HEADS, MAX_TOKENS, METHOD, MODEL, READ, WHOLE,
-    SAVE_READINGS, SOURCES, TEMPERATURE, THREADS, WINDOW, as_text, ask_settings, check_draft, draft_for, kv_layout,
-    warn_about_gpu_layers,
+    ADVANCED, BUDGET, CACHE_TYPE_K, CACHE_TYPE_V, DRAFT, FLASH_ATTN, GPU_LAYERS, HEADS, METHOD, MODEL, N_BATCH, SAVE_READINGS,
+    TEMPERATURE, THREADS, WINDOW, as_text, ask_settings, check_draft, draft_for, kv_layout, warn_about_gpu_layers, with_settings,
 )
 from kvchat.cli.render import OcrBar, render
 from kvchat.cli.files import files_named
 from kvchat.documents import SUPPORTED, Document, bundle, load_document
-from kvchat.engine import Conversation, Engine, InProgress, StreamSettings, selection_named, selections_help, speed_kind
+from kvchat.engine import (
+    Conversation, Engine, InProgress, StreamSettings, UserSettings, selection_named, selections_help, speed_kind,
+)
 from kvchat.errors import CancelledError, DocumentError, SettingsError, printable, raise_if_cancelled
 from kvchat.events import Event, Notice
 from kvchat.policy import HeadReduction, SnapKV
@@ -54,6 +55,7 @@ def _load(names: list[str], console: Console) -> Document:
         return bundle([load_document(path, ocr_progress, stop) for path in files])
 
 
+@with_settings("read", "in_parts", "sources", "max_tokens", "system")
 def ask_command(
     paths: list[Path] = typer.Argument(
         None, help=f"The document, or several asked about together: {SUPPORTED}, folders of them, globs; - reads one "
@@ -72,7 +74,6 @@ def ask_command(
     method: str | None = METHOD,
     chunk: int = typer.Option(StreamSettings.chunk, rich_help_panel=ADVANCED, help="snapstream: tokens read between evictions."),
     recent: int = typer.Option(StreamSettings.recent, rich_help_panel=ADVANCED, help="snapstream: most recent tokens always kept while reading."),
-    max_tokens: int = MAX_TOKENS,
     temperature: float = TEMPERATURE,
     seed: int | None = typer.Option(None, help="Sampling seed (with --temperature > 0)."),
     threads: int | None = THREADS,
@@ -82,14 +83,11 @@ def ask_command(
     cache_type_v: str = CACHE_TYPE_V,
     n_ctx: int | None = typer.Option(None, "--n-ctx", "--ctx-size", "-c", help="Context size (default: fits the prompt + max tokens)."),
     n_batch: int = N_BATCH,
-    system: str | None = SYSTEM,
     select: str = typer.Option("question", rich_help_panel=ADVANCED, help=selections_help()),
     cache: bool = SAVE_READINGS,
-    sources: bool = SOURCES,
-    read: str = READ,
-    whole: str = WHOLE,
     draft: str | None = DRAFT,
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object with the answer and stats."),
+    user: UserSettings = UserSettings(),
 ) -> None:
     """Ask a question about a document (or several: `kvchat ask a.pdf b.docx "…"`); the answer
     streams to stdout, stats to stderr."""
@@ -97,8 +95,8 @@ def ask_command(
     console = Console(stderr=True)
     warn_about_gpu_layers(gpu_layers, console)
     layout = kv_layout(flash_attn, gpu_layers, cache_type_k, cache_type_v)
-    settings = ask_settings(method, layout, max_tokens, temperature, threads, seed, n_ctx, sources, read, n_batch, system,
-                            whole, budget=budget, window=window, kernel=kernel, pool=pool, heads=heads, spans=spans)
+    settings = ask_settings(user, method, layout, temperature, threads, seed, n_ctx, n_batch,
+                            budget=budget, window=window, kernel=kernel, pool=pool, heads=heads, spans=spans)
     check_draft(draft, settings.read)
     draft = draft_for(model, draft, settings.read)
     stream = StreamSettings(chunk=chunk, recent=recent)

@@ -7,13 +7,15 @@ from pathlib import Path
 import typer
 
 from kvchat.cli.options import (
-    BUDGET, N_BATCH, SYSTEM, CACHE_TYPE_K, CACHE_TYPE_V, DRAFT, FLASH_ATTN, GPU_LAYERS, HEADS, MAX_TOKENS, METHOD, MODEL, READ,
-    SAVE_READINGS, WHOLE, TEMPERATURE, THREADS, WINDOW, ask_settings, check_draft, draft_for, gpu_layers_warning, kv_layout,
+    BUDGET, CACHE_TYPE_K, CACHE_TYPE_V, DRAFT, FLASH_ATTN, GPU_LAYERS, HEADS, METHOD, MODEL, N_BATCH, SAVE_READINGS, TEMPERATURE,
+    THREADS, WINDOW, ask_settings, check_draft, draft_for, gpu_layers_warning, kv_layout, with_settings,
 )
 from kvchat.documents import SUPPORTED
+from kvchat.engine import UserSettings
 from kvchat.policy import HeadReduction
 
 
+@with_settings("read", "in_parts", "max_tokens", "system")
 def chat_command(
     paths: list[Path] | None = typer.Argument(
         None, help=f"The document, or several to ask about together ({SUPPORTED}); a file picker opens without one.",
@@ -24,24 +26,20 @@ def chat_command(
     window: int = WINDOW,
     heads: HeadReduction | None = HEADS,
     method: str | None = METHOD,
-    max_tokens: int = MAX_TOKENS,
     temperature: float = TEMPERATURE,
     threads: int | None = THREADS,
     n_batch: int = N_BATCH,
-    system: str | None = SYSTEM,
     gpu_layers: int = GPU_LAYERS,
     flash_attn: str = FLASH_ATTN,
     cache_type_k: str = CACHE_TYPE_K,
     cache_type_v: str = CACHE_TYPE_V,
     cache: bool = SAVE_READINGS,
-    read: str = READ,
-    whole: str = WHOLE,
     draft: str | None = DRAFT,
+    user: UserSettings = UserSettings(),
 ) -> None:
     """Chat with a document in a terminal UI (F1 inside lists the keys)."""
     layout = kv_layout(flash_attn, gpu_layers, cache_type_k, cache_type_v)
-    settings = ask_settings(method, layout, max_tokens, temperature, threads, read=read, n_batch=n_batch, system=system, whole=whole,
-                            budget=budget, window=window, heads=heads)
+    settings = ask_settings(user, method, layout, temperature, threads, n_batch=n_batch, budget=budget, window=window, heads=heads)
     from kvchat.tui.app import KvchatApp  # Textual is imported only for this command
     from kvchat.tui.sessions import EngineSessions
 

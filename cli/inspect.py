@@ -11,10 +11,10 @@ from rich.table import Table
 from rich.text import Text
 
 from kvchat.cli.interrupt import signals_stop_reading
-from kvchat.cli.options import DRAFT, GPU_LAYERS, MODEL, READ, check_draft, draft_for
+from kvchat.cli.options import DRAFT, GPU_LAYERS, MODEL, check_draft, draft_for, with_settings
 from kvchat.cli.render import OcrBar
 from kvchat.documents import SUPPORTED, load_document
-from kvchat.engine import AskSettings, Engine, ReadingPlan
+from kvchat.engine import AskSettings, Engine, ReadingPlan, UserSettings
 from kvchat.errors import printable
 
 
@@ -36,20 +36,21 @@ def _table(plans: list[ReadingPlan], model: str, n_ctx_train: int) -> Table:
     return table
 
 
+@with_settings("read")
 def inspect_command(
     paths: list[Path] = typer.Argument(..., help=f"The documents: {SUPPORTED}; - reads one from standard input."),
     model: str = MODEL,
     gpu_layers: int = GPU_LAYERS,
-    read: str = READ,
     draft: str | None = DRAFT,
     as_json: bool = typer.Option(False, "--json", help="Print a JSON list, one object per document."),
+    user: UserSettings = UserSettings(),
 ) -> None:
     """Show each document's format, pages, size in the model's tokens, whether it fits the model's
     context (and so how it will be read), and how long the first answer's reading (fast, by
     default, with the whole reading following in the background) and the whole reading will
     take on this machine."""
     console = Console(stderr=True)
-    settings = AskSettings(read=read)
+    settings = AskSettings(read=user.read)
     check_draft(draft, settings.read)
     with OcrBar(console) as ocr_progress, signals_stop_reading() as stop:
         documents = [load_document(path, ocr_progress, stop) for path in paths]

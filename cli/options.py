@@ -1,15 +1,20 @@
-"""Options that `ask`, `chat`, `serve` and `bench` share, declared once, with their defaults
-taken from the settings objects they fill (AskSettings, its method, sampler and KV layout); and
-`ask_settings()`, the one place they become AskSettings."""
+"""Options that `ask`, `chat`, `serve` and `bench` share, declared once: the user's settings made
+into options from their fields (with_settings), the others with their defaults taken from the
+settings objects they fill (AskSettings, its method, sampler and KV layout); and `ask_settings()`,
+the one place they become AskSettings."""
 
 from __future__ import annotations
 
+import functools
+import inspect
 import re
+import typing
+from collections.abc import Callable
 
 import typer
 from rich.console import Console
 
-from kvchat.engine import AskSettings, KvLayout, paired_draft
+from kvchat.engine import AskSettings, KvLayout, UserSettings, choices, paired_draft, user_settings
 from kvchat.errors import SettingsError
 from kvchat.llama import SamplerSettings, gpu_offload_supported
 from kvchat.policy import method_named, methods_help
@@ -26,7 +31,6 @@ BUDGET = typer.Option(DEFAULTS.method.budget, help="KV entries kept for the prom
 WINDOW = typer.Option(DEFAULTS.method.window, rich_help_panel=ADVANCED,
                       help="Observation window: the question's last tokens whose attention votes.")
 # llama.cpp's short forms where the meaning is the same (-n, --temp, -t, -ngl, -c)
-MAX_TOKENS = typer.Option(DEFAULTS.max_tokens, "--max-tokens", "-n", help="Most tokens per answer.")
 TEMPERATURE = typer.Option(DEFAULTS.sampler.temperature, "--temperature", "--temp", help="0 = greedy (deterministic).")
 LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
@@ -37,8 +41,6 @@ def as_text(value: str | None) -> str | None:
     return None if value is None else LONE_SURROGATE.sub("\ufffd", value)
 
 
-SYSTEM = typer.Option(None, "--system", "-s", show_default=False, callback=as_text,
-                      help="The system prompt (default: kvchat's: answer from the document only, quote exactly, keep it short).")
 N_BATCH = typer.Option(DEFAULTS.n_batch, help="Tokens read per step: a reading's chunk, and the largest --window.")
 THREADS = typer.Option(DEFAULTS.threads, "--threads", "-t",
                        help="CPU threads for reading and decoding (default: every CPU kvchat may use).")
@@ -46,21 +48,6 @@ GPU_LAYERS = typer.Option(0, "--gpu-layers", "-ngl", help="Layers to offload to 
 FLASH_ATTN = typer.Option("auto", help="on, off, or auto (on with --gpu-layers); on: scores from queries and keys.")
 CACHE_TYPE_K = typer.Option(DEFAULTS.layout.type_k, help="KV cache type of K: f16 or q8_0.")
 CACHE_TYPE_V = typer.Option(DEFAULTS.layout.type_v, help="KV cache type of V: f16 or q8_0 (q8_0 needs flash attention).")
-SOURCES = typer.Option(DEFAULTS.sources, "--sources/--no-sources", help="Name the passages each answer drew on (from its attention).")
-READ = typer.Option(
-    DEFAULTS.read, help="auto: fast for a new document's first question when the model has a draft installed (the "
-    "default model: small) and the document is long enough, full otherwise; full: every layer reads the whole "
-    "document; fast: a cheap pass (the first layers of --draft, or of the model itself with --draft none) chooses "
-    "the tokens and the whole model reads only those for the first answer; retrieval: the passages the question's "
-    "words choose (BM25, as retrieval tools do) are read alone for the first answer; follow-ups are selected from a "
-    "whole reading (docs/how-it-works.md: Reading fast).",
-)
-WHOLE = typer.Option(
-    DEFAULTS.whole, help="Questions about the whole document (a summary, every clause of a kind, a comparison) are "
-    "answered from all of it, in parts, each asked in turn, the answer each part's. auto: the questions whose wording "
-    "asks about the whole (\"Summarize this agreement\", \"List every …\"); on: every question; off: none, each "
-    "answered from the entries its question keeps (docs/how-it-works.md: Questions about the whole document).",
-)
 HEADS = typer.Option(
     None, show_default=False, rich_help_panel=ADVANCED,
     help="snapkv, snapstream: how the heads choose: sum (one ranking of their votes, the default), normalized, "
@@ -93,39 +80,73 @@ def draft_for(model: str, draft: str | None, read: str) -> str | None:
     return paired_draft(model) if read != "full" else None
 
 
+# The CLI's own words for some settings: llama.cpp's short forms where the meaning is the same, and
+# a name the option had before (a deprecated alias, still taken).
+SETTINGS_PANEL = "Answer settings (also KVCHAT_<SETTING>, config.toml)"  # where the help lists them
+MORE_FLAGS = {"max_tokens": ("-n",), "system": ("-s",), "in_parts": ("--whole",)}
+
+
+def setting_option(name: str) -> tuple[object, typer.models.OptionInfo]:
+    """The option of the setting `name` (UserSettings), and the type the command receives from it:
+    its flag is the name with dashes, its help the setting's description. Its value is checked
+    with the others' (user_settings), so that a wrong one says what the server says."""
+    field = UserSettings.model_fields[name]
+    flag = "--" + name.replace("_", "-")
+    if field.annotation is bool:
+        return bool, typer.Option(field.default, f"{flag}/--no-{flag[2:]}", help=field.description, rich_help_panel=SETTINGS_PANEL)
+    kinds = choices(name)
+    text = field.annotation in (str, str | None) and not kinds  # free text, as a command line may hold it (as_text)
+    return field.annotation if not kinds else str, typer.Option(
+        field.default, flag, *MORE_FLAGS.get(name, ()), help=field.description, show_default=field.default is not None,
+        callback=as_text if text else None, rich_help_panel=SETTINGS_PANEL)
+
+
+def with_settings(*names: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """A command taking the settings `names` as options, made from their fields (setting_option),
+    and receiving them checked, together, as its `user` parameter (a UserSettings)."""
+    def decorate(command: Callable[..., None]) -> Callable[..., None]:
+        hints = typing.get_type_hints(command)
+        signature = inspect.signature(command)
+        own = [p.replace(annotation=hints.get(p.name, p.annotation)) for p in signature.parameters.values() if p.name != "user"]
+        options = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=kind, default=option)
+                   for name in names for kind, option in [setting_option(name)]]
+
+        @functools.wraps(command)
+        def with_user(**values: object) -> None:
+            user = user_settings({name: values.pop(name) for name in names})
+            command(**values, user=user)
+
+        with_user.__signature__ = signature.replace(parameters=own + options)  # type: ignore[attr-defined]
+        with_user.__annotations__ = {p.name: p.annotation for p in own + options}
+        return with_user
+    return decorate
+
+
 def ask_settings(
+    user: UserSettings,
     method: str | None,
     layout: KvLayout,
-    max_tokens: int,
     temperature: float,
     threads: int | None,
     seed: int | None = None,
     n_ctx: int | None = None,
-    sources: bool = DEFAULTS.sources,
-    read: str = DEFAULTS.read,
     n_batch: int = DEFAULTS.n_batch,
-    system: str | None = None,
-    whole: str = DEFAULTS.whole,
     **method_options: object,
 ) -> AskSettings:
-    """AskSettings from a command's options; `method_options` (budget, window, kernel …) go to
-    the method, those left unset (None) aside: one the method has not is an error naming those
-    it has. A method left unnamed (None) is the default one, which streams a document too long
-    to read whole."""
+    """AskSettings from the user's settings and a command's other options; `method_options`
+    (budget, window, kernel …) go to the method, those left unset (None) aside: one the method
+    has not is an error naming those it has. A method left unnamed (None) is the default one,
+    which streams a document too long to read whole."""
     given = {name: value for name, value in method_options.items() if value is not None}
     return AskSettings(
+        **user.model_dump(),
         method=method_named(method or DEFAULTS.method.name, **given),
         auto_stream=method is None,
-        max_tokens=max_tokens,
         sampler=SamplerSettings(temperature=temperature, seed=seed),
         n_ctx=n_ctx,
         n_batch=n_batch,
-        system=system,
         threads=threads,
         layout=layout,
-        sources=sources,
-        read=read,
-        whole=whole,
     )
 
 

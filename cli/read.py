@@ -13,10 +13,10 @@ from rich.console import Console
 from kvchat.cli.background import NICENESS, take_job
 from kvchat.cli.files import files_named
 from kvchat.cli.interrupt import interrupt_as_cancel, signals_stop_reading
-from kvchat.cli.options import CACHE_TYPE_K, CACHE_TYPE_V, FLASH_ATTN, GPU_LAYERS, MODEL, SYSTEM, THREADS, kv_layout
+from kvchat.cli.options import CACHE_TYPE_K, CACHE_TYPE_V, FLASH_ATTN, GPU_LAYERS, MODEL, THREADS, kv_layout, with_settings
 from kvchat.cli.render import OcrBar, ReadingBar
 from kvchat.documents import SUPPORTED, Document, load_document
-from kvchat.engine import WAITING_FOR_TURN, AskSettings, Engine, WholeReadingDone
+from kvchat.engine import WAITING_FOR_TURN, AskSettings, Engine, UserSettings, WholeReadingDone
 from kvchat.errors import CancelledError, DocumentError, SettingsError, printable
 from kvchat.events import Notice, Progress
 
@@ -107,6 +107,7 @@ def _read_job(job: Path) -> None:
             log(f"{document.path}: {finished.value.value}")
 
 
+@with_settings("system")
 def read_command(
     paths: list[str] = typer.Argument(None, help=f"Documents ({SUPPORTED}), folders or globs.", show_default=False),
     model: str = MODEL,
@@ -115,8 +116,8 @@ def read_command(
     flash_attn: str = FLASH_ATTN,
     cache_type_k: str = CACHE_TYPE_K,
     cache_type_v: str = CACHE_TYPE_V,
-    system: str | None = SYSTEM,
     job: Path | None = typer.Option(None, hidden=True),
+    user: UserSettings = UserSettings(),
 ) -> None:
     """Read documents whole now and save their readings: every later question about them loads
     the reading (about a second) instead of reading."""
@@ -127,7 +128,7 @@ def read_command(
         raise SettingsError("no documents named", f"name {SUPPORTED} files, folders or globs: kvchat read contracts/")
     console = Console(stderr=True)
     settings = AskSettings(threads=threads, layout=kv_layout(flash_attn, gpu_layers, cache_type_k, cache_type_v), read="full",
-                           system=system)
+                           system=user.system)
     documents, failed = _load(paths, console)
     if not documents:
         raise SettingsError("nothing to read", f"name {SUPPORTED} files or folders holding them")

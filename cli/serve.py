@@ -12,11 +12,11 @@ from rich.console import Console
 from rich.text import Text
 
 from kvchat.cli.options import (
-    CACHE_TYPE_K, CACHE_TYPE_V, DEFAULTS, DRAFT, FLASH_ATTN, GPU_LAYERS, HEADS, MAX_TOKENS, MODEL, READ, SAVE_READINGS, WHOLE,
-    THREADS, draft_for, kv_layout, warn_about_gpu_layers,
+    CACHE_TYPE_K, CACHE_TYPE_V, DEFAULTS, DRAFT, FLASH_ATTN, GPU_LAYERS, HEADS, MODEL, SAVE_READINGS, THREADS, draft_for, kv_layout,
+    warn_about_gpu_layers, with_settings,
 )
 from kvchat.documents.limits import SERVER_DOCUMENTS_BYTES
-from kvchat.engine import AskSettings, Engine
+from kvchat.engine import AskSettings, Engine, UserSettings
 from kvchat.errors import SettingsError
 from kvchat.policy import HeadReduction, SnapKV, window_for
 from kvchat.serving.slots import DEFAULT_ROOM
@@ -51,6 +51,7 @@ def _check_port(host: str, port: int) -> None:
         raise SettingsError(f"cannot listen on {host}:{port} ({error.strerror})", "choose another --port or --host") from None
 
 
+@with_settings("read", "in_parts", "sources", "max_tokens", "system")
 def serve_command(
     host: str = typer.Option("127.0.0.1", help="Address to listen on; 0.0.0.0 exposes the server to your network."),
     port: int = typer.Option(8080, min=1, max=65535, help="Port to listen on."),
@@ -58,7 +59,6 @@ def serve_command(
     model: str = MODEL,
     budget: int = typer.Option(DEFAULTS.method.budget, help="KV entries kept per conversation (a request may ask for fewer)."),
     max_sessions: int = typer.Option(8, help="Conversations held in the KV cache at once (one sequence each)."),
-    max_tokens: int = MAX_TOKENS,
     max_waiting: int = typer.Option(16, help="Requests that may wait for a sequence; more get 429."),
     max_readings: int = typer.Option(2, help="Requests read at once, taking turns a chunk each (each holds a context)."),
     documents_memory: int = typer.Option(
@@ -72,38 +72,35 @@ def serve_command(
     cache_type_k: str = CACHE_TYPE_K,
     cache_type_v: str = CACHE_TYPE_V,
     cache: bool = SAVE_READINGS,
-    read: str = READ,
-    whole: str = WHOLE,
     draft: str | None = DRAFT,
-    system: str | None = typer.Option(None, "--system", "-s", show_default=False,
-                                      help="The system prompt of a request that sends none (default: kvchat's)."),
     open_page: bool = typer.Option(False, "--open", help="Open the chat page in the default browser once serving."),
     allow_origin: list[str] = typer.Option(
         [], help="A web origin (https://app.example) whose pages may call this API from the browser; none by default."),
+    user: UserSettings = UserSettings(),
 ) -> None:
     """Serve a chat page in the browser and an OpenAI-compatible API: chat completions, models,
-    and documents to chat about."""
+    and documents to chat about. The answer settings are the defaults of a request that sets
+    none (its kv_<setting> fields, its system message); --max-tokens is also the most it may ask."""
     from kvchat.server.runner import server_for
     from kvchat.server.service import ChatService, ServerLimits
 
-    if min(max_sessions, max_waiting, max_readings, max_tokens, documents_memory) < 1 or room < 16:
+    if min(max_sessions, max_waiting, max_readings, documents_memory) < 1 or room < 16:
         raise SettingsError(
-            "--max-sessions, --max-waiting, --max-readings, --max-tokens, --documents-memory must be >= 1, "
+            "--max-sessions, --max-waiting, --max-readings, --documents-memory must be >= 1, "
             "--room >= 16", "see kvchat serve --help",
         )
     SnapKV(budget=budget, window=window_for(budget))  # refuses a budget as a request's would be refused
-    AskSettings(threads=threads, read=read, system=system, whole=whole)  # refuses bad settings now: requests build theirs later
-    draft = draft_for(model, draft, read)  # a named one whatever --read says: a request may read fast (kv_read)
+    AskSettings(**user.model_dump(), threads=threads)  # refuses bad settings now: requests build theirs later
+    draft = draft_for(model, draft, user.read)  # a named one whatever --read says: a request may read fast (kv_read)
     layout = kv_layout(flash_attn, gpu_layers, cache_type_k, cache_type_v)
     _check_port(host, port)
     console = Console(stderr=True)
     warn_about_gpu_layers(gpu_layers, console)
     engine = Engine(model, gpu_layers=gpu_layers, use_cache=cache, draft=draft)
     model_id = served_name(model, engine.model_path)
-    limits = ServerLimits(model_id=model_id, budget=budget, max_tokens=max_tokens, sequences=max_sessions,
+    limits = ServerLimits(model_id=model_id, budget=budget, max_tokens=user.max_tokens, sequences=max_sessions,
                           max_waiting=max_waiting, max_readings=max_readings, max_document_bytes=documents_memory * 2**20,
-                          room=room, layout=layout, heads=heads or SnapKV().heads, read=read, system=system,
-                          whole=whole)
+                          room=room, layout=layout, heads=heads or SnapKV().heads, defaults=user)
     service = ChatService(engine, limits, threads)
     try:
         url = f"http://{'127.0.0.1' if host == '0.0.0.0' else host}:{port}"

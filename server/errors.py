@@ -12,13 +12,16 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from kvchat.engine import invalid_setting
 from kvchat.errors import SETTING, InternalError, KvchatError, PromptTooLongError
+from kvchat.server.schemas import OLD_FIELDS, SETTING_FIELDS
 from kvchat.serving.jobs import ShuttingDown
 
 LOGGER = logging.getLogger(__name__)
 # The settings a request sets, by their request fields; an error's hint naming another is left out.
-REQUEST_FIELDS = {"budget": "kv_budget", "method": "kv_method", "read": "kv_read", "whole": "kv_whole", "sources": "kv_sources",
-                  "max_tokens": "max_tokens", "temperature": "temperature", "seed": "seed"}
+REQUEST_FIELDS = {"budget": "kv_budget", "method": "kv_method", "max_tokens": "max_tokens", "temperature": "temperature",
+                  "seed": "seed", **{name: field for field, name in SETTING_FIELDS.items()}}
+SETTING_OF = {**SETTING_FIELDS, **{old: name for name, old in OLD_FIELDS.items()}}  # a request field's setting
 PROMPT_TOO_LONG_HINT = (
     "send a shorter conversation, or long text as a document (POST /v1/documents) without kv_method: it is then read streamed"
 )
@@ -71,6 +74,8 @@ def install_error_handlers(app: FastAPI) -> None:
         if first.get("type") == "json_invalid":
             return error_response(400, "the request body is not valid JSON", "invalid_json")
         where = ".".join(str(part) for part in first.get("loc", ()) if part != "body")
+        if where in SETTING_OF:  # the message every front end gives for a wrong value of a setting
+            return error_response(400, invalid_setting(first, SETTING_OF[where]).one_line(REQUEST_FIELDS.get), "invalid_request", where)
         message = f"{where}: {first.get('msg', 'invalid request')}" if where else str(first.get("msg", "invalid request"))
         return error_response(400, message, "invalid_request", where or None)
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, create_model, field_validator
 from pydantic_core import PydanticCustomError
 
+from kvchat.engine import UserSettings, choices, setting_names
 from kvchat.policy import MIN_BUDGET
 
 # JSON may escape half of a UTF-16 pair alone ("\ud800"): Python decodes it to a lone surrogate,
@@ -49,7 +50,7 @@ class StreamOptions(BaseModel):
     include_usage: bool = False
 
 
-class ChatCompletionRequest(BaseModel):
+class _ChatCompletionRequest(BaseModel):
     """OpenAI's chat completion request; unknown fields are ignored, as OpenAI's SDKs expect."""
 
     model_config = ConfigDict(extra="ignore")
@@ -76,17 +77,6 @@ class ChatCompletionRequest(BaseModel):
     kv_method: Literal["snapkv", "full"] | None = Field(
         default=None, description="snapkv prunes to kv_budget; full keeps the prompt whole. Unset: snapkv, or a document "
         "longer than the model's context read streamed within kv_budget")
-    kv_read: Literal["auto", "full", "fast", "retrieval"] | None = Field(
-        default=None, description="fast: a new document's first question is answered from a fast reading (a draft "
-        "model's or the model's first layers choose the tokens, the whole model reads only those); retrieval: the "
-        "passages the question's words choose (BM25) are read alone for it; auto: fast when "
-        "the server has a draft and the prompt is long enough; full: every layer reads it all; unset: the server's --read")
-    kv_whole: Literal["auto", "on", "off"] | None = Field(
-        default=None, description="about a document: answer from all of it, in parts, each asked in turn, the answer "
-        "each part's under its heading: on for every question, auto for those whose wording asks about the whole (a summary, every clause of a "
-        "kind), off for none; unset: the server's --whole")
-    kv_sources: bool = Field(default=True, strict=True, description="about a document: name the passages the answer drew on "
-                             "(the kv block's sources)")
 
     @field_validator("model", "document_id")
     @classmethod
@@ -97,3 +87,23 @@ class ChatCompletionRequest(BaseModel):
     @classmethod
     def _each_unicode(cls, ids: list[str] | None) -> list[str] | None:
         return ids if ids is None else [unicode_text(each) for each in ids]
+
+
+# The user's settings a request sets, as `kv_<setting>` fields made from their declarations; unset
+# (None): the server's default (kvchat serve's option). Strict as kv_budget is (a Literal is strict already).
+SETTING_FIELDS = {f"kv_{name}": name for name in setting_names(served=True)}
+OLD_FIELDS = {"in_parts": "kv_whole"}  # deprecated names a request may still use
+
+
+def _setting_field(name: str) -> tuple[object, object]:
+    field = UserSettings.model_fields[name]
+    names = [f"kv_{name}", *([OLD_FIELDS[name]] if name in OLD_FIELDS else [])]
+    return field.annotation | None, Field(  # type: ignore[operator]
+        default=None, strict=None if choices(name) else True, validation_alias=AliasChoices(*names) if len(names) > 1 else None,
+        description=f"{field.description} Unset: the server's --{name.replace('_', '-')}.")
+
+
+ChatCompletionRequest = create_model(  # type: ignore[call-overload]
+    "ChatCompletionRequest", __base__=_ChatCompletionRequest, __doc__=_ChatCompletionRequest.__doc__,
+    **{field_name: _setting_field(name) for field_name, name in SETTING_FIELDS.items()},
+)

@@ -15,14 +15,14 @@ from dataclasses import asdict, dataclass
 
 from kvchat.documents import bundle
 from kvchat.documents.limits import MAX_FILE_BYTES, SERVER_DOCUMENTS_BYTES
-from kvchat.engine import DEFAULT_MAX_TOKENS, AskSettings, Engine, KvLayout, Turn
+from kvchat.engine import DEFAULT_MAX_TOKENS, AskSettings, Engine, KvLayout, Turn, UserSettings
 from kvchat.errors import KvchatError
 from kvchat.events import Done, Event
 from kvchat.llama import SamplerSettings
 from kvchat.policy import DEFAULT_BUDGET, MIN_BUDGET, HeadReduction, SnapKV, method_carrying, window_for
 from kvchat.server.documents import DocumentLibrary, StoredDocument
 from kvchat.server.errors import ApiError, api_error
-from kvchat.server.schemas import ChatCompletionRequest, ChatMessage
+from kvchat.server.schemas import SETTING_FIELDS, ChatCompletionRequest, ChatMessage
 from kvchat.serving.requests import ChatRequest
 from kvchat.serving.jobs import ChatJob, QueueFull, ShuttingDown
 from kvchat.serving.scheduler import Scheduler
@@ -47,9 +47,8 @@ class ServerLimits:
     room: int = DEFAULT_ROOM
     layout: KvLayout = KvLayout()  # flash attention and KV cache types of every context
     heads: HeadReduction = SnapKV().heads  # how snapkv's heads choose
-    read: str = AskSettings().read  # how a request that does not say (kv_read) reads a new document
-    system: str | None = None  # the system prompt of a request that sends none (None: kvchat's)
-    whole: str = AskSettings().whole  # which questions about a document a request that does not say (kv_whole) answers in parts
+    # the settings of a request that does not set them (its kv_<setting> fields; system: one that sends no system message)
+    defaults: UserSettings = UserSettings()
 
     @property
     def sequence_cells(self) -> int:
@@ -93,17 +92,17 @@ class ChatService:
         sampler = SamplerSettings(temperature=body.temperature or 0.0, top_p=body.top_p or SamplerSettings.top_p, seed=body.seed)
         try:
             method = method_carrying(body.kv_method or SnapKV.name, {"heads": limits.heads}, budget=budget, window=window_for(budget))
-            return AskSettings(method=method, max_tokens=max_tokens, sampler=sampler, threads=self.threads,
-                               layout=limits.layout, auto_stream=body.kv_method is None, sources=body.kv_sources,
-                               read=body.kv_read or limits.read, system=_system(body.messages) or limits.system,
-                               whole=body.kv_whole or limits.whole, kept_cells=limits.sequence_cells - 1)
+            user = _requested(body, limits.defaults)
+            return AskSettings(**user.model_dump(exclude={"max_tokens", "system"}), method=method, max_tokens=max_tokens,
+                               sampler=sampler, threads=self.threads, layout=limits.layout, auto_stream=body.kv_method is None,
+                               system=_system(body.messages) or user.system, kept_cells=limits.sequence_cells - 1)
         except KvchatError as error:
             raise api_error(error) from None
 
     def request_for(self, body: ChatCompletionRequest, settings: AskSettings) -> ChatRequest:
         messages = [{"role": "system" if m.role == "developer" else m.role, "content": m.text()} for m in body.messages]
-        if self.limits.system is not None and _system(body.messages) is None:
-            messages.insert(0, {"role": "system", "content": self.limits.system})
+        if self.limits.defaults.system is not None and _system(body.messages) is None:
+            messages.insert(0, {"role": "system", "content": self.limits.defaults.system})
         if body.document_id is not None and body.document_ids is not None:
             raise ApiError(400, "send document_id or document_ids, not both", "invalid_document_ids", "document_ids")
         ids = [body.document_id] if body.document_id is not None else body.document_ids
@@ -118,7 +117,7 @@ class ChatService:
         """Read an upload whole in the background, with the server's system prompt and cache
         layout, as soon as the model has nothing else to do: its first question is answered
         meanwhile from a fast reading, the ones after it load the whole reading."""
-        settings = AskSettings(threads=self.threads, layout=self.limits.layout, system=self.limits.system)
+        settings = AskSettings(threads=self.threads, layout=self.limits.layout, system=self.limits.defaults.system)
         self.scheduler.read_later(ChatRequest(settings, document=stored.document))
 
     def document_text(self, document_ids: list[str]) -> dict[str, object]:
@@ -182,6 +181,12 @@ class Answer:
     def stop(self) -> None:
         """Stop the job: its reading at the next chunk, its answer after the current step."""
         self.job.cancel.set()
+
+
+def _requested(body: ChatCompletionRequest, defaults: UserSettings) -> UserSettings:
+    """The server's default settings with those the request sets (its kv_<setting> fields, checked as it was read)."""
+    given = {name: getattr(body, field) for field, name in SETTING_FIELDS.items() if getattr(body, field) is not None}
+    return defaults.model_copy(update=given)
 
 
 def _system(messages: list[ChatMessage]) -> str | None:

@@ -265,9 +265,9 @@ def test_a_variant_sets_a_reading_option_or_a_method_option() -> None:
     assert (quantized.layout.flash_attn, quantized.layout.type_k, quantized.layout.type_v) == (True, "q8_0", "q8_0")
     either_order = Variant("snapkv", 512, _overrides("type_v=q8_0,type_k=q8_0,flash_attn=on")).settings(AskSettings())
     assert either_order.layout == quantized.layout
-    by_wording = Variant("snapkv", 512, _overrides("read=fast,whole=auto")).settings(AskSettings(whole="off"))
-    assert (by_wording.whole, by_wording.part_tokens, by_wording.read) == ("auto", AskSettings().part_tokens, "fast")
-    assert Variant("snapkv", 512, _overrides("whole=off")).settings(AskSettings()).whole == "off"
+    by_wording = Variant("snapkv", 512, _overrides("read=fast,whole=auto")).settings(AskSettings(in_parts="off"))
+    assert (by_wording.in_parts, by_wording.part_tokens, by_wording.read) == ("auto", AskSettings().part_tokens, "fast")
+    assert Variant("snapkv", 512, _overrides("whole=off")).settings(AskSettings()).in_parts == "off"
     assert Variant("snapkv", 512, _overrides("whole=512")).settings(AskSettings()).part_tokens == 512
     for bad, said in (("flash_attn=yes", "bad variant value flash_attn='yes'"), ("whole=abc", "bad variant value whole='abc'"),
                       ("kernel=big", "bad variant value kernel='big'"), ("system=wise", "unknown instruction 'wise'")):

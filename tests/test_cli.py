@@ -86,18 +86,18 @@ def test_sources_follow_the_answer_on_stderr_and_in_the_json(document, tiny_mode
     assert json.loads(off.stdout)["sources"] == [] and not [line for line in off.stderr.splitlines() if line.startswith("line ")]
 
 
-def test_a_summary_is_answered_from_the_parts_unless_whole_is_off(document, tiny_model_path, isolated_home) -> None:
+def test_a_summary_is_answered_from_the_parts_unless_in_parts_is_off(document, tiny_model_path, isolated_home) -> None:
     args = ask_args(document, tiny_model_path, "--json")
     args[2] = "Summarize this document."
     parts = run_kvchat(*args, home=isolated_home)
-    off = run_kvchat(*args, "--whole", "off", home=isolated_home)
-    lookup_on = run_kvchat(*ask_args(document, tiny_model_path, "--json", "--whole", "on"), home=isolated_home)
+    off = run_kvchat(*args, "--in-parts", "off", home=isolated_home)
+    lookup_on = run_kvchat(*ask_args(document, tiny_model_path, "--json", "--whole", "on"), home=isolated_home)  # its deprecated name
     assert parts.returncode == off.returncode == lookup_on.returncode == 0, parts.stderr + off.stderr + lookup_on.stderr
     assert json.loads(parts.stdout)["read"] == json.loads(lookup_on.stdout)["read"] == "in 2 parts"  # of 2,048 tokens
     assert "a question about the whole document" in parts.stderr
     assert json.loads(off.stdout)["read"] == "full" and json.loads(off.stdout)["kept_tokens"] == 64
-    bad = run_kvchat(*args, "--whole", "always", home=isolated_home)
-    assert bad.returncode == 2 and bad.stderr == "kvchat: error: unknown whole-document answering 'always' (hint: use auto, on or off)\n"
+    bad = run_kvchat(*args, "--in-parts", "always", home=isolated_home)
+    assert bad.returncode == 2 and bad.stderr == "kvchat: error: unknown --in-parts 'always' (hint: use auto, on or off)\n"
 
 
 def test_full_method_keeps_everything(document, tiny_model_path, isolated_home) -> None:
@@ -363,7 +363,7 @@ def _usage_errors(path: tuple[str, ...], command: object) -> list[list[str]]:
     params = command.params  # type: ignore[attr-defined]
     arguments = [param for param in params if param.param_type_name == "argument"]
     options = [param for param in params if param.param_type_name == "option"]
-    hints = typing.get_type_hints(inspect.unwrap(command.callback))  # type: ignore[attr-defined]
+    hints = typing.get_type_hints(inspect.unwrap(command.callback, stop=lambda f: hasattr(f, "__signature__")))  # type: ignore[attr-defined]
     filled = [*path, *["x"] * len(arguments)]  # the arguments given, so an option's own error shows
     lines = [[*path, "--no-such-option"]]
     lines += [[*filled, "x"]] if all(argument.nargs != -1 for argument in arguments) else []  # one too many
@@ -677,3 +677,11 @@ def test_notices_errors_and_log_lines_leave_control_characters_out() -> None:
     assert DocumentError("x\x1b]0;T\x07.pdf: no such file", "check\x1b[2J it").one_line() == "x]0;T.pdf: no such file (hint: check[2J it)"
     record = logging.LogRecord("kvchat", logging.WARNING, __file__, 1, "deleted %s", ("a\x1b[31m.kvstate",), None)
     assert PrintableFormatter("%(message)s").format(record) == "deleted a[31m.kvstate"
+
+
+@pytest.mark.parametrize("path", [path for path, _ in _commands() if path], ids=lambda path: " ".join(("kvchat", *path)))
+def test_a_commands_help_is_prose_that_the_terminal_wraps(path) -> None:
+    """Before, a docstring's line breaks stood in the help ("the answer⏎ streams to stdout")."""
+    help_text = dict(_commands())[path].help  # type: ignore[attr-defined]
+    assert help_text and all("\n" not in paragraph for paragraph in help_text.split("\n\n"))
+    assert "  " not in help_text

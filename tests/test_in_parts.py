@@ -12,7 +12,7 @@ import pytest
 from kvchat.documents import Document, Page
 from kvchat.engine import AskSettings, Engine, part_store, state_store
 from kvchat.engine.in_parts import PART_SYSTEM, PART_TOKENS, answer_in_parts, part_of, part_ranges
-from kvchat.engine.whole_question import about_whole
+from kvchat.engine.whole_question import about_whole, answers_in_parts
 from kvchat.errors import CancelledError, SettingsError
 from kvchat.events import Done, Notice, Progress, Source, Stats, Token
 from kvchat.policy import SnapKV
@@ -44,7 +44,7 @@ def test_a_whole_document_question_is_asked_of_each_part_in_turn(tiny_model_path
     document = Document(Path("deliveries.txt"), "text", TEXT, [Page(1, 0, len(TEXT))])
     with Engine(str(tiny_model_path)) as engine:
         ranges = part_ranges(document, engine.model.count_tokens, 512)
-        settings = AskSettings(whole="on", part_tokens=512, max_tokens=6, threads=2, method=SnapKV(budget=1024))
+        settings = AskSettings(in_parts="on", part_tokens=512, max_tokens=6, threads=2, method=SnapKV(budget=1024))
         events = list(engine.ask(document, "List every delivery.", settings))
     n_parts = len(ranges)
     assert n_parts >= 3
@@ -74,7 +74,7 @@ def test_a_whole_document_question_evicts_no_reading_the_user_saved(tiny_model_p
     path = tmp_path / "deliveries.txt"
     path.write_text(TEXT)
     document = Document(path, "text", TEXT, [Page(1, 0, len(TEXT))])
-    settings = AskSettings(whole="on", part_tokens=512, max_tokens=2, threads=2)
+    settings = AskSettings(in_parts="on", part_tokens=512, max_tokens=2, threads=2)
     notes = tmp_path / "notes.txt"
     notes.write_text("The boat was named the Grey Heron. " * 20)
     with Engine(str(tiny_model_path)) as engine:
@@ -98,8 +98,8 @@ def test_a_whole_document_question_evicts_no_reading_the_user_saved(tiny_model_p
 def test_parts_smaller_than_an_answer_is_worth_are_refused() -> None:
     with pytest.raises(SettingsError, match="parts of at least 256 tokens"):
         AskSettings(part_tokens=100)
-    with pytest.raises(SettingsError, match="unknown whole-document answering 'always'"):
-        AskSettings(whole="always")
+    with pytest.raises(SettingsError, match="unknown `in_parts` 'always'"):
+        AskSettings(in_parts="always")
 
 
 def test_the_wording_tells_a_question_about_the_whole_document_from_a_lookup() -> None:
@@ -112,9 +112,9 @@ def test_the_wording_tells_a_question_about_the_whole_document_from_a_lookup() -
                "What law governs the contract?", "Is there a cap on liability?", "How many layers does the model have?"]
     assert [question for question in whole if not about_whole(question)] == []
     assert [question for question in lookups if about_whole(question)] == []
-    assert AskSettings().answers_in_parts("Summarize this agreement.")
-    assert not AskSettings(whole="off").answers_in_parts("Summarize this agreement.")
-    assert AskSettings(whole="on").answers_in_parts("Who are the parties?")
+    assert answers_in_parts(AskSettings().in_parts, "Summarize this agreement.")
+    assert not answers_in_parts("off", "Summarize this agreement.")
+    assert answers_in_parts("on", "Who are the parties?")
 
 
 class _PartAnswerer:
@@ -221,7 +221,7 @@ def test_a_conversation_answers_a_summary_from_the_parts_and_reads_the_document_
             lookup = list(conversation.ask("How many boxes come in week 7?"))
         finally:
             conversation.close()
-        off = list(engine.ask(document, "Summarize this document.", replace(settings, whole="off")))
+        off = list(engine.ask(document, "Summarize this document.", replace(settings, in_parts="off")))
     assert n_parts >= 2 and opened == [] and unread_after_summary  # the parts answered: the document itself is not read yet
     assert summary[0].text.startswith("a question about the whole document") and summary[-1].stats.read == f"in {n_parts} parts"
     stats = lookup[-1].stats  # selected from the whole reading, the summary's turn pinned besides the budget

@@ -92,7 +92,7 @@ def test_a_summary_is_answered_from_the_parts_unless_the_settings_say_off(browse
         summary = page.locator("#messages li.assistant").last
         assert "a question about the whole document" in summary.inner_text()
         page.click("#settings summary")
-        page.select_option("#set-whole", "off")
+        page.select_option("#set-in-parts", "off")
         ask_on(page, "Summarize this document.")
         page.locator("#messages li.assistant .stats").nth(1).wait_for()  # the second answer's final chunk
         assert "a question about the whole document" not in page.locator("#messages li.assistant").last.inner_text()

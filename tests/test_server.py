@@ -27,7 +27,7 @@ import pytest
 from conftest import REPO_DIR
 from fake_engine import WAIT_S, FakeEngine, Script
 from kvchat.cli.serve import PYTHON_EXAMPLE
-from kvchat.engine import KvLayout
+from kvchat.engine import KvLayout, UserSettings
 from kvchat.errors import SettingsError
 from kvchat.events import Event, Notice, Progress
 from kvchat.server.service import NewScheduler
@@ -91,7 +91,7 @@ def test_a_question_about_the_whole_document_is_answered_from_its_parts(client: 
     url, _ = server
     uploaded = httpx.post(f"{url}/v1/documents", files={"file": ("notes.txt", NOTES, "text/plain")}).json()
     summary = ask(client, "Summarize this document.", extra_body={"document_id": uploaded["id"]})
-    off = ask(client, "Summarize this document.", extra_body={"document_id": uploaded["id"], "kv_whole": "off"})
+    off = ask(client, "Summarize this document.", extra_body={"document_id": uploaded["id"], "kv_in_parts": "off"})
     kv, kv_off = summary.model_extra["kv"], off.model_extra["kv"]
     assert kv["read"] == "in 1 part" and kv["notices"][0].startswith("a question about the whole document")
     assert summary.usage.prompt_tokens > uploaded["tokens"]  # the part, with its prompt around it
@@ -697,7 +697,7 @@ def test_the_page_is_served_and_other_origins_are_refused_unless_allowed(tiny_mo
 def test_a_requests_system_message_or_else_the_servers_is_the_document_prompts_system(tiny_model_path: Path) -> None:
     from kvchat.server.schemas import ChatCompletionRequest
 
-    with running_server(tiny_model_path, system="Answer in French.", budget=64, max_tokens=8, sequences=1) as (url, service):
+    with running_server(tiny_model_path, defaults=UserSettings(system="Answer in French."), budget=64, max_tokens=8, sequences=1) as (url, service):
         plain = ChatCompletionRequest(model=MODEL, messages=[{"role": "user", "content": "Hi"}])
         own = ChatCompletionRequest(model=MODEL, messages=[{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}])
         assert (service.settings_for(plain).system, service.settings_for(own).system) == ("Answer in French.", "Be brief.")
@@ -800,8 +800,8 @@ def test_the_api_docs_load_nothing_from_another_origin(server, path) -> None:
     ("kv_budget", "512", "kv_budget: Input should be a valid integer"),
     ("kv_budget", True, "kv_budget: Input should be a valid integer"),
     ("kv_budget", 48.0, "kv_budget: Input should be a valid integer"),
-    ("kv_sources", "false", "kv_sources: Input should be a valid boolean"),
-    ("kv_sources", 0, "kv_sources: Input should be a valid boolean"),
+    ("kv_sources", "false", "kv_sources is true or false, not 'false' (hint: true is the default)"),
+    ("kv_sources", 0, "kv_sources is true or false, not 0 (hint: true is the default)"),
 ])
 def test_kvchats_request_fields_are_strict(client: openai.OpenAI, field, value, expected) -> None:
     """Before, "512" and true were taken as a budget of 512 and of 1."""

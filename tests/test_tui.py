@@ -227,15 +227,15 @@ async def test_settings_refuse_a_budget_smaller_than_the_window() -> None:
         assert isinstance(app.screen, SettingsScreen)
         assert "budget 20 is smaller than window 32" in error.visual.plain
         app.screen.query_one("#budget", Input).value = "256"
-        app.screen.query_one("#whole", Select).value = "off"
+        app.screen.query_one("#in-parts", Select).value = "off"
         kernel = app.screen.query_one("#kernel", Input)
         kernel.value = "5"
         kernel.focus()
         await pilot.press("enter")  # enter in a field saves, like the button
         await wait_for(pilot, lambda: not isinstance(app.screen, SettingsScreen))
-        assert (app.settings.method.budget, app.settings.method.kernel, app.settings.whole) == (256, 5, "off")
+        assert (app.settings.method.budget, app.settings.method.kernel, app.settings.in_parts) == (256, 5, "off")
         await ask(pilot, app, "Again?")
-        assert (sessions.opened[0].asked[0][1].method.budget, sessions.opened[0].asked[0][1].whole) == (256, "off")
+        assert (sessions.opened[0].asked[0][1].method.budget, sessions.opened[0].asked[0][1].in_parts) == (256, "off")
 
 
 async def test_settings_refuse_an_even_kernel_and_text_in_a_number() -> None:

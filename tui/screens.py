@@ -14,8 +14,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, DirectoryTree, Input, Label, Select, Static
 
 from kvchat.documents import DOCUMENT_SUFFIXES
-from kvchat.engine import AskSettings
-from kvchat.engine.settings import WHOLES
+from kvchat.engine import AskSettings, UserSettings, choices, form_label, setting_names, user_settings
 from kvchat.errors import SettingsError
 from kvchat.policy import METHODS, SnapKV, method_carrying, method_options
 
@@ -73,10 +72,9 @@ class SettingsScreen(ModalScreen[AskSettings | None]):
                 yield Select([(m, m) for m in METHODS], value=method.name, allow_blank=False, compact=True, id="method")
                 yield Label("temperature")
                 yield Input(str(sampler.temperature), type="number", compact=True, id="temperature")
-                yield Label("max tokens")
-                yield Input(str(self.settings.max_tokens), type="integer", compact=True, id="max-tokens")
-                yield Label("whole document")  # questions about it (a summary, a list) answered in parts
-                yield Select([(way, way) for way in WHOLES], value=self.settings.whole, allow_blank=False, compact=True, id="whole")
+                for name in setting_names(in_form=True):
+                    yield Label(form_label(name))
+                    yield _setting_widget(name, getattr(self.settings, name))
             yield Label("", id="settings-error")
             with Horizontal(classes="buttons"):
                 yield Button("Save", variant="primary", id="save")
@@ -99,13 +97,19 @@ class SettingsScreen(ModalScreen[AskSettings | None]):
             str(self.query_one("#method", Select).value), fields,
             budget=int(self._number("budget", int)), window=int(self._number("window", int)),
         )
-        return replace(
-            self.settings,
-            method=method,
-            sampler=replace(self.settings.sampler, temperature=temperature),
-            max_tokens=int(self._number("max-tokens", int)),
-            whole=str(self.query_one("#whole", Select).value),
-        )
+        shown = {name: self._value(name) for name in setting_names(in_form=True)}
+        user = user_settings(shown, self.settings.user)
+        return replace(self.settings, **user.model_dump(), method=method, sampler=replace(self.settings.sampler, temperature=temperature))
+
+    def _value(self, name: str) -> object:
+        """The form's value of the setting `name`, as typed: the setting's own check refuses a wrong one."""
+        if choices(name):
+            return self.query_one(f"#{_widget_id(name)}", Select).value
+        text = self.query_one(f"#{_widget_id(name)}", Input).value.strip()
+        try:
+            return UserSettings.model_fields[name].annotation(text)  # type: ignore[misc]  # a number, as the CLI reads it
+        except ValueError:
+            return text
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         if event.button.id == "cancel":
@@ -114,7 +118,7 @@ class SettingsScreen(ModalScreen[AskSettings | None]):
         try:
             settings = self._settings()
         except (SettingsError, ValueError) as error:
-            message = error.message if isinstance(error, SettingsError) else str(error)
+            message = error.one_line(_named) if isinstance(error, SettingsError) else str(error)
             self.query_one("#settings-error", Label).update(Text(message, style="red"))  # the value as typed, not markup
             return
         self.dismiss(settings)
@@ -122,6 +126,23 @@ class SettingsScreen(ModalScreen[AskSettings | None]):
     def on_input_submitted(self, event: Input.Submitted) -> None:
         event.stop()
         self.query_one("#save", Button).press()
+
+
+def _named(setting: str) -> str:
+    """How the form calls a setting an error names: its label."""
+    return form_label(setting) if setting in setting_names(in_form=True) else setting
+
+
+def _widget_id(name: str) -> str:
+    return name.replace("_", "-")
+
+
+def _setting_widget(name: str, value: object) -> Select | Input:
+    """The form's field for a setting (UserSettings): a choice of its values, or a box for a number."""
+    if kinds := choices(name):
+        return Select([(kind, kind) for kind in kinds], value=value, allow_blank=False, compact=True, id=_widget_id(name))
+    number = UserSettings.model_fields[name].annotation
+    return Input(str(value), type="integer" if number is int else "number", compact=True, id=_widget_id(name))
 
 
 class DocumentTree(DirectoryTree):

@@ -47,11 +47,11 @@ def compare(engine: Engine, cases: list[Case], variants: list[AskSettings]) -> I
     layout and system prompt), so they differ only in what they keep. A method that streams reads its own way: once for all cases when the
     question plays no part in what it keeps (StreamingLLM), once per case when the question observes
     the reading (SnapStream); so does a fast reading, once per case, and an answer from the
-    document's parts (settings.whole "on") reads the parts once per case. Where a fast reading
+    document's parts (settings.in_parts "on") reads the parts once per case. Where a fast reading
     does not pay (fast.pays: a short document), the defaults read the whole document, question
     apart, as the methods that prune after reading do: such a variant shares their reading."""
     reads_fast = [engine.plan(case_document(cases[0]), for_case(settings, cases[0])).reads_fast for settings in variants]
-    in_parts = [settings.whole == "on" for settings in variants]
+    in_parts = [settings.in_parts == "on" for settings in variants]
     after_reading: dict[tuple[KvLayout, str | None], dict[int, AskSettings]] = {}
     for index, settings in enumerate(variants):  # the layout and the system prompt are part of the reading
         if not settings.method.streams and not reads_fast[index] and not in_parts[index]:

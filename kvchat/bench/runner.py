@@ -81,17 +81,17 @@ class Variant:
         the defaults do, or `off`)."""
         carried = method_options(base.method)
         options: dict[str, object] = {"budget": self.budget}
-        read, fast, system, whole, part_tokens = self.read, base.fast, base.system, base.whole, base.part_tokens
+        read, fast, system, in_parts, part_tokens = self.read, base.fast, base.system, base.in_parts, base.part_tokens
         layout: dict[str, object] = {}  # applied together: a q8_0 V needs flash attention, in whatever order they come
         for key, value in self.overrides:
             if key == "read":
                 read = value
             elif key == "system":
                 system = instruction_named(value)
-            elif key == "whole" and value in ("auto", "off"):  # as a user's --whole: the wording decides, or never in parts
-                whole = value
+            elif key == "whole" and value in ("auto", "off"):  # as a user's --in-parts: the wording decides, or never in parts
+                in_parts = value
             elif key == "whole":  # every question answered in parts of this many tokens
-                whole, part_tokens = "on", _typed(key, value, int)
+                in_parts, part_tokens = "on", _typed(key, value, int)
             elif key in LAYOUT_OPTIONS:
                 layout[key] = _typed(key, value, LAYOUT_OPTIONS[key])
             elif key in READING_OPTIONS:
@@ -100,7 +100,7 @@ class Variant:
                 current = carried.get(key, getattr(METHODS[self.method](), key, value))  # typed as the option's default
                 options[key] = _typed(key, value, type(current)) if not isinstance(current, bool) else value == "true"
         return replace(base, method=method_carrying(self.method, carried, **options), read=read, fast=fast,
-                       layout=replace(base.layout, **layout), system=system, whole=whole, part_tokens=part_tokens)
+                       layout=replace(base.layout, **layout), system=system, in_parts=in_parts, part_tokens=part_tokens)
 
 
 @dataclass(frozen=True)
@@ -213,7 +213,7 @@ def run_bench(engine: Engine, config: BenchConfig) -> Iterator[tuple[int, int, d
                         engine.model.shape.n_ctx_train - PROMPT_ROOM)
     variants = config.variants()
     # every question answered from the entries kept, unless a variant says `whole=N`
-    base = AskSettings(max_tokens=config.decode_tokens, method=SnapKV(), auto_stream=False, sources=False, whole="off")
+    base = AskSettings(max_tokens=config.decode_tokens, method=SnapKV(), auto_stream=False, sources=False, in_parts="off")
     all_settings = [variant.settings(base) for variant in variants]
     total, done = len(cases) * len(variants), 0
     yield done, total, None

@@ -1,7 +1,7 @@
 """The engine: conversations over one loaded model that turn documents and questions into events.
 
-Here: the Engine (engine.py), a Conversation about a document (conversation.py), the settings of an
-ask (settings.py), the chat prompt (prompt.py), prompts prepared for the server (prepared.py) and
+Here: the Engine (engine.py), a Conversation about a document (conversation.py), the settings a user
+chooses (user_settings.py) and those of an ask (settings.py), the chat prompt (prompt.py), prompts prepared for the server (prepared.py) and
 the installation's health (health.py). In its rooms:
   reading/     how a prompt comes into the KV cache: its ways of reading (ways/: whole, streamed,
                or fast first), reading in chunks within the budget (chunked.py) and the fast
@@ -22,7 +22,10 @@ from kvchat.engine.prepared import AnsweredInParts, PreparedPrompt, answer_sourc
 from kvchat.engine.prompt import SYSTEM_PROMPT, Turn
 from kvchat.engine.reading.cheap_pass import speed_kind
 from kvchat.engine.selections import SELECTIONS, Selection, selection_named, selections_help
-from kvchat.engine.settings import DEFAULT_MAX_TOKENS, AskSettings, FastSettings, KvLayout
+from kvchat.engine.settings import AskSettings, FastSettings, KvLayout
+from kvchat.engine.user_settings import (
+    DEFAULT_MAX_TOKENS, UserSettings, choices, form_label, invalid_setting, setting_names, user_settings,
+)
 from kvchat.engine.reading.chunked import StreamSettings
 from kvchat.engine.whole_question import about_whole
 
@@ -30,6 +33,6 @@ __all__ = [
     "DEFAULT_MAX_TOKENS", "WAITING_FOR_TURN", "SELECTIONS", "SYSTEM_PROMPT", "AnsweredInParts", "AskSettings", "Conversation",
     "Engine", "FastSettings", "Generation", "InProgress", "KvLayout", "PreparedPrompt", "ReadingPlan",
     "ReadingsInProgress", "Selection", "StreamSettings", "Survey",
-    "Turn", "WholeReadingDone", "about_whole", "answer_sources", "answer_stats", "paired_draft", "part_store", "prepare_chat",
-    "prepare_question", "readings_in_progress", "selection_named", "selections_help", "speed_kind", "state_store", "time_read_and_decode",
+    "Turn", "UserSettings", "WholeReadingDone", "about_whole", "answer_sources", "answer_stats", "choices", "form_label", "invalid_setting", "paired_draft", "part_store", "prepare_chat",
+    "prepare_question", "readings_in_progress", "selection_named", "selections_help", "setting_names", "speed_kind", "state_store", "time_read_and_decode", "user_settings",
 ]

@@ -36,6 +36,7 @@ from kvchat.engine.reading.chunked import StreamSettings, stream_context_size
 from kvchat.engine.reading.ways.reading import DocumentPrompt
 from kvchat.engine.selections import PerQuestion, Selection
 from kvchat.engine.settings import AskSettings
+from kvchat.engine.whole_question import answers_in_parts
 from kvchat.errors import KvchatError
 from kvchat.events import Done, Event, Notice
 from kvchat.llama import LlamaModel
@@ -230,7 +231,7 @@ class Conversation:
         return self._in_parts(question, self._answering(settings))
 
     def _in_parts(self, question: str, settings: AskSettings) -> bool:
-        return self._parts is not None and settings.answers_in_parts(question)
+        return self._parts is not None and answers_in_parts(settings.in_parts, question)
 
     def check_question(self, question: str, settings: AskSettings | None = None) -> None:
         """Refuse `question` now if its prompt does not fit (sizing.check_prompt), before the

@@ -108,7 +108,7 @@ class Engine:
         stream: StreamSettings | None = None,
     ) -> Iterator[Event]:
         """Stream events for one question: Progress…, Notice?, Evicted…, Pruned?, Token…, Done. A
-        question about the whole document is answered from its parts (AskSettings.whole,
+        question about the whole document is answered from its parts (AskSettings.in_parts,
         in_parts.py), each read whole: `selection` and `stream` play no part in it."""
         conversation = self.conversation(document, settings, selection=selection, stream=stream)
         try:

@@ -1,22 +1,20 @@
-"""Settings of one ask: the method, generation limits, the sampler and the KV cache layout."""
+"""How one ask carries out the user's settings (user_settings.py): the method, generation limits, the sampler and the KV cache layout."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from kvchat.engine.whole_question import about_whole
+from kvchat.engine.user_settings import UserSettings, user_settings
 from kvchat.errors import SettingsError
 from kvchat.llama import CACHE_TYPES, ContextSettings, SamplerSettings, available_cpus
 from kvchat.policy import SPAN_MODES, HeadReduction, Method, SnapKV
 
 REDUCTIONS = tuple(r.value for r in HeadReduction if r is not HeadReduction.PER_HEAD)  # one set of tokens to re-read
 
-DEFAULT_MAX_TOKENS = 512
-READS = ("auto", "full", "fast", "retrieval")
+USER = UserSettings()  # kvchat's defaults of the settings a user chooses
 CHOOSERS = ("attention", "bm25")
-# Threads for each CPU kvchat may use, at most: llama.cpp's threads meet after every op, so more
-# only wait on each other (-t 1000 on 2 CPUs: 26 s to the first token, not 0.7 s), and far more
-# crash it (-t 100000: SIGSEGV; 10^20 from a settings file: std::bad_alloc).
+# Threads for each CPU kvchat may use, at most: more only wait on each other, and far more crash
+# llama.cpp (docs/cli.md, "Threads").
 MAX_THREADS_PER_CPU = 4
 
 
@@ -59,11 +57,8 @@ class FastSettings:
     # with a draft (fast.DRAFT_REREAD). More than the budget: the question's attention over that
     # re-reading then keeps the budget's, as SnapKV does.
     reread: int | None = None
-    # How the cheap pass groups the tokens it chooses for the re-reading (policy/spans.py) and
-    # reduces its heads' votes (policy/scoring.py): whole sentences or clauses, each scored by the
-    # strongest head, as Speculative Prefill scores its chunks; choosing as the method keeps (words,
-    # summed) lost real-contract answers, and 32-token chunks cut clauses through (docs/how-it-works.md,
-    # "Reading fast").
+    # How the cheap pass groups the tokens it chooses (policy/spans.py) and reduces its heads' votes
+    # (policy/scoring.py): whole sentences, each scored by its strongest head (docs/how-it-works.md, "Reading fast").
     spans: str = "sentences"
     heads: str = "max"
     # Who chooses what the model re-reads (reading/passages.py): the cheap pass's attention, or the
@@ -89,24 +84,21 @@ class FastSettings:
 
 
 # How the default (read "auto") reads a new document's first question: the passages its words
-# choose (BM25) and the document's opening passage, read alone. On the 48 dev cuad questions it
-# answered 43 where BM25 alone answered 40 and BM25 fused with the draft's attention 37, in 1.15x
-# BM25's time (docs/how-it-works.md, "Reading what the question chooses"). Only with a draft: a
-# question that shares no word with the document is chosen by its attention, and the model's own
-# first layers lost answers where a draft's did not ("Reading fast").
+# choose and the opening passage, with a draft (docs/how-it-works.md, "Reading what the question chooses").
 AUTO_READING = FastSettings(choose="bm25", opening=1)
 
 MIN_PART_TOKENS = 256  # a part smaller than this says too little to be worth its answer
 DEFAULT_PART_TOKENS = 2048
-WHOLES = ("auto", "on", "off")
 
 
 @dataclass(frozen=True)
 class AskSettings:
-    """Built by the CLI, the TUI and the server alike: errors name settings, never one front end's flags."""
+    """Built by the CLI, the TUI and the server alike: errors name settings, never one front end's
+    flags. `read`, `in_parts`, `sources`, `max_tokens` and `system` are the user's (UserSettings,
+    where their meanings are written); the rest is how the engine carries them out."""
 
     method: Method = field(default_factory=SnapKV)
-    max_tokens: int = DEFAULT_MAX_TOKENS
+    max_tokens: int = USER.max_tokens
     sampler: SamplerSettings = field(default_factory=SamplerSettings)
     n_ctx: int | None = None
     n_batch: int = 512  # tokens read per llama_decode call: a reading's chunk and the largest window
@@ -115,49 +107,28 @@ class AskSettings:
     # A document longer than the model's context is read streamed (SnapStream with the method's
     # options) instead of refused; front ends turn it off when the user names the method.
     auto_stream: bool = True
-    # Each answer names the passages it drew on (answering/sources.py): its tokens are decoded once more
-    # with the attention probe on, after the answer.
-    sources: bool = True
-    # "fast": the first question about a document is answered from a fast reading: the first
-    # `fast.depth` of the layers of a draft model (or of the model's own) read the whole prompt,
-    # their attention chooses the tokens, and the whole model reads only those (GemFilter,
-    # Speculative Prefill). A follow-up reads the whole document first. "full": every layer reads
-    # it all. "auto" (the default): fast where it was measured answering as a full reading does,
-    # with a draft model and a method that chooses as snapkv does, on a prompt long enough for it
-    # to pay (docs/how-it-works.md, "Reading fast"); full otherwise, without a word. "retrieval":
-    # fast, the passages the question's words choose (BM25) read alone, as retrieval tools read.
-    read: str = "auto"
+    sources: bool = USER.sources  # after the answer, its tokens are decoded once more with the attention probe on
+    read: str = USER.read
     fast: FastSettings = field(default_factory=FastSettings)
-    # The system prompt; None: kvchat's (answer from the document only, quote exactly, keep it
-    # short). It is part of the document's prompt, so each one has its own saved reading.
-    system: str | None = None
-    # A question about the whole document (a summary, a list, a comparison): answered from all of
-    # it, in parts of `part_tokens` tokens, each asked the question in turn, the answer each part's
-    # (in_parts.py). "auto": the questions whose wording asks about the whole (whole_question.py);
-    # "on": every question; "off": none, each answered from the entries its question keeps.
-    whole: str = "auto"
-    part_tokens: int = DEFAULT_PART_TOKENS
+    system: str | None = USER.system  # part of the document's prompt: each one has its own saved reading
+    in_parts: str = USER.in_parts
+    part_tokens: int = DEFAULT_PART_TOKENS  # the size of each part a question answered in parts reads
     # The most cells a question's prompt may keep for its answer, its earlier turns pinned whole
     # among them: a server's sequence holds so many (reading/sizing.check_prompt); None: as many
     # as the context holds.
     kept_cells: int | None = None
 
     def __post_init__(self) -> None:
-        if self.max_tokens < 1:
-            raise SettingsError(f"max tokens must be at least 1, got {self.max_tokens}", f"ask for at least 1 token ({DEFAULT_MAX_TOKENS} is the default)")
+        user_settings({name: getattr(self, name) for name in UserSettings.model_fields})
         if self.threads is not None:
             _check_threads(self.threads)
         if self.n_ctx is not None and self.n_ctx < 1:
             raise SettingsError(f"context size must be at least 1, got {self.n_ctx}", "leave it unset to fit the prompt")
         if self.system is not None and not self.system.strip():
             raise SettingsError("the system prompt is empty", "leave `system` out for kvchat's, or give one")
-        if self.whole not in WHOLES:
-            raise SettingsError(f"unknown whole-document answering {self.whole!r}", "use auto, on or off")
         if self.part_tokens < MIN_PART_TOKENS:
-            raise SettingsError(f"a whole-document answer reads parts of at least {MIN_PART_TOKENS} tokens, got {self.part_tokens}",
+            raise SettingsError(f"an answer in parts reads parts of at least {MIN_PART_TOKENS} tokens, got {self.part_tokens}",
                                 f"use parts of {MIN_PART_TOKENS} tokens or more")
-        if self.read not in READS:
-            raise SettingsError(f"unknown reading {self.read!r}", "read auto, full, fast or retrieval")
         if self.read in ("fast", "retrieval") and not self.method_reads_fast:
             if not self.method.scores or self.method.streams:
                 raise SettingsError(f"a fast reading chooses tokens as snapkv does, not with {self.method.name}", "use snapkv, or read full")
@@ -172,6 +143,11 @@ class AskSettings:
                 f"window {self.method.window} is larger than the batch size {self.n_batch}",
                 f"use a `window` of {self.n_batch} or less, or a larger `n_batch`",
             )
+
+    @property
+    def user(self) -> UserSettings:
+        """The user's settings these carry out."""
+        return UserSettings(**{name: getattr(self, name) for name in UserSettings.model_fields})
 
     @property
     def method_reads_fast(self) -> bool:
@@ -194,10 +170,6 @@ class AskSettings:
         if self.read == "retrieval":
             return replace(self.fast, choose="bm25")
         return AUTO_READING if self.read == "auto" else self.fast
-
-    def answers_in_parts(self, question: str) -> bool:
-        """Whether `question` is answered from the whole document in parts (in_parts.py)."""
-        return self.whole == "on" or (self.whole == "auto" and about_whole(question))
 
 
 def _check_threads(threads: int) -> None:

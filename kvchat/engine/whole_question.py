@@ -6,7 +6,7 @@ entries its attention keeps. The rules ask for the document itself as the object
 this agreement" is about the whole, "Summarize the confidentiality clause" or "Summarize the
 discussion on latency" is not (its attention finds the passage). They were written on a dev set
 of questions and measured on held-out ones (docs/how-it-works.md, "Questions about the whole
-document"); a user who knows better says so (`--whole` / `--no-whole`).
+document"); a user who knows better says so (the `in_parts` setting: on or off).
 """
 
 from __future__ import annotations
@@ -33,3 +33,9 @@ _WHOLE_QUESTION = [
 def about_whole(question: str) -> bool:
     """Whether `question` asks about the whole document, by its wording."""
     return any(rule.search(question) for rule in _WHOLE_QUESTION)
+
+
+def answers_in_parts(in_parts: str, question: str) -> bool:
+    """Whether `question` is answered from every part of the document (in_parts.py), as the
+    `in_parts` setting says: always (on), never (off), or by its wording (auto)."""
+    return in_parts == "on" or (in_parts == "auto" and about_whole(question))

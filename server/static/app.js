@@ -165,8 +165,8 @@ function open(conversation) {
   renderMessages();
 }
 
-const SETTINGS = [["kv_budget", "set-budget"], ["kv_read", "set-read"], ["kv_whole", "set-whole"], ["temperature", "set-temperature"], ["max_tokens", "set-max-tokens"]];
-const CHOICES = ["kv_read", "kv_whole"]; // sent as they are; the other settings are numbers
+const SETTINGS = [["kv_budget", "set-budget"], ["kv_read", "set-read"], ["kv_in_parts", "set-in-parts"], ["temperature", "set-temperature"], ["max_tokens", "set-max-tokens"]];
+const CHOICES = ["kv_read", "kv_in_parts"]; // sent as they are; the other settings are numbers
 
 function renderConversations() {
   const list = $("conversations");
