@@ -74,7 +74,7 @@ def run_pair(engine: Engine, first: str, second: str, settings: AskSettings) -> 
             read_s = time.perf_counter() - started
             for question in pair_questions(first, second):
                 conversation.reset()
-                done = [event for event in conversation.ask(question.text) if isinstance(event, Done)][0]
+                done = [event for event in engine.answer(conversation, question.text) if isinstance(event, Done)][0]
                 record = {"pair": f"{first}+{second}", "mode": mode, "id": question.id, "answer": done.answer,
                           "right": answer_right(done.answer, question), "read_s": round(read_s, 1),
                           "prompt_tokens": done.stats.prompt_tokens}

@@ -72,7 +72,7 @@ def _attribute(conversation: Conversation, done: Done, kept: np.ndarray | None, 
     attention (as kvchat sums it, over all layers, and over the lower half), and the question's:
     the votes its window cast when the selection pruned (over the kept cells), else (nothing was
     pruned) those of the window read once more."""
-    cache, n_cells, finder = conversation.run.cache, done.stats.kept_tokens, conversation.source_finder()
+    cache, n_cells, finder = conversation.run.cache, done.stats.kept_tokens, conversation.source_finder
     started = time.perf_counter()
     attention = cache.answer_attention(n_cells)
     by_answer = finder.sources(*attention) if attention is not None else ()
@@ -113,7 +113,7 @@ def run_contract(engine: Engine, contract: str, ids: set[str], methods: dict[str
             for name, settings in methods.items():
                 conversation.reset()
                 with _SelectionVotes() as selection:
-                    events = list(conversation.ask(question.question, settings=settings))
+                    events = list(engine.answer(conversation, question.question, settings))
                 done = events[-1]
                 assert isinstance(done, Done)
                 pruned = [e for e in events if isinstance(e, Pruned)]

@@ -1,5 +1,5 @@
 """How well the wording tells a question about the whole document from a lookup
-(kvchat/engine/whole_question.py), on labelled questions, no model needed.
+(kvchat/engine/answering/whole_question.py), on labelled questions, no model needed.
 
 Usage: python bench/whole_questions.py [--leval-data LEval/LEval-data] [--show]
 
@@ -21,7 +21,7 @@ import json
 import re
 from pathlib import Path
 
-from kvchat.engine.whole_question import about_whole
+from kvchat.engine.answering.whole_question import about_whole
 
 ROOT = Path(__file__).resolve().parents[1]
 CUAD = {"dev": ROOT / "kvchat" / "bench" / "data" / "cuad", "held-out": ROOT / "bench" / "cuad_heldout"}

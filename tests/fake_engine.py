@@ -25,7 +25,7 @@ from typing import Generic, TypeVar
 
 import numpy as np
 
-from kvchat.engine import AnsweredInParts, KvLayout, PreparedPrompt
+from kvchat.engine import KvLayout, PreparedPrompt
 from kvchat.engine.kvcache.cache import SavedCells
 from kvchat.engine.reading.selected import Selected
 from kvchat.errors import CancelledError, KvchatError
@@ -136,11 +136,11 @@ class FakeReading:
             raise CancelledError("stopped", "")
 
 
-def _answered_in_parts(script: Script, said: int, stop_reason: str) -> AnsweredInParts:
+def _answered_in_parts(script: Script, said: int, stop_reason: str) -> Done:
     """An answer in parts of its script: its first `said` characters, one a part."""
     stats = Stats("fake", "full", 0, script.prompt_tokens, script.prompt_tokens, 0, said, 1, 1, 1.0, 1.0, 0.0, 0.0,
                   script.prompt_tokens, stop_reason, read=f"in {said} parts")
-    return AnsweredInParts(Done(script.answer[:said], stats), unread=script.unread)
+    return Done(script.answer[:said], stats, read_whole_after=script.unread)
 
 
 class FakeModel:
@@ -314,7 +314,7 @@ class FakeEngine:
         return self.scripts.get(question, self.default)
 
     def prepare(self, _engine: object, request: ChatRequest, cancel: threading.Event, _sampler: FakeSampler) -> Iterator[Event]:
-        """requests.prepare's stand-in: the script's chunks, then its prompt (or its error)."""
+        """prepared.prepare's stand-in: the script's chunks, then its prompt (or its error)."""
         script = self.script_for(request)
         reading = FakeReading(request, script, cancel)
         self.readings.append(reading)
@@ -354,7 +354,7 @@ class FakeEngine:
         positions = np.arange(script.prompt_tokens - script.kept_tokens, script.prompt_tokens)
         selected = Selected(script.prompt_tokens, script.kept_tokens, script.loaded_tokens, 0.0, 0.0, time.perf_counter())
         kept = SavedCells(answer[1:], positions, np.zeros(len(positions), dtype=np.int64), positions)
-        return PreparedPrompt(kept, answer[0] if answer else END, selected, request.settings, unread=script.unread)
+        return PreparedPrompt(kept, answer[0] if answer else END, selected, request.settings, read_whole_after=script.unread)
 
     def plan(self, _document: object, _settings: object) -> SimpleNamespace:
         """Engine.plan's stand-in: only whether a first question reads fast."""

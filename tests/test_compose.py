@@ -17,6 +17,7 @@ from kvchat.engine import AskSettings, ComposedReading, Conversation
 from kvchat.engine.kvcache.cache import KvCache
 from kvchat.engine.kvcache.states import DocumentStates
 from kvchat.engine.kvcache.store import StateStore
+from kvchat.engine.answering import route
 from kvchat.events import Notice, Progress
 from kvchat.llama import ContextSettings, LlamaContext
 from kvchat.policy import SnapKV
@@ -80,7 +81,7 @@ def test_each_document_is_saved_on_its_own_and_a_combination_read_before_is_only
         assert first.run.loaded_upto == 0 and len(states.store.entries()) == 2  # one reading per document
         assert np.array_equal(first.run.cache.positions, np.arange(len(first.document_tokens)))
         assert [event.done for event in events if isinstance(event, Progress)][-1] == sum(map(len, first._runs[:-1])) + len(first._runs[0])
-        done = list(first.ask("What does box 3 hold?"))[-1]
+        done = list(route.answer(first, "What does box 3 hold?"))[-1]
         assert done.stats.read_tokens == done.stats.prompt_tokens and done.stats.kept_tokens <= 96
     finally:
         first.close()

@@ -11,8 +11,8 @@ import pytest
 
 from kvchat.documents import Document, Page
 from kvchat.engine import AskSettings, Engine, part_store, state_store
-from kvchat.engine.in_parts import PART_SYSTEM, PART_TOKENS, answer_in_parts, part_of, part_ranges
-from kvchat.engine.whole_question import about_whole
+from kvchat.engine.answering.in_parts import PART_SYSTEM, PART_TOKENS, answer_in_parts, part_of, part_ranges
+from kvchat.engine.answering.whole_question import about_whole, answers_in_parts
 from kvchat.errors import CancelledError, SettingsError
 from kvchat.events import Done, Notice, Progress, Source, Stats, Token
 from kvchat.policy import SnapKV
@@ -112,9 +112,9 @@ def test_the_wording_tells_a_question_about_the_whole_document_from_a_lookup() -
                "What law governs the contract?", "Is there a cap on liability?", "How many layers does the model have?"]
     assert [question for question in whole if not about_whole(question)] == []
     assert [question for question in lookups if about_whole(question)] == []
-    assert AskSettings().answers_in_parts("Summarize this agreement.")
-    assert not AskSettings(whole="off").answers_in_parts("Summarize this agreement.")
-    assert AskSettings(whole="on").answers_in_parts("Who are the parties?")
+    assert answers_in_parts(AskSettings(), "Summarize this agreement.")
+    assert not answers_in_parts(AskSettings(whole="off"), "Summarize this agreement.")
+    assert answers_in_parts(AskSettings(whole="on"), "Who are the parties?")
 
 
 class _PartAnswerer:
@@ -215,14 +215,14 @@ def test_a_conversation_answers_a_summary_from_the_parts_and_reads_the_document_
         n_parts = len(part_ranges(document, engine.model.count_tokens, 512))
         conversation = engine.conversation(document, settings)
         try:
-            opened = list(conversation.open("Summarize this document."))
-            summary = list(conversation.ask("Summarize this document."))
+            summary = list(engine.answer(conversation, "Summarize this document."))
             unread_after_summary = conversation.unread
-            lookup = list(conversation.ask("How many boxes come in week 7?"))
+            lookup = list(engine.answer(conversation, "How many boxes come in week 7?"))
         finally:
             conversation.close()
         off = list(engine.ask(document, "Summarize this document.", replace(settings, whole="off")))
-    assert n_parts >= 2 and opened == [] and unread_after_summary  # the parts answered: the document itself is not read yet
+    assert n_parts >= 2 and unread_after_summary  # the parts answered: the document itself is not read yet
+    assert summary[-1].read_whole_after and not lookup[-1].read_whole_after  # so it is to be read whole, until it is
     assert summary[0].text.startswith("a question about the whole document") and summary[-1].stats.read == f"in {n_parts} parts"
     stats = lookup[-1].stats  # selected from the whole reading, the summary's turn pinned besides the budget
     assert stats.read == "full" and stats.prompt_tokens > stats.kept_tokens > 1024

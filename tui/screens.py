@@ -14,8 +14,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, DirectoryTree, Input, Label, Select, Static
 
 from kvchat.documents import DOCUMENT_SUFFIXES
-from kvchat.engine import AskSettings
-from kvchat.engine.settings import WHOLES
+from kvchat.engine import WHOLES, AskSettings
 from kvchat.errors import SettingsError
 from kvchat.policy import METHODS, SnapKV, method_carrying, method_options
 

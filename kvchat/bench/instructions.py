@@ -6,7 +6,7 @@ system prompt of their own (L-Eval's), which a variant replaces."""
 
 from __future__ import annotations
 
-from kvchat.engine.prompt import SYSTEM_PROMPT
+from kvchat.engine import SYSTEM_PROMPT
 
 _ROLE = "You answer questions about the document the user gives you."
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from kvchat.engine.whole_question import about_whole
 from kvchat.errors import SettingsError
 from kvchat.llama import CACHE_TYPES, ContextSettings, SamplerSettings, available_cpus
 from kvchat.policy import SPAN_MODES, HeadReduction, Method, SnapKV
@@ -199,10 +198,6 @@ class AskSettings:
         if self.read == "retrieval":
             return replace(self.fast, choose="bm25")
         return AUTO_READING if self.read == "auto" else self.fast
-
-    def answers_in_parts(self, question: str) -> bool:
-        """Whether `question` is answered from the whole document in parts (in_parts.py)."""
-        return self.whole == "on" or (self.whole == "auto" and about_whole(question))
 
 
 def _check_threads(threads: int) -> None:

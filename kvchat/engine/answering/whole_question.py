@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import re
 
+from kvchat.engine.settings import AskSettings
+
 # The document itself, as a question names it: "this agreement", "the whole meeting", "the two contracts"
 _DOCUMENT = (r"(this|the|these|both|two)\s+(\w+\s+)?(agreement|contract|document|report|meeting|paper|book|text|file|article"
              r"|chapter|transcript|call|lecture|story|pdf|documents|contracts|agreements)s?")
@@ -33,3 +35,9 @@ _WHOLE_QUESTION = [
 def about_whole(question: str) -> bool:
     """Whether `question` asks about the whole document, by its wording."""
     return any(rule.search(question) for rule in _WHOLE_QUESTION)
+
+
+def answers_in_parts(settings: AskSettings, question: str) -> bool:
+    """Whether `question` is answered from the whole document in parts (in_parts.py): as the user
+    set it (`whole` on or off), or by its wording (auto)."""
+    return settings.whole == "on" or (settings.whole == "auto" and about_whole(question))
