@@ -286,6 +286,10 @@ class FakeEngine:
         self.now = 0.0  # the scheduler's clock: it moves only as a script's chunks and the steps say
         self.step_s = step_s
 
+    def answer_sources(self, _prompt: PreparedPrompt, _answer_tokens: list[int]) -> tuple[tuple, tuple]:
+        """Engine.answer_sources' stand-in: a fake prompt is about no document, so names no sources."""
+        return (), ()
+
     def scheduler(self, n_slots: int = 2, slot_cells: int = 512, max_waiting: int = 4, max_readings: int = 2) -> Scheduler:
         return self.new_scheduler(self, n_slots, slot_cells, max_waiting, None, KvLayout(), max_readings)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -126,6 +127,9 @@ class _PartAnswerer:
 
     def __init__(self, document: Document, settings: AskSettings, _saves: bool) -> None:
         self.document = document
+        self.settings = settings
+        self.source_finder = None  # its Done names its source itself
+        self.run = SimpleNamespace(cache=SimpleNamespace(answer_attention=lambda _kept: None))
         _PartAnswerer.told.append(settings)
 
     def open(self, question=None, *, cancel=None):
@@ -134,7 +138,11 @@ class _PartAnswerer:
             raise CancelledError("stopped", "")
         yield Progress(10, 10, 0.2)
 
-    def ask(self, question, settings=None, *, cancel=None):
+    def select(self, question, cancel, settings):
+        yield from ()
+        return SimpleNamespace(kept=100)
+
+    def decode(self, selected, settings, cancel):
         stats = Stats("m", "full", 1024, 100, 100, 0, 2, 1, 1, 100.0, 10.0, 0.1, 0.1, 100, _PartAnswerer.stop_reason)
         which = self.document.path.name.split("(")[1].rstrip(")")  # "part 2 of 5"
         yield Token("Clause ")

@@ -89,7 +89,7 @@ class Conversation:
         self._n_ctx = self._context_size()  # refuses a document too long for a named method now
         self.prompt_tokens: list[int] = []  # the last question's whole prompt
         self._reading_s = 0.0
-        self.opened = False  # open() or skip_reading() was called
+        self.opened = False  # open() (done) or skip_reading() was called
         self._unread = False  # the reading was left to the first question (a fast reading) or a follow-up
         self._text = DocumentText(model, document, part.text, self.document_tokens)
 
@@ -134,15 +134,15 @@ class Conversation:
 
         `question`, when known, observes a streamed reading (query-aware streaming).
         """
-        self.opened = True
         if question is not None:
             self.check_question(question)
         if self._notice:
             yield Notice(self._notice)
         if self.reading.defers(self.saved):
-            self._unread = True  # the first question reads fast; a follow-up reads the document first
+            self.opened = self._unread = True  # the first question reads fast; a follow-up reads the document first
             return
         yield from self._read(cancel, question)
+        self.opened = True
 
     def skip_reading(self) -> None:
         """Open without reading: the first question is answered without this reading (in parts);

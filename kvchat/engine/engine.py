@@ -83,9 +83,9 @@ class Engine:
         decode_all: bool = False,
         saves: bool = True,
     ) -> Conversation:
-        """A conversation about `document`; call open() on it before asking. `reading` and
-        `decode_all` are the bench's (see Conversation); by default the settings choose the reading.
-        `saves` False: its reading is not saved (a document made for one answer)."""
+        """A conversation about `document`, asked about through answer() (which opens it unless it
+        is open). `reading` and `decode_all` are the bench's (see Conversation); by default the
+        settings choose the reading. `saves` False: its reading is not saved (a document made for one answer)."""
         return self._conversation(document, settings or AskSettings(), self.states if saves else None, selection=selection,
                                   stream=stream, reading=reading, decode_all=decode_all)
 
