@@ -39,7 +39,7 @@ def run_case(engine: Engine, case, settings: AskSettings, heads: list[str]) -> d
                 pass
             results = []
             for question, answers in zip(case.questions, case.answers):
-                done = [e for e in conversation.ask(question) if isinstance(e, Done)][0]
+                done = [e for e in engine.answer(conversation, question) if isinstance(e, Done)][0]
                 results.append(score(done.answer, answers))
             scores[label] = results
         finally:

@@ -45,7 +45,7 @@ def main() -> None:
                 try:
                     for _ in conversation.open(question=case.question):
                         pass
-                    done = [e for e in conversation.ask(case.question) if isinstance(e, Done)][0]
+                    done = [e for e in engine.answer(conversation, case.question) if isinstance(e, Done)][0]
                 finally:
                     conversation.close()
                 value = score(done.answer, case.answers)

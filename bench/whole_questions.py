@@ -1,5 +1,5 @@
 """How well the wording tells a question about the whole document from a lookup
-(kvchat/engine/whole_question.py), on labelled questions, no model needed.
+(kvchat/engine/answering/whole_question.py), on labelled questions, no model needed.
 
 Usage: python bench/whole_questions.py [--leval-data LEval/LEval-data] [--show]
 

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Iterator
+from contextlib import closing
 from pathlib import Path
 
 import typer
@@ -18,11 +17,8 @@ from kvchat.cli.options import (
 from kvchat.cli.render import OcrBar, render
 from kvchat.cli.files import files_named
 from kvchat.documents import SUPPORTED, Document, bundle, load_document
-from kvchat.engine import (
-    Conversation, Engine, InProgress, StreamSettings, UserSettings, selection_named, selections_help, speed_kind,
-)
-from kvchat.errors import CancelledError, DocumentError, SettingsError, printable, raise_if_cancelled
-from kvchat.events import Event, Notice
+from kvchat.engine import Engine, StreamSettings, UserSettings, selection_named, selections_help
+from kvchat.errors import CancelledError, DocumentError, SettingsError, printable
 from kvchat.policy import HeadReduction, SnapKV
 
 SNAPKV = SnapKV()  # the defaults of its options
@@ -104,17 +100,12 @@ def ask_command(
     document = _load(names, console)
     in_background = cache and background_reading_on()
     with Engine(model, gpu_layers=gpu_layers, use_cache=cache, draft=draft) as engine, interrupt_as_cancel() as cancel:
-        conversation = engine.conversation(document, settings, selection=selection, stream=stream)
-        try:
-            done = render(_answer(engine, conversation, question, cancel), as_json, console)
-            key = conversation.reading_key  # None: nothing is saved (no cache, or read streamed)
-            read_on = (done is not None and conversation.unread and not conversation.saved and key is not None
-                       and engine.in_progress.find(key) is None)
-        finally:
-            conversation.close()
+        # closed here, whatever render() raises: the conversation's context goes before the model
+        with closing(engine.ask(document, question, settings, cancel=cancel, selection=selection, stream=stream)) as events:
+            done = render(events, as_json, console)
     if cancel.is_set():
         raise CancelledError("stopped", "")
-    if read_on and in_background:
+    if done is not None and done.read_whole_after and in_background:
         try:
             start_background_reading(document, model, settings, gpu_layers)
         except OSError as error:  # the answer stands; only the next question's wait is at stake
@@ -123,33 +114,3 @@ def ask_command(
             return
         console.print("reading the whole document in the background, so the next question loads it "
                       "(kvchat cache list shows it, kvchat cache stop stops it)", highlight=False, soft_wrap=True)
-
-
-def _answer(engine: Engine, conversation: Conversation, question: str, cancel: threading.Event) -> Iterator[Event]:
-    """The conversation's answer. While another process reads the document whole (a background
-    reading), that reading is awaited with its progress and loaded, when that is sooner (not
-    for a question the document's parts answer: they are read on their own)."""
-    key = conversation.reading_key
-    waits = key is not None and not conversation.saved and not conversation.answers_in_parts(question)
-    reading = engine.in_progress.find(key) if waits else None
-    if key is not None and reading is not None and _sooner_to_wait(engine, conversation, reading):
-        left = f", about {reading.left_s:.0f} s left" if reading.left_s is not None else ""
-        yield Notice(f"waiting for the whole reading of this document in another kvchat process{left}")
-        yield from engine.follow_reading(key, cancel)
-        raise_if_cancelled(cancel)
-    with engine.foreground.answering():  # background readings pause meanwhile (not the one awaited above)
-        yield from conversation.open(question, cancel=cancel)
-        yield from conversation.ask(question, cancel=cancel)
-
-
-def _sooner_to_wait(engine: Engine, conversation: Conversation, reading: InProgress) -> bool:
-    """Whether awaiting another process's whole reading of the document answers sooner than this
-    ask's own reading: always instead of a whole reading (the other has a head start); instead
-    of a fast one when less of the other is left than the fast reading takes here. A reading that
-    waits for its turn behind others has no head start: never."""
-    if reading.queued:
-        return False
-    if not conversation.reads_fast_first():
-        return True
-    fast_speed = engine.speeds.measured(speed_kind(conversation.settings)) if engine.speeds is not None else None  # tokens/s, measured here
-    return reading.left_s is not None and fast_speed is not None and reading.left_s < len(conversation.document_tokens) / fast_speed

@@ -12,7 +12,7 @@ from rich.console import Console
 
 from kvchat.cli.options import GPU_LAYERS, MODEL, flag
 from kvchat.cli.smoke import STAGE_PREFIX
-from kvchat.engine.health import installation
+from kvchat.engine import installation
 from kvchat.errors import KvchatError
 from kvchat.llama import WEIGHTS_ENV
 from kvchat.models import resolve_model

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from kvchat.cli.logs import configure_logging
 from kvchat.cli.options import flag
-from kvchat.engine.health import smoke_test
+from kvchat.engine import smoke_test
 from kvchat.errors import KvchatError
 
 STAGE_PREFIX = "stage: "

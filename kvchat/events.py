@@ -123,6 +123,9 @@ class Done:
     # where in the document's text the answer's attention went: its share in each of equal
     # stretches of the text (answering/sources.py STRIP_CELLS), start to end; empty with sources off
     attention: tuple[float, ...] = field(default=(), repr=False)
+    # the document is not read whole yet (a fast reading answered, or its parts) and no process reads
+    # it: the front end reads it whole now, in the background, for the questions after this one
+    read_whole_after: bool = False
 
 
 Event = Progress | Pruned | Evicted | Notice | Token | Done

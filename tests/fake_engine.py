@@ -25,7 +25,7 @@ from typing import Generic, TypeVar
 
 import numpy as np
 
-from kvchat.engine import AnsweredInParts, KvLayout, PreparedPrompt
+from kvchat.engine import KvLayout, PreparedPrompt
 from kvchat.engine.kvcache.cache import SavedCells
 from kvchat.engine.reading.selected import Selected
 from kvchat.errors import CancelledError, KvchatError
@@ -136,11 +136,11 @@ class FakeReading:
             raise CancelledError("stopped", "")
 
 
-def _answered_in_parts(script: Script, said: int, stop_reason: str) -> AnsweredInParts:
+def _answered_in_parts(script: Script, said: int, stop_reason: str) -> Done:
     """An answer in parts of its script: its first `said` characters, one a part."""
     stats = Stats("fake", "full", 0, script.prompt_tokens, script.prompt_tokens, 0, said, 1, 1, 1.0, 1.0, 0.0, 0.0,
                   script.prompt_tokens, stop_reason, read=f"in {said} parts")
-    return AnsweredInParts(Done(script.answer[:said], stats), unread=script.unread)
+    return Done(script.answer[:said], stats, read_whole_after=script.unread)
 
 
 class FakeModel:
@@ -286,6 +286,10 @@ class FakeEngine:
         self.now = 0.0  # the scheduler's clock: it moves only as a script's chunks and the steps say
         self.step_s = step_s
 
+    def answer_sources(self, _prompt: PreparedPrompt, _answer_tokens: list[int]) -> tuple[tuple, tuple]:
+        """Engine.answer_sources' stand-in: a fake prompt is about no document, so names no sources."""
+        return (), ()
+
     def scheduler(self, n_slots: int = 2, slot_cells: int = 512, max_waiting: int = 4, max_readings: int = 2) -> Scheduler:
         return self.new_scheduler(self, n_slots, slot_cells, max_waiting, None, KvLayout(), max_readings)
 
@@ -314,7 +318,7 @@ class FakeEngine:
         return self.scripts.get(question, self.default)
 
     def prepare(self, _engine: object, request: ChatRequest, cancel: threading.Event, _sampler: FakeSampler) -> Iterator[Event]:
-        """requests.prepare's stand-in: the script's chunks, then its prompt (or its error)."""
+        """prepared.prepare's stand-in: the script's chunks, then its prompt (or its error)."""
         script = self.script_for(request)
         reading = FakeReading(request, script, cancel)
         self.readings.append(reading)
@@ -354,7 +358,7 @@ class FakeEngine:
         positions = np.arange(script.prompt_tokens - script.kept_tokens, script.prompt_tokens)
         selected = Selected(script.prompt_tokens, script.kept_tokens, script.loaded_tokens, 0.0, 0.0, time.perf_counter())
         kept = SavedCells(answer[1:], positions, np.zeros(len(positions), dtype=np.int64), positions)
-        return PreparedPrompt(kept, answer[0] if answer else END, selected, request.settings, unread=script.unread)
+        return PreparedPrompt(kept, answer[0] if answer else END, selected, request.settings, read_whole_after=script.unread)
 
     def plan(self, _document: object, _settings: object) -> SimpleNamespace:
         """Engine.plan's stand-in: only whether a first question reads fast."""

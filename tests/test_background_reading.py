@@ -171,7 +171,7 @@ def _fast_answer(engine: Engine, path: Path):
     """A conversation about `path` whose first answer came from a fast reading (the document unread)."""
     chat = engine.conversation(load_document(path), AskSettings(read="fast", max_tokens=2, threads=2))
     list(chat.open("What does item 7 cost?"))
-    list(chat.ask("What does item 7 cost?"))
+    list(engine.answer(chat, "What does item 7 cost?"))
     assert chat.unread
     return chat
 
@@ -208,7 +208,7 @@ def test_the_chat_reading_on_after_a_fast_answer_waits_for_another_process_and_l
 def test_a_reading_queued_behind_others_is_not_waited_for(document, tiny_model_path, isolated_home) -> None:
     """A queued background reading holds its document's lock but has no head start: the chat reads
     the document itself, and `kvchat ask` does not wait for it either."""
-    from kvchat.cli.ask import _sooner_to_wait
+    from kvchat.engine.answering.route import _sooner_to_wait
 
     with Engine(str(tiny_model_path)) as engine:
         chat = _fast_answer(engine, document)
@@ -218,7 +218,7 @@ def test_a_reading_queued_behind_others_is_not_waited_for(document, tiny_model_p
         assert not any(isinstance(event, Notice) for event in events) and not chat.unread
         assert chat.run.loaded_upto == 0 and chat.saved  # read here, and saved: the queued job will find it
         (record,) = readings_in_progress().entries()
-        assert record.queued and _sooner_to_wait(engine, chat, record) is False
+        assert record.queued and _sooner_to_wait(chat, record) is False
         queued.release()
         chat.close()
 

@@ -10,6 +10,7 @@ import pytest
 
 from kvchat.documents import Document
 from kvchat.engine import SELECTIONS, AskSettings, Conversation, Turn, selection_named
+from kvchat.engine.answering import route
 from kvchat.errors import PromptTooLongError, SettingsError
 from kvchat.events import Done, Notice, Pruned
 from kvchat.policy import SnapKV
@@ -35,7 +36,7 @@ def conversation_factory(tiny_model, tmp_path):
 
 
 def ask(conversation: Conversation, question: str) -> tuple[Done, list[Pruned]]:
-    events = list(conversation.ask(question))
+    events = list(route.answer(conversation, question))
     return events[-1], [e for e in events if isinstance(e, Pruned)]
 
 
@@ -121,7 +122,7 @@ def test_a_document_longer_than_the_context_is_read_and_answered_streamed(tiny_m
         notices = [event.text for event in conversation.open() if isinstance(event, Notice)]
         assert notices == [f"the document is {len(conversation.document_tokens):,} tokens, more than the 4,096 the "
                            "model was trained on: reading it streamed (snapstream), keeping 96 entries"]
-        done = list(conversation.ask("What is the code for box 3?", settings=SETTINGS))[-1]
+        done = list(route.answer(conversation, "What is the code for box 3?", settings=SETTINGS))[-1]
         assert done.stats.method == "snapstream" and done.stats.kept_tokens <= 96
     finally:
         conversation.close()
@@ -143,7 +144,7 @@ def test_a_system_prompt_is_part_of_the_documents_prompt_and_of_every_question(t
         assert "Answer in French." in told and "keep the answer short" not in told
         assert "keep the answer short" in "".join(tiny_model.pieces_text(own.document_tokens))
         list(french.open())
-        list(french.ask("What does box 3 hold?"))
+        list(route.answer(french, "What does box 3 hold?"))
         assert french.prompt_tokens[: len(french.document_tokens)] == french.document_tokens
     finally:
         own.close()
@@ -179,8 +180,8 @@ def test_a_long_question_after_the_reading_never_grows_the_context_past_the_trai
     try:
         list(conversation.open())
         with pytest.raises(PromptTooLongError, match="^the question is 10,021 tokens"):
-            list(conversation.ask(LONG_QUESTION))
-        done = list(conversation.ask("What does box 3 hold?"))[-1]
+            list(route.answer(conversation, LONG_QUESTION))
+        done = list(route.answer(conversation, "What does box 3 hold?"))[-1]
         assert done.stats.prompt_tokens < 4096 and len(conversation.turns) == 1
         assert max(contexts_made) <= 4096
     finally:
@@ -197,7 +198,7 @@ def test_a_prompt_over_the_trained_context_is_refused_naming_its_parts(tiny_mode
         n_document = len(conversation.document_tokens)
         conversation.resume([Turn("why " * 100, "because " * 60)])
         with pytest.raises(PromptTooLongError) as raised:
-            list(conversation.ask("why " * 200))
+            list(route.answer(conversation, "why " * 200))
         assert re.fullmatch(rf"the prompt is [\d,]+ tokens \({n_document:,} of the document, [\d,]+ of earlier turns, "
                             r"[\d,]+ of the question\); the model was trained on 4,096", raised.value.message)
         assert raised.value.hint == "ask a shorter question, or start a new conversation"
@@ -213,10 +214,10 @@ def test_a_streamed_document_answers_a_question_beside_its_kept_entries(tiny_mod
     conversation = Conversation(tiny_model, "tiny", Document(path=Path("boxes.txt"), kind="text", text=text), SETTINGS)
     try:
         list(conversation.open())
-        done = list(conversation.ask("why " * 200 + "What is the code for box 3?"))[-1]
+        done = list(route.answer(conversation, "why " * 200 + "What is the code for box 3?"))[-1]
         assert done.stats.method == "snapstream" and done.stats.kept_tokens <= 96
         assert max(contexts_made) <= 4096
         with pytest.raises(PromptTooLongError, match="^the question is 10,021 tokens"):
-            list(conversation.ask(LONG_QUESTION))
+            list(route.answer(conversation, LONG_QUESTION))
     finally:
         conversation.close()

@@ -13,6 +13,7 @@ import pytest
 
 from kvchat.documents import Document, load_document
 from kvchat.engine import AskSettings, Conversation, Engine
+from kvchat.engine.answering import route
 from kvchat.engine.kvcache.cache import KvCache
 from kvchat.engine.reading.cheap_pass import CheapPass, fast_select, last_read_layer
 from kvchat.engine.settings import FastSettings
@@ -227,8 +228,8 @@ def test_a_conversation_reads_fast_first_and_the_whole_document_for_a_follow_up(
         conversation = engine.conversation(load_document(path), settings)
         try:
             assert list(conversation.open()) == []  # nothing read before the question
-            first = [e for e in conversation.ask("What was the boat called?") if isinstance(e, Done)][0]
-            second = [e for e in conversation.ask("What failed?") if isinstance(e, Done)][0]
+            first = [e for e in engine.answer(conversation, "What was the boat called?") if isinstance(e, Done)][0]
+            second = [e for e in engine.answer(conversation, "What failed?") if isinstance(e, Done)][0]
         finally:
             conversation.close()
         again = [e for e in engine.ask(load_document(path), "Boat?", settings) if isinstance(e, Done)][0]
@@ -245,7 +246,7 @@ def test_a_prompt_the_re_reading_would_mostly_cover_is_read_in_full(tiny_model_p
         conversation = engine.conversation(load_document(path), settings)
         try:
             list(conversation.open())
-            events = list(conversation.ask("What was the boat called?"))
+            events = list(engine.answer(conversation, "What was the boat called?"))
         finally:
             conversation.close()
     n_prompt = len(conversation.prompt_tokens)
@@ -265,7 +266,7 @@ def test_after_a_fast_answer_the_whole_reading_goes_on_from_where_it_was_stopped
         n_document, stop = len(conversation.document_tokens), threading.Event()
         try:
             list(conversation.open())
-            first = [e for e in conversation.ask("What was the boat called?") if isinstance(e, Done)][0]
+            first = [e for e in engine.answer(conversation, "What was the boat called?") if isinstance(e, Done)][0]
             assert first.stats.read == "fast 1/2 layers" and conversation.unread
             stopped: list[tuple[int, int]] = []
             with pytest.raises(CancelledError):
@@ -277,7 +278,7 @@ def test_after_a_fast_answer_the_whole_reading_goes_on_from_where_it_was_stopped
             went_on = [(e.done, e.total) for e in conversation.read_on() if isinstance(e, Progress)]
             assert went_on[0] == (256, n_document) and went_on[-1] == (n_document, n_document) and not conversation.unread
             assert [done for done, _ in went_on] == [256, *range(512, n_document, 256), n_document]
-            follow_up = list(conversation.ask("What failed?"))
+            follow_up = list(engine.answer(conversation, "What failed?"))
         finally:
             conversation.close()
         again = [e for e in engine.ask(load_document(path), "Boat?", replace(settings, read="full")) if isinstance(e, Done)][0]
@@ -445,12 +446,12 @@ def test_a_first_question_during_the_whole_reading_is_read_fast_and_the_reading_
                 if isinstance(event, Progress) and event.done >= 512:
                     cancel.set()  # a question came: the chat stops it
         stopped_at = conversation.run.read_upto
-        done = list(conversation.ask("What was the boat called?"))[-1]
+        done = list(route.answer(conversation, "What was the boat called?"))[-1]
         assert done.stats.read == "fast 1/2 layers" and done.stats.kept_tokens <= 64  # read fast, at once
         resumed = [event.done for event in conversation.read_on() if isinstance(event, Progress)]
         assert 512 <= stopped_at < len(conversation.document_tokens)
         assert resumed[0] == stopped_at and resumed[-1] == len(conversation.document_tokens)  # not read again from 0
-        follow_up = list(conversation.ask("And the radio?"))[-1]
+        follow_up = list(route.answer(conversation, "And the radio?"))[-1]
         assert follow_up.stats.read == "full"
     finally:
         conversation.close()

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from kvchat.documents import Document, Page
 from kvchat.engine import AskSettings, Engine, part_store, state_store
-from kvchat.engine.in_parts import PART_SYSTEM, PART_TOKENS, answer_in_parts, part_of, part_ranges
-from kvchat.engine.whole_question import about_whole, answers_in_parts
+from kvchat.engine.answering.in_parts import PART_SYSTEM, PART_TOKENS, answer_in_parts, part_of, part_ranges
+from kvchat.engine.answering.whole_question import about_whole, answers_in_parts
 from kvchat.errors import CancelledError, SettingsError
 from kvchat.events import Done, Notice, Progress, Source, Stats, Token
 from kvchat.policy import SnapKV
@@ -126,6 +127,9 @@ class _PartAnswerer:
 
     def __init__(self, document: Document, settings: AskSettings, _saves: bool) -> None:
         self.document = document
+        self.settings = settings
+        self.source_finder = None  # its Done names its source itself
+        self.run = SimpleNamespace(cache=SimpleNamespace(answer_attention=lambda _kept: None))
         _PartAnswerer.told.append(settings)
 
     def open(self, question=None, *, cancel=None):
@@ -134,7 +138,11 @@ class _PartAnswerer:
             raise CancelledError("stopped", "")
         yield Progress(10, 10, 0.2)
 
-    def ask(self, question, settings=None, *, cancel=None):
+    def select(self, question, cancel, settings):
+        yield from ()
+        return SimpleNamespace(kept=100)
+
+    def decode(self, selected, settings, cancel):
         stats = Stats("m", "full", 1024, 100, 100, 0, 2, 1, 1, 100.0, 10.0, 0.1, 0.1, 100, _PartAnswerer.stop_reason)
         which = self.document.path.name.split("(")[1].rstrip(")")  # "part 2 of 5"
         yield Token("Clause ")
@@ -215,14 +223,14 @@ def test_a_conversation_answers_a_summary_from_the_parts_and_reads_the_document_
         n_parts = len(part_ranges(document, engine.model.count_tokens, 512))
         conversation = engine.conversation(document, settings)
         try:
-            opened = list(conversation.open("Summarize this document."))
-            summary = list(conversation.ask("Summarize this document."))
+            summary = list(engine.answer(conversation, "Summarize this document."))
             unread_after_summary = conversation.unread
-            lookup = list(conversation.ask("How many boxes come in week 7?"))
+            lookup = list(engine.answer(conversation, "How many boxes come in week 7?"))
         finally:
             conversation.close()
         off = list(engine.ask(document, "Summarize this document.", replace(settings, in_parts="off")))
-    assert n_parts >= 2 and opened == [] and unread_after_summary  # the parts answered: the document itself is not read yet
+    assert n_parts >= 2 and unread_after_summary  # the parts answered: the document itself is not read yet
+    assert summary[-1].read_whole_after and not lookup[-1].read_whole_after  # so it is to be read whole, until it is
     assert summary[0].text.startswith("a question about the whole document") and summary[-1].stats.read == f"in {n_parts} parts"
     stats = lookup[-1].stats  # selected from the whole reading, the summary's turn pinned besides the budget
     assert stats.read == "full" and stats.prompt_tokens > stats.kept_tokens > 1024

@@ -1,9 +1,10 @@
-"""The layering of DESIGN.md: policy <- llama adapter <- engine <- serving <- server, and the other
-front ends (CLI, TUI, bench) on the engine; one direction."""
+"""The layering of docs/layout.md: policy <- llama adapter <- engine <- serving <- server, and the other
+front ends (CLI, TUI, bench) on the engine's public names; one direction, and no import circle."""
 
 from __future__ import annotations
 
 import ast
+import graphlib
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -149,9 +150,62 @@ def test_each_front_end_names_a_setting_its_own_way() -> None:
     assert api_error(budget).message == "the prompt fills the whole context (hint: lower kv_budget)"
 
 
-def test_front_ends_use_the_engine_through_its_front_door() -> None:
-    """Serving, the server, the bench and its experiments import `kvchat.engine` itself, never one
-    of its modules: what they need is its public API."""
-    for package in ("serving", "server", "bench", "experiments"):
-        inner = {name for name in imports_of(package) if name.startswith("kvchat.engine.")}
-        assert not inner, f"{package} imports {inner}"
+def test_serving_and_the_front_ends_use_the_engine_through_its_front_door() -> None:
+    """They import `kvchat.engine` itself, never one of its modules, and only the names it exports:
+    what they need is its public API."""
+    import kvchat.engine
+
+    public = set(kvchat.engine.__all__)
+    checked = 0
+    for package in ("serving", "server", "cli", "tui", "bench", "experiments"):
+        for file in PACKAGES[package].rglob("*.py"):
+            for node in ast.walk(ast.parse(file.read_text(encoding="utf-8"))):
+                if isinstance(node, ast.Import):
+                    inner = [alias.name for alias in node.names if alias.name.startswith("kvchat.engine.")]
+                    assert not inner, f"{file.relative_to(REPO)} imports {inner}"
+                elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("kvchat.engine"):
+                    assert node.module == "kvchat.engine", f"{file.relative_to(REPO)} imports {node.module}"
+                    private = {alias.name for alias in node.names} - public
+                    assert not private, f"{file.relative_to(REPO)} imports {private}, which kvchat.engine does not export"
+                    checked += 1
+    assert checked > 20
+
+
+def kvchat_modules() -> dict[str, Path]:
+    """Every module of kvchat as installed (pyproject's package-dir), by its dotted name."""
+    import tomllib
+
+    setuptools = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+    modules = {}
+    for package, folder in setuptools["package-dir"].items():
+        for file in (REPO / folder).rglob("*.py"):
+            name = ".".join((package, *file.relative_to(REPO / folder).with_suffix("").parts))
+            modules[name.removesuffix(".__init__")] = file
+    return modules
+
+
+def imports_within(file: Path, modules: dict[str, Path]) -> set[str]:
+    """The kvchat modules `file` imports, wherever it imports them (under TYPE_CHECKING too): for
+    `from package import name`, the module package.name where there is one, else the package."""
+    found = set()
+    for node in ast.walk(ast.parse(file.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found.update(f"{node.module}.{alias.name}" if f"{node.module}.{alias.name}" in modules else node.module
+                         for alias in node.names)
+    return found & modules.keys()
+
+
+def test_no_import_circle() -> None:
+    """No kvchat module imports, through others, itself: a circle means two concepts that cannot be
+    read (or tested) one without the other (a conversation that answers in parts through
+    conversations was one)."""
+    modules = kvchat_modules()
+    assert {"kvchat.engine.conversation", "kvchat.cli.ask", "kvchat.models.registry"} <= modules.keys()
+    graph = {name: imports_within(file, modules) - {name} for name, file in modules.items()}
+    assert sum(map(len, graph.values())) > 300
+    try:
+        graphlib.TopologicalSorter(graph).prepare()
+    except graphlib.CycleError as error:
+        raise AssertionError(f"an import circle: {' -> '.join(error.args[1])}") from None

@@ -10,6 +10,7 @@ import pytest
 
 from kvchat.documents import Document
 from kvchat.engine import AskSettings, Conversation, StreamSettings
+from kvchat.engine.answering import route
 from kvchat.errors import SettingsError
 from kvchat.events import Done, Pruned
 from kvchat.policy import METHODS, Method, method_carrying, method_named, method_options, methods_help
@@ -83,7 +84,7 @@ def test_a_conversation_reports_the_method_that_ran(name: str, tiny_model) -> No
                                 stream=StreamSettings(chunk=128, recent=16))
     try:
         events = list(conversation.open(question="What is the code for box 3?"))
-        events += list(conversation.ask("What is the code for box 3?"))
+        events += list(route.answer(conversation, "What is the code for box 3?"))
     finally:
         conversation.close()
     done = events[-1]

@@ -12,6 +12,7 @@ from kvchat.documents import Document
 from kvchat.engine import AskSettings, Conversation
 from kvchat.engine.reading.passages import PASSAGE_TOKENS, Passages
 from kvchat.engine.settings import FastSettings
+from kvchat.engine.answering import route
 from kvchat.events import Done, Pruned
 from kvchat.policy import SnapKV
 
@@ -39,7 +40,7 @@ def _conversation(tiny_model, **fast: object) -> Conversation:
 def _asked(conversation: Conversation, question: str) -> tuple[Done, Pruned]:
     try:
         list(conversation.open(question))
-        events = list(conversation.ask(question))
+        events = list(route.answer(conversation, question))
     finally:
         conversation.close()
     (pruned,) = [event for event in events if isinstance(event, Pruned)]
@@ -109,7 +110,7 @@ def test_a_document_shorter_than_the_reading_is_read_whole(tiny_model, read: str
     conversation = Conversation(tiny_model, "tiny", document, settings)
     try:
         list(conversation.open("Which law governs this?"))
-        done = list(conversation.ask("Which law governs this?"))[-1]
+        done = list(route.answer(conversation, "Which law governs this?"))[-1]
     finally:
         conversation.close()
     assert done.stats.read == "full" and done.stats.kept_tokens == done.stats.prompt_tokens

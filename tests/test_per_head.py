@@ -14,6 +14,7 @@ from kvchat.engine import SELECTIONS, AskSettings, Conversation, selection_named
 from kvchat.engine.kvcache.cache import KvCache
 from kvchat.engine.prompt import chat_tokens
 from kvchat.engine.reading.prompt_run import PromptRun
+from kvchat.engine.answering import route
 from kvchat.errors import SettingsError
 from kvchat.events import Evicted, Pruned
 from kvchat.llama import ContextSettings, LlamaContext, LlamaModel
@@ -163,7 +164,7 @@ def test_conversations_keep_tokens_per_head_with_earlier_turns_in_every_head(tin
         list(conversation.open())
         answers = []
         for question in ("What is the code for box 3?", "And the code for box 50?"):
-            events = list(conversation.ask(question))
+            events = list(route.answer(conversation, question))
             answers.append(events[-1])
             cache = conversation.run.cache
             assert cache.head_origins is not None and cache.head_origins.shape == (N_LAYER, N_HEAD_KV, cache.cells)

@@ -70,7 +70,7 @@ def test_follow_up_questions_about_far_apart_facts_at_budget_256(real_engine) ->
     try:
         list(conversation.open())
         for question, answers in zip(case.questions, case.answers):
-            done = list(conversation.ask(question))[-1]
+            done = list(real_engine.answer(conversation, question))[-1]
             assert score(done.answer, answers) == 1.0, (question, done.answer, answers)
     finally:
         conversation.close()
@@ -103,7 +103,7 @@ def test_snapstream_finds_a_needle_in_a_document_three_times_the_context(real_en
         assert len(conversation.document_tokens) > 3 * 2048
         assert conversation.run.n_ctx == 2048 and conversation.run.cache.peak_cells <= 2048
         assert sum(isinstance(e, Evicted) for e in events) >= 5
-        done = list(conversation.ask(case.question))[-1]
+        done = list(real_engine.answer(conversation, case.question))[-1]
         assert score(done.answer, case.answers) == 1.0, (done.answer, case.answers)
     finally:
         conversation.close()

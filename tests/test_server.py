@@ -32,7 +32,8 @@ from kvchat.errors import SettingsError
 from kvchat.events import Event, Notice, Progress
 from kvchat.server.service import NewScheduler
 from kvchat.engine import PreparedPrompt
-from kvchat.serving.requests import ChatRequest, prepare
+from kvchat.serving.prepared import prepare
+from kvchat.serving.requests import ChatRequest
 from kvchat.serving.scheduler import Scheduler
 from server_harness import running_server, serving, watch_jobs
 from test_server_shutdown import KEY, serve_process

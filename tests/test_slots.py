@@ -24,7 +24,8 @@ from kvchat.events import Done, Progress, Token
 from kvchat.llama import Sampler
 from kvchat.policy import SnapKV
 from kvchat.serving.background_readings import BackgroundReadings
-from kvchat.serving.requests import ChatRequest, prepare
+from kvchat.serving.prepared import prepare
+from kvchat.serving.requests import ChatRequest
 from kvchat.serving.jobs import ChatJob, QueueFull, ShuttingDown
 from kvchat.serving.scheduler import Scheduler
 from kvchat.serving.slots import SlotDecoder

@@ -12,6 +12,7 @@ from kvchat.documents import Document
 from kvchat.engine import AskSettings, Conversation
 from kvchat.engine.kvcache.states import DocumentStates, tokens_sha256
 from kvchat.engine.kvcache.store import STATE_SUFFIX, DamagedState, StateStore, new_header
+from kvchat.engine.answering import route
 from kvchat.events import Done, Notice, Progress
 from kvchat.policy import SnapKV
 
@@ -82,7 +83,7 @@ def test_damaged_state_is_rejected_once_and_recomputed(tiny_model, document, tmp
     notices = [e.text for e in events if isinstance(e, Notice)]
     assert len(notices) == 1 and "damaged" in notices[0]
     assert any(isinstance(e, Progress) and e.done == len(again.document_tokens) for e in events)
-    answer = list(again.ask("What is the code for box 7?"))[-1]
+    answer = list(route.answer(again, "What is the code for box 7?"))[-1]
     assert isinstance(answer, Done)
     again.close()
     third, events = open_conversation(tiny_model, document, states)  # the recomputed state is sound
@@ -105,7 +106,7 @@ def test_state_llama_cpp_refuses_is_deleted_and_read_again(tiny_model, document,
     for expected in ("damaged (llama.cpp refused it)", "loaded the saved reading"):
         conversation, events = open_conversation(tiny_model, document, states)
         assert [expected in e.text for e in events if isinstance(e, Notice)] == [True]
-        assert isinstance(list(conversation.ask("What is the code for box 7?"))[-1], Done)
+        assert isinstance(list(route.answer(conversation, "What is the code for box 7?"))[-1], Done)
         conversation.close()
         replaced = states.store.load(key, states.model_sha256, document_sha256)[1]
         assert bytes(replaced) == sound  # read again from scratch: nothing of the refused state left

@@ -12,6 +12,7 @@ from kvchat.documents import Document
 from kvchat.engine import AskSettings, Conversation, StreamSettings
 from kvchat.engine.prompt import chat_tokens
 from kvchat.engine.reading.prompt_run import PromptRun
+from kvchat.engine.answering import route
 from kvchat.events import Done, Evicted, Token
 from kvchat.llama import LlamaModel
 from kvchat.policy import SnapKV, SnapStream, StreamingLLM
@@ -73,7 +74,7 @@ def test_long_generation_runs_past_the_cache(short_model, heads: str, monkeypatc
         list(conversation.open(question="What does box 3 hold?"))
         n_ctx = conversation.run.n_ctx
         assert n_ctx < 1500
-        events = list(conversation.ask("What does box 3 hold?"))
+        events = list(route.answer(conversation, "What does box 3 hold?"))
         done = events[-1]
         assert isinstance(done, Done) and done.stats.generated_tokens == 1500
         assert sum(isinstance(e, Evicted) for e in events) >= 2
@@ -93,7 +94,7 @@ def test_snapkv_answer_longer_than_its_context(tiny_model, monkeypatch) -> None:
     conversation = Conversation(tiny_model, "tiny", document, settings)
     try:
         list(conversation.open())
-        events = list(conversation.ask("What does box 3 hold?"))
+        events = list(route.answer(conversation, "What does box 3 hold?"))
         assert events[-1].stats.generated_tokens == 900
     finally:
         conversation.close()

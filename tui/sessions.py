@@ -75,8 +75,7 @@ class EngineSession:
         return self.conversation.read_on(cancel)
 
     def ask(self, question: str, settings: AskSettings, cancel: threading.Event) -> Iterator[Event]:
-        with self.engine.foreground.answering():  # other processes' background readings pause meanwhile
-            yield from self.conversation.ask(question, settings, cancel=cancel)
+        return self.engine.answer(self.conversation, question, settings, cancel=cancel)
 
     def reset(self) -> None:
         self.conversation.reset()

@@ -34,7 +34,7 @@ def _one_reading(engine: Engine, cases: list[Case], variants: dict[int, AskSetti
         for case_index, case in enumerate(cases):
             for variant_index, settings in variants.items():
                 conversation.reset()
-                asked = conversation.ask(case.question, settings=for_case(settings, case))
+                asked = engine.answer(conversation, case.question, for_case(settings, case))
                 yield case_index, variant_index, reading + list(asked)
     finally:
         conversation.close()
@@ -59,7 +59,7 @@ def compare(engine: Engine, cases: list[Case], variants: list[AskSettings]) -> I
     for in_layout in after_reading.values():
         yield from _one_reading(engine, cases, in_layout, None)
     for index, settings in enumerate(variants):
-        if in_parts[index]:  # answered from the document's parts, each case on its own (in_parts.py)
+        if in_parts[index]:  # answered from the document's parts, each case on its own (answering/in_parts.py)
             for case_index, case in enumerate(cases):
                 yield case_index, index, list(engine.ask(case_document(case), case.question, for_case(settings, case)))
             continue

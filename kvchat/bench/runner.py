@@ -60,7 +60,7 @@ class Variant:
     or fast (AskSettings.read), in the default KV layout or another (`type_k=q8_0,flash_attn=on`),
     with kvchat's system prompt or a candidate's (`system=quote`, instructions.py), answered from
     the entries kept or from the whole document in parts (`whole=2048`, or `whole=auto`: by the
-    question's wording; engine/in_parts.py)."""
+    question's wording; engine/answering/in_parts.py)."""
 
     method: str
     budget: int

@@ -1,14 +1,16 @@
 """The engine: conversations over one loaded model that turn documents and questions into events.
 
-Here: the Engine (engine.py), a Conversation about a document (conversation.py), the settings a user
-chooses (user_settings.py) and those of an ask (settings.py), the chat prompt (prompt.py), prompts prepared for the server (prepared.py) and
-the installation's health (health.py). In its rooms:
+Here: the Engine (engine.py), the front door every front end asks through; a Conversation about a
+document, its reading and its turns (conversation.py); the settings a user chooses
+(user_settings.py) and those of an ask (settings.py); the chat prompt (prompt.py); the
+installation's health (health.py). In its rooms:
   reading/     how a prompt comes into the KV cache: its ways of reading (ways/: whole, streamed,
                or fast first), reading in chunks within the budget (chunked.py) and the fast
                reading's choice (cheap_pass.py: what the question's words or a cheap pass choose)
   kvcache/     the KV cache of one context, its pruning, and its readings saved on disk
   selections/  what each answer of a conversation is chosen from
-  answering/   generating answers, and the passages of the document they drew on
+  answering/   the one route from a question to its answer (route.py): in parts or from kept
+               entries, its sources, the reading after it; a prompt prepared for the server
 """
 
 from kvchat.engine.conversation import Conversation
@@ -18,7 +20,9 @@ from kvchat.engine.kvcache.in_progress import WAITING_FOR_TURN, InProgress, Read
 from kvchat.engine.engine import Engine, part_store, readings_in_progress, state_store
 from kvchat.engine.answering.generate import Generation, answer_stats
 from kvchat.engine.reading.plan import ReadingPlan
-from kvchat.engine.prepared import AnsweredInParts, PreparedPrompt, answer_sources, prepare_chat, prepare_question
+from kvchat.engine.answering.elsewhere import PreparedPrompt
+from kvchat.engine.answering.whole_question import about_whole
+from kvchat.engine.health import installation, smoke_test
 from kvchat.engine.prompt import SYSTEM_PROMPT, Turn
 from kvchat.engine.reading.cheap_pass import speed_kind
 from kvchat.engine.selections import SELECTIONS, Selection, selection_named, selections_help
@@ -27,12 +31,12 @@ from kvchat.engine.user_settings import (
     DEFAULT_MAX_TOKENS, UserSettings, choices, form_label, invalid_setting, setting_names, user_settings,
 )
 from kvchat.engine.reading.chunked import StreamSettings
-from kvchat.engine.whole_question import about_whole
 
 __all__ = [
-    "DEFAULT_MAX_TOKENS", "WAITING_FOR_TURN", "SELECTIONS", "SYSTEM_PROMPT", "AnsweredInParts", "AskSettings", "Conversation",
+    "DEFAULT_MAX_TOKENS", "SYSTEM_PROMPT", "WAITING_FOR_TURN", "SELECTIONS", "AskSettings", "Conversation",
     "Engine", "FastSettings", "Generation", "InProgress", "KvLayout", "PreparedPrompt", "ReadingPlan",
-    "ReadingsInProgress", "Selection", "StreamSettings", "Survey",
-    "Turn", "UserSettings", "WholeReadingDone", "about_whole", "answer_sources", "answer_stats", "choices", "form_label", "invalid_setting", "paired_draft", "part_store", "prepare_chat",
-    "prepare_question", "readings_in_progress", "selection_named", "selections_help", "setting_names", "speed_kind", "state_store", "time_read_and_decode", "user_settings",
+    "ReadingsInProgress", "Selection", "StreamSettings", "Survey", "Turn", "UserSettings", "WholeReadingDone",
+    "about_whole", "answer_stats", "choices", "form_label", "installation", "invalid_setting", "paired_draft",
+    "part_store", "readings_in_progress", "selection_named", "selections_help", "setting_names", "smoke_test",
+    "speed_kind", "state_store", "time_read_and_decode", "user_settings",
 ]

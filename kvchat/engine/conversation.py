@@ -1,9 +1,11 @@
-"""A conversation about a document (or several): read (or load) it once, answer many questions.
+"""A conversation about a document (or several): the document, its reading (read or loaded once)
+and its turns. How a question is answered on it, in parts or from the entries its reading keeps,
+with its sources, is the answering route's (answering/route.py).
 
-How the document comes into the cache is the conversation's way of reading (reading/ways/,
-chosen by reading/ways/registry.py): whole, streamed within the budget (a streaming method, or a
-document too long to read whole unless the method was named: reading/sizing.py), or fast for
-the first question and whole for the follow-ups.
+How the document comes into the cache is the conversation's way of reading (reading/way.py,
+chosen by reading/registry.py): whole, streamed within the budget (a streaming method, or a
+document too long to read whole unless the method was named: reading/sizing.py), put together
+from several documents' readings, or fast for the first question and whole for the follow-ups.
 What each answer is chosen from is its Selection (selections/): by default every question
 selects anew from the document's reading, with the earlier turns pinned. Several documents come
 as one bundle (documents/bundle.py).
@@ -11,18 +13,15 @@ as one bundle (documents/bundle.py).
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
-from collections.abc import Generator, Iterable, Iterator
-from dataclasses import replace
+from collections.abc import Iterable, Iterator
 from functools import cached_property
 
 from kvchat.documents import Document
 from kvchat.documents.bundle import document_starts
 from kvchat.engine.answering.document_text import DocumentText
 from kvchat.engine.answering.sources import SourceFinder
-from kvchat.engine.in_parts import ConversationFor, answer_in_parts
 from kvchat.engine.kvcache.in_progress import ReadingsInProgress, WholeReadingDone, read_alone
 from kvchat.engine.kvcache.states import DocumentStates
 from kvchat.engine.prompt import PromptPart, Turn, chat_messages, document_part, split_rendered
@@ -30,23 +29,21 @@ from kvchat.engine.reading.cheap_pass import CheapPass, pays, reread_tokens, spe
 from kvchat.engine.reading.passages import Question
 from kvchat.engine.reading.prompt_run import PromptRun
 from kvchat.engine.reading.ways.registry import reading_for
+from kvchat.engine.reading.selected import Selected
 from kvchat.engine.reading.sizing import RING_MIN, check_prompt, context_size, reading_settings, round_up
 from kvchat.engine.reading.speeds import ReadingSpeeds
 from kvchat.engine.reading.chunked import StreamSettings, stream_context_size
 from kvchat.engine.reading.ways.reading import DocumentPrompt
 from kvchat.engine.selections import PerQuestion, Selection
 from kvchat.engine.settings import AskSettings
-from kvchat.engine.whole_question import answers_in_parts
-from kvchat.errors import KvchatError
-from kvchat.events import Done, Event, Notice
+from kvchat.events import Event, Notice
 from kvchat.llama import LlamaModel
 
 CONVERSATION_ROOM = 1024
-LOGGER = logging.getLogger(__name__)
 
 
 class Conversation:
-    """One document and the turns so far, on one context. Call open() before ask()."""
+    """One document and the turns so far, on one context; answering/route.py answers on it."""
 
     def __init__(
         self,
@@ -61,10 +58,8 @@ class Conversation:
         speeds: ReadingSpeeds | None = None,
         cheap_pass: CheapPass = CheapPass(),
         in_progress: ReadingsInProgress | None = None,
-        parts: ConversationFor | None = None,
     ) -> None:
-        """`parts`: makes the conversations that answer a question about the whole document, one per
-        part (in_parts.py); None: every question is answered here. `in_progress`: the readings other
+        """`in_progress`: the readings other
         processes are doing, so that read_on() never reads the document beside one of them."""
         self.model = model
         self.model_name = model_name
@@ -72,8 +67,7 @@ class Conversation:
         self.selection = selection
         self.stream = stream or StreamSettings()
         self.speeds = speeds  # what a reading measures, remembered for `kvchat inspect`
-        self._in_progress = in_progress
-        self._parts = parts
+        self.in_progress = in_progress
         self.turns: list[Turn] = []
         self._system = settings.system  # the conversation's: its document part (and saved reading) holds it
         part = document_part(model, document.text, self._system)
@@ -89,7 +83,8 @@ class Conversation:
         self._n_ctx = self._context_size()  # refuses a document too long for a named method now
         self.prompt_tokens: list[int] = []  # the last question's whole prompt
         self._reading_s = 0.0
-        self._unread = False  # open() left the reading to the first question (a fast reading)
+        self.opened = False  # open() (done) or skip_reading() was called
+        self._unread = False  # the reading was left to the first question (a fast reading) or a follow-up
         self._text = DocumentText(model, document, part.text, self.document_tokens)
 
     def _document_runs(self, part: PromptPart) -> list[list[int]] | None:
@@ -110,7 +105,7 @@ class Conversation:
     @cached_property
     def run(self) -> PromptRun:
         """The context the document is read into, made when it is first needed: a question the
-        document's parts answer (in_parts.py) never holds one as large as the document."""
+        document's parts answer (answering/in_parts.py) never holds one as large as the document."""
         return PromptRun(self.model, self._n_ctx, self.settings, self.model_name, self._cheap_pass)
 
     def _context_size(self) -> int:
@@ -133,17 +128,20 @@ class Conversation:
 
         `question`, when known, observes a streamed reading (query-aware streaming).
         """
-        if question is not None and self.answers_in_parts(question):
-            self._unread = True  # the parts answer (each checks the question beside it); a follow-up reads the document first
-            return
         if question is not None:
             self.check_question(question)
         if self._notice:
             yield Notice(self._notice)
         if self.reading.defers(self.saved):
-            self._unread = True  # the first question reads fast; a follow-up reads the document first
+            self.opened = self._unread = True  # the first question reads fast; a follow-up reads the document first
             return
         yield from self._read(cancel, question)
+        self.opened = True
+
+    def skip_reading(self) -> None:
+        """Open without reading: the first question is answered without this reading (in parts);
+        a follow-up reads the document first."""
+        self.opened = self._unread = True
 
     def _read(self, cancel: threading.Event | None, question: str | None = None) -> Iterator[Event]:
         """Read the document whole the conversation's way; it becomes the restore point."""
@@ -194,50 +192,19 @@ class Conversation:
         if self.run.holds_fast_answer:
             self.run.back_to_reading()  # it goes on from where it stopped for the fast answer, if it had begun
         claimant = self.claimant
-        if self._in_progress is not None and claimant is not None:
-            how = yield from read_alone(self._in_progress, claimant, lambda: self.saved, lambda: self._read(cancel), cancel)
+        if self.in_progress is not None and claimant is not None:
+            how = yield from read_alone(self.in_progress, claimant, lambda: self.saved, lambda: self._read(cancel), cancel)
             if how is WholeReadingDone.SAVED:
                 yield from self._read(cancel)  # another process's reading: loaded
         else:
             yield from self._read(cancel)
         self._unread = False
 
-    def ask(
-        self, question: str, settings: AskSettings | None = None, *, cancel: threading.Event | None = None
-    ) -> Iterator[Event]:
-        """Answer `question` in the light of the turns so far; the turn is recorded when done.
-
-        `settings` overrides the conversation's for this answer (the bench compares methods so, the
-        TUI's settings change); a document read streamed by itself is answered streamed.
-        """
-        settings = self._answering(settings)
-        done: Done | None = None
-        if self._in_parts(question, settings):
-            for event in answer_in_parts(self._parts, self.document, question, settings, self.model.count_tokens, cancel):
-                done = event if isinstance(event, Done) else done
-                yield event
-        else:
-            selected = yield from self.select(question, cancel, settings)
-            for event in self.run.answer(settings, selected, cancel):
-                if isinstance(event, Done):
-                    event = done = yield from self._with_answer_sources(event, selected.kept, settings)
-                yield event
-        if done is not None:
-            self.turns.append(Turn(question, done.answer))
-
-    def answers_in_parts(self, question: str, settings: AskSettings | None = None) -> bool:
-        """Whether `question` is answered from the whole document in parts (in_parts.py), on
-        contexts of their own, rather than from this conversation's reading."""
-        return self._in_parts(question, self._answering(settings))
-
-    def _in_parts(self, question: str, settings: AskSettings) -> bool:
-        return self._parts is not None and answers_in_parts(settings.in_parts, question)
-
     def check_question(self, question: str, settings: AskSettings | None = None) -> None:
         """Refuse `question` now if its prompt does not fit (sizing.check_prompt), before the
         document is read for it: what select() checks first."""
         _, earlier, question_part = self._split(question)
-        self._check(self._answering(settings), len(earlier.tokens(self.model)), len(question_part.tokens(self.model)))
+        self._check(self.settings_for(settings), len(earlier.tokens(self.model)), len(question_part.tokens(self.model)))
 
     def _check(self, settings: AskSettings, n_earlier: int, n_question: int) -> None:
         """check_prompt with the document's cells while a question is read: all of its tokens,
@@ -247,11 +214,11 @@ class Conversation:
         check_prompt(self.model, settings, n_document, n_earlier, n_question)
 
     def select(self, question: str, cancel: threading.Event | None, settings: AskSettings) -> Iterator[Event]:
-        """Everything of ask() but the answer: the run's cache then holds the kept prompt and the
-        last token's logits (the server moves it to a sequence of its own); `self.prompt_tokens`
-        is the whole prompt. Returns the run's Selected, for its answer. A prompt that does not
-        fit is refused first, before the context grows for it."""
-        settings = self._answering(settings)
+        """The entries `question`'s answer is chosen from: the run's cache then holds the kept
+        prompt and the last token's logits (decode() answers from them, or the server moves them
+        to a sequence of its own); `self.prompt_tokens` is the whole prompt. Returns the run's
+        Selected. A prompt that does not fit is refused first, before the context grows for it."""
+        settings = self.settings_for(settings)
         _, earlier, question_part = self._split(question)
         earlier_tokens = earlier.tokens(self.model)
         question_tokens = question_part.tokens(self.model)
@@ -282,27 +249,17 @@ class Conversation:
         self.prompt_tokens = tokens
         return selected
 
-    def _with_answer_sources(self, done: Done, n_prompt_cells: int, settings: AskSettings) -> Generator[Event, None, Done]:
-        """`done` with the passages the answer drew on (answering/sources.py), unless sources are off. If
-        finding them fails, a Notice says so and the answer stands without."""
-        if not settings.sources or done.stats.stop_reason == "cancelled":
-            return done
-        try:
-            attention = self.run.cache.answer_attention(n_prompt_cells)
-        except KvchatError as error:
-            LOGGER.exception("finding the answer's sources failed")
-            yield Notice(f"no sources for this answer: {error.message}")
-            return done
-        if attention is None:
-            return done
-        finder = self._text.source_finder
-        return replace(done, sources=finder.sources(*attention), attention=finder.strip(*attention))
+    def decode(self, selected: Selected, settings: AskSettings, cancel: threading.Event | None) -> Iterator[Event]:
+        """The answer to the prompt select() kept, decoded on this context with `settings` (as
+        settings_for() made them): Tokens, then Done."""
+        return self.run.answer(settings, selected, cancel)
 
+    @property
     def source_finder(self) -> SourceFinder:
         """What turns the attention of this document's prompt cells into sources."""
         return self._text.source_finder
 
-    def _answering(self, settings: AskSettings | None) -> AskSettings:
+    def settings_for(self, settings: AskSettings | None) -> AskSettings:
         """The settings an answer runs with: the conversation's, or `settings` as this document
         is read with them."""
         return self.settings if settings is None else reading_settings(self.model, len(self.document_tokens), settings)[0]

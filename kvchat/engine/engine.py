@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Generator, Iterator
+from collections.abc import Generator, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 
 from kvchat.documents import Document
+from kvchat.engine.answering import route
+from kvchat.engine.answering.elsewhere import PreparedPrompt, answer_sources, prepare_chat
 from kvchat.engine.conversation import Conversation
 from kvchat.engine.kvcache.foreground import Foreground
 from kvchat.engine.kvcache.in_progress import ReadingsInProgress, WholeReadingDone, read_alone
@@ -20,8 +22,8 @@ from kvchat.engine.reading.chunked import StreamSettings
 from kvchat.engine.selections import PerQuestion, Selection
 from kvchat.engine.settings import AskSettings
 from kvchat.errors import SettingsError
-from kvchat.events import Event, Progress
-from kvchat.llama import LlamaModel
+from kvchat.events import Done, Event, Source
+from kvchat.llama import LlamaModel, Sampler
 from kvchat.models import cheap_depth, model_sha256, resolve_model
 from kvchat.paths import cache_dir
 
@@ -78,20 +80,20 @@ class Engine:
         stream: StreamSettings | None = None,
         saves: bool = True,
     ) -> Conversation:
-        """A conversation about `document`; call open() on it before asking. The settings choose
-        the reading. `saves` False: its reading is not saved (a document made for one answer)."""
+        """A conversation about `document`, asked about through answer() (which opens it unless it
+        is open). The settings choose the reading. `saves` False: its reading is not saved (a document made for one answer)."""
         return self._conversation(document, settings or AskSettings(), self.states if saves else None, selection=selection,
                                   stream=stream)
 
     def conversation_for_part(self, document: Document, settings: AskSettings, saves: bool) -> Conversation:
-        """A conversation about a part of a document (in_parts.py), its reading saved with the parts'."""
+        """A conversation about a part of a document (answering/in_parts.py), its reading saved with the parts'."""
         return self._conversation(document, settings, self.part_states if saves else None)
 
     def _conversation(self, document: Document, settings: AskSettings, states: DocumentStates | None, *,
                       selection: Selection = PerQuestion(), stream: StreamSettings | None = None) -> Conversation:
         return Conversation(self.model, self.model_name, document, settings, selection=selection, states=states,
                             in_progress=self.in_progress if states is not None else None,
-                            stream=stream, speeds=self.speeds, cheap_pass=self.cheap_pass, parts=self.conversation_for_part)
+                            stream=stream, speeds=self.speeds, cheap_pass=self.cheap_pass)
 
     def plan(self, document: Document, settings: AskSettings | None = None) -> ReadingPlan:
         """How `document` would be read with `settings`, and how long that would take here."""
@@ -107,15 +109,40 @@ class Engine:
         selection: Selection = PerQuestion(),
         stream: StreamSettings | None = None,
     ) -> Iterator[Event]:
-        """Stream events for one question: Progress…, Notice?, Evicted…, Pruned?, Token…, Done. A
-        question about the whole document is answered from its parts (AskSettings.in_parts,
-        in_parts.py), each read whole: `selection` and `stream` play no part in it."""
+        """Stream events for one question about `document` (answer() on a new conversation):
+        Progress…, Notice?, Evicted…, Pruned?, Token…, Done. A question about the whole document
+        is answered from its parts, each read whole: `selection` and `stream` play no part in it."""
         conversation = self.conversation(document, settings, selection=selection, stream=stream)
         try:
-            yield from conversation.open(question, cancel=cancel)
-            yield from conversation.ask(question, cancel=cancel)
+            yield from self.answer(conversation, question, cancel=cancel)
         finally:
             conversation.close()
+
+    def answer(
+        self, conversation: Conversation, question: str, settings: AskSettings | None = None, *,
+        cancel: threading.Event | None = None,
+    ) -> Iterator[Event]:
+        """`question`'s answer on `conversation`, its sources and what to read after it
+        (answering/route.py); `settings` override the conversation's for this answer."""
+        return route.answer(conversation, question, settings, cancel=cancel, parts=self.conversation_for_part,
+                            foreground=self.foreground)
+
+    def prepare(
+        self, conversation: Conversation, question: str, settings: AskSettings, sampler: Sampler, cancel: threading.Event,
+    ) -> Generator[Event, None, Done | PreparedPrompt]:
+        """As answer(), to the answer's first token, for an answer decoded in the server's shared
+        batch (route.prepare): the PreparedPrompt, or the Done of a question answered in parts."""
+        return route.prepare(conversation, question, settings, sampler, cancel, parts=self.conversation_for_part)
+
+    def prepare_chat(
+        self, messages: Sequence[dict[str, str]], settings: AskSettings, sampler: Sampler, cancel: threading.Event,
+    ) -> Generator[Event, None, PreparedPrompt]:
+        """As prepare(), for a chat of messages as the client sent it (answering/elsewhere.py)."""
+        return prepare_chat(self.model, self.model_name, self.states, messages, settings, sampler, cancel)
+
+    def answer_sources(self, prompt: PreparedPrompt, answer_tokens: list[int]) -> tuple[tuple[Source, ...], tuple[float, ...]]:
+        """The sources of an answer decoded elsewhere to `prompt` (answering/elsewhere.py)."""
+        return answer_sources(self.model, prompt, answer_tokens)
 
     def read_whole(
         self, document: Document, settings: AskSettings | None = None, cancel: threading.Event | None = None,
@@ -137,10 +164,6 @@ class Engine:
                                           lambda: conversation.open(cancel=cancel), cancel, in_turn=in_turn, stoppable=stoppable))
         finally:
             conversation.close()
-
-    def follow_reading(self, key: str, cancel: threading.Event | None = None) -> Iterator[Progress]:
-        """The progress of another process's reading of `key` (its reading_key), until it ends."""
-        return self.in_progress.progress_of(key, cancel)
 
     def close(self) -> None:
         if self.cheap_pass.draft is not None:

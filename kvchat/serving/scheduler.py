@@ -2,7 +2,7 @@
 continuous batching of the answers.
 
 A request waits in the queue until a sequence of the shared context is free, is read and pruned
-on a context of its own (requests.py), moves into that sequence, and from then on gets one token
+on a context of its own (prepared.py), moves into that sequence, and from then on gets one token
 per decode step, batched with every other answer in progress.
 
 Nobody waits for somebody else's long reading: up to `max_readings` requests are read at once,
@@ -24,19 +24,20 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from kvchat.engine import AnsweredInParts, Engine, Generation, KvLayout, PreparedPrompt, answer_sources, answer_stats
+from kvchat.engine import Engine, Generation, KvLayout, PreparedPrompt, answer_stats
 from kvchat.errors import CancelledError, InternalError, KvchatError, PromptTooLongError
 from kvchat.events import Done, Event, Source, Token
 from kvchat.llama import LlamaModel, Sampler, SamplerSettings
 from kvchat.serving.jobs import ChatJob, QueueFull, ShuttingDown
 from kvchat.serving.background_readings import BackgroundReadings, ReadWhole, read_whole
-from kvchat.serving.requests import ChatRequest, prepare
+from kvchat.serving.prepared import prepare
+from kvchat.serving.requests import ChatRequest
 from kvchat.serving.slots import Slot, SlotDecoder
 
 LOGGER = logging.getLogger(__name__)
 
 # What the scheduler runs the model with (a fake engine's, in tests): the reading and pruning of a
-# request, which returns its PreparedPrompt (or AnsweredInParts); the shared context's sequences;
+# request, which returns its PreparedPrompt (or the Done of an answer in parts); the shared context's sequences;
 # a sampler chain; the whole reading of a document a fast reading answered (background_readings.py).
 Prepare = Callable[[Engine, ChatRequest, threading.Event, Sampler], Iterator[Event]]
 NewDecoder = Callable[[LlamaModel, int, int, int | None, KvLayout], SlotDecoder]
@@ -46,7 +47,7 @@ NewSampler = Callable[[SamplerSettings], Sampler]
 @dataclass
 class _JobBeingRead:
     """A job being read and pruned: its events end by returning its PreparedPrompt (or, for a
-    question about the whole document, answered part by part as it was read, its AnsweredInParts)."""
+    question about the whole document, answered part by part as it was read, its Done)."""
 
     job: ChatJob
     sampler: Sampler
@@ -186,7 +187,7 @@ class Scheduler:
 
     def _reading_events(self, job: ChatJob, sampler: Sampler) -> Iterator[Event]:
         """The rest of the document's whole reading if one is under way (then the job loads it),
-        then the job's own reading and pruning; returns its PreparedPrompt (or AnsweredInParts)."""
+        then the job's own reading and pruning; returns its PreparedPrompt (or an answer in parts' Done)."""
         yield from self._readings_on.rest_of(job.request, job.cancel)
         return (yield from self._prepare_request(self.engine, job.request, job.cancel, sampler))
 
@@ -267,15 +268,16 @@ class Scheduler:
             raise
         return slot
 
-    def _start(self, reading: _JobBeingRead, prepared: PreparedPrompt | AnsweredInParts) -> None:
+    def _start(self, reading: _JobBeingRead, prepared: PreparedPrompt | Done) -> None:
         """Move a prepared prompt into a free sequence and take its first token; a question
-        answered in parts while it was read is done."""
+        answered in parts while it was read is done. The document is read whole later where the
+        answer says so (read_whole_after)."""
         job = reading.job
-        if isinstance(prepared, AnsweredInParts):
+        if isinstance(prepared, Done):
             reading.sampler.close()
-            if prepared.unread:
+            if prepared.read_whole_after:
                 self._readings_on.add(job.request)
-            return job.emit(prepared.done)
+            return job.emit(prepared)
         try:
             if len(prepared.kept.positions) + 1 > self.decoder.slot_cells:
                 raise PromptTooLongError(
@@ -285,7 +287,7 @@ class Scheduler:
             slot = self._load(job, prepared)
         except Exception as error:
             return self._end_reading(reading, self._failure(error))
-        if prepared.unread:
+        if prepared.read_whole_after:
             self._readings_on.add(job.request)
         generation = Generation(self.engine.model, job.request.settings.max_tokens)
         answer = _Answer(job, slot, prepared, reading.sampler, generation, prepared.first_token, reading.used_s)
@@ -338,7 +340,7 @@ class Scheduler:
         """The answer's sources and attention along the text; a failure to find them is logged,
         and the answer stands without."""
         try:
-            return answer_sources(self.engine.model, prompt, answer_tokens)
+            return self.engine.answer_sources(prompt, answer_tokens)
         except Exception:
             LOGGER.exception("finding an answer's sources failed")
             return (), ()

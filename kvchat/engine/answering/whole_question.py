@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 
+
 # The document itself, as a question names it: "this agreement", "the whole meeting", "the two contracts"
 _DOCUMENT = (r"(this|the|these|both|two)\s+(\w+\s+)?(agreement|contract|document|report|meeting|paper|book|text|file|article"
              r"|chapter|transcript|call|lecture|story|pdf|documents|contracts|agreements)s?")

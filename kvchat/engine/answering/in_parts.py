@@ -20,17 +20,15 @@ import time
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from kvchat.documents import Document, Page
+from kvchat.engine.answering.from_kept import answer_from_kept
 from kvchat.engine.answering.sources import SourceFinder, passages
+from kvchat.engine.conversation import Conversation
 from kvchat.engine.settings import AskSettings
 from kvchat.errors import CancelledError, raise_if_cancelled
 from kvchat.events import Done, Event, Notice, Progress, Source, Stats, Token
 from kvchat.policy import Full
-
-if TYPE_CHECKING:  # a conversation answers in parts through conversations of its own
-    from kvchat.engine.conversation import Conversation
 
 PART_TOKENS = 192  # a part's answer: what it says on the question, with room for a short list
 CUT = " …"  # after a part's answer that PART_TOKENS (or the user's max tokens) cut
@@ -41,7 +39,7 @@ PART_SYSTEM = ("You answer a question about one part of a longer document. Answe
                "point of it that bears on the question, with its names, numbers, dates, places and durations exactly "
                "as written. If this part says nothing on it, say so in a few words.")
 
-ConversationFor = Callable[[Document, AskSettings, bool], "Conversation"]  # document, settings, whether its reading is saved
+ConversationFor = Callable[[Document, AskSettings, bool], Conversation]  # document, settings, whether its reading is saved
 
 
 def part_ranges(document: Document, count_tokens: Callable[[str], int], part_tokens: int) -> list[tuple[int, int, int]]:
@@ -134,7 +132,7 @@ def answer_in_parts(
 
 
 def _answer_part(
-    part: "Conversation", question: str, heading: str, cancel: threading.Event | None,
+    part: Conversation, question: str, heading: str, cancel: threading.Event | None,
     share: tuple[int, int, int], started: float,
 ) -> Generator[Event, None, tuple[Done, float | None]]:
     """A part's reading's Progress, `heading` (the first part's: a front end shows a reading bar
@@ -146,7 +144,7 @@ def _answer_part(
         if heading:
             yield Token(heading)
         done = None
-        for event in part.ask(question, cancel=cancel):
+        for event in answer_from_kept(part, question, part.settings, cancel):
             if isinstance(event, Token):
                 first_token_at = first_token_at or time.perf_counter()
                 yield event
@@ -167,7 +165,7 @@ def _where(finder: SourceFinder, start: int, end: int) -> str:
     return f"from {where}" if where.startswith("line ") else where
 
 
-def _read(conversation: "Conversation", question: str, cancel: threading.Event | None,
+def _read(conversation: Conversation, question: str, cancel: threading.Event | None,
           share: tuple[int, int, int], started: float) -> Iterator[Event]:
     """A part's reading, its Progress told over the whole document's tokens (`share`: those
     before the part, the part's, the document's)."""

@@ -1,0 +1,67 @@
+"""An answer from the entries a question keeps of the conversation's reading: the prompt
+selected (Conversation.select), the answer decoded on the conversation's context, then its
+sources (sources.py) from the attention the answer's tokens paid to the kept cells.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Generator
+from dataclasses import replace
+
+import numpy as np
+
+from kvchat.engine.answering.sources import SourceFinder
+from kvchat.engine.conversation import Conversation
+from kvchat.engine.settings import AskSettings
+from kvchat.errors import KvchatError
+from kvchat.events import Done, Event, Notice, Source
+
+LOGGER = logging.getLogger(__name__)
+
+Attention = tuple[np.ndarray, np.ndarray]  # the prompt positions the cells hold, and the attention each drew
+
+
+def answer_from_kept(
+    conversation: Conversation, question: str, settings: AskSettings, cancel: threading.Event | None
+) -> Generator[Event, None, Done]:
+    """The events of `question`'s answer from what it keeps of `conversation`'s reading (the
+    reading done first where open() left it to the question), its Done with its sources unless
+    `settings` turn them off; returns that Done."""
+    selected = yield from conversation.select(question, cancel, settings)
+    def attention() -> Attention | None:
+        return conversation.run.cache.answer_attention(selected.kept)
+
+    done = None
+    for event in conversation.decode(selected, settings, cancel):
+        if isinstance(event, Done):
+            event = done = yield from _with_sources(event, attention, conversation.source_finder, settings)
+        yield event
+    assert done is not None  # an answer ends with its Done
+    return done
+
+
+def _with_sources(
+    done: Done, attention: Callable[[], Attention | None], finder: SourceFinder, settings: AskSettings
+) -> Generator[Event, None, Done]:
+    """`done` with the passages the answer drew on, unless sources are off or it was stopped. If
+    finding them fails, a Notice says so and the answer stands without."""
+    if not settings.sources or done.stats.stop_reason == "cancelled":
+        return done
+    try:
+        found = attention()
+    except KvchatError as error:
+        LOGGER.exception("finding the answer's sources failed")
+        yield Notice(f"no sources for this answer: {error.message}")
+        return done
+    if found is None:
+        return done
+    sources, strip = sources_of(finder, found)
+    return replace(done, sources=sources, attention=strip)
+
+
+def sources_of(finder: SourceFinder, attention: Attention) -> tuple[tuple[Source, ...], tuple[float, ...]]:
+    """The sources an answer's `attention` names, and its share along the text (Done's sources and
+    attention): one way for an answer decoded here and one decoded in the server's shared batch."""
+    return finder.sources(*attention), finder.strip(*attention)
