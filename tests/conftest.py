@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tiny_gguf import write_tiny_gguf
+from tests.tiny_gguf import write_tiny_gguf
 
 TESTS_DIR = Path(__file__).parent
 REPO_DIR = TESTS_DIR.parent
