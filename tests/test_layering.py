@@ -1,4 +1,4 @@
-"""The layering of DESIGN.md: policy <- llama adapter <- engine <- serving <- server, and the other
+"""The layering of docs/layout.md: policy <- llama adapter <- engine <- serving <- server, and the other
 front ends (CLI, TUI, bench) on the engine; one direction."""
 
 from __future__ import annotations

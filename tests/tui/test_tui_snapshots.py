@@ -1,6 +1,6 @@
-"""Layout snapshots of the chat app on the fake engine (SVGs in tests/__snapshots__).
+"""Layout snapshots of the chat app on the fake engine (SVGs in tests/tui/__snapshots__).
 
-After a deliberate layout change: `python -m pytest tests/test_tui_snapshots.py --snapshot-update`,
+After a deliberate layout change: `python -m pytest tests/tui/test_tui_snapshots.py --snapshot-update`,
 then look at the new SVGs before committing them.
 """
 
