@@ -389,6 +389,7 @@ def test_the_defaults_share_the_whole_reading_where_a_fast_one_does_not_pay(
         assert all(answers[c, 0].answer == answers[c, 1].answer for c in range(2))
 
 
+@pytest.mark.system
 def test_bench_command_compares_two_models_and_writes_json_and_plots(tiny_model_path, tmp_path, isolated_home) -> None:
     env = {**os.environ, "KVCHAT_HOME": str(isolated_home)}
     other = tmp_path / "other.gguf"
@@ -412,6 +413,7 @@ def test_bench_command_compares_two_models_and_writes_json_and_plots(tiny_model_
     assert "snapkv@96" in table and "read s" in table and "of full" in table and table.count("other.gguf") == 4
 
 
+@pytest.mark.system
 def test_bench_refuses_a_missing_model_before_running_the_first(tiny_model_path, tmp_path, isolated_home) -> None:
     env = {**os.environ, "KVCHAT_HOME": str(isolated_home)}
     result = subprocess.run(
@@ -432,6 +434,7 @@ def test_quick_sized_run_on_the_small_model(real_engine) -> None:
     assert records["snapstream"]["kept_tokens"] <= 256
 
 
+@pytest.mark.system
 @pytest.mark.parametrize("extra", [["--budget", "10"], ["--variant", "pool=median"], ["--tasks", "poetry"],
                                    ["--tasks", "cuad", "--questions", "todos,bogus"], ["--tasks", "cuad", "--cuad-data", "/nowhere"]])
 def test_bench_refuses_bad_settings_with_one_line(extra, tiny_model_path, isolated_home) -> None:

@@ -101,6 +101,7 @@ def test_documents_parts_prompts_and_lengths(tmp_path: Path) -> None:
     assert len(dev[shortest].text) == min(len(document.text) for document in dev)
 
 
+@pytest.mark.system
 def test_quick_leval_run_on_the_small_model(small_model_path: Path, tmp_path: Path, isolated_home: Path) -> None:
     folder = write_leval_data(tmp_path / "LEval-data")
     out = tmp_path / "leval.json"
@@ -125,6 +126,7 @@ def test_quick_leval_run_on_the_small_model(small_model_path: Path, tmp_path: Pa
     assert "leval-tpo" in result.stdout and "leval-govreport" in result.stdout
 
 
+@pytest.mark.system
 def test_leval_tasks_without_data_or_with_a_bad_part_are_refused_before_loading(tmp_path: Path, isolated_home: Path) -> None:
     env = {**os.environ, "KVCHAT_HOME": str(isolated_home)}
     missing = subprocess.run([sys.executable, "-m", "kvchat.cli", "bench", "--tasks", "leval-tpo", "--model", "nowhere.gguf"],

@@ -66,6 +66,7 @@ def background_log() -> list[str]:
     return log_path().read_text().splitlines() if log_path().exists() else []
 
 
+@pytest.mark.system
 def test_the_next_ask_loads_the_reading_a_fast_answer_left_in_the_background(document, tiny_model_path, isolated_home) -> None:
     first = run_kvchat(*ask_args(document, tiny_model_path, "--read", "fast", "--json"), home=isolated_home)
     assert first.returncode == 0, first.stderr
@@ -84,6 +85,7 @@ def test_the_next_ask_loads_the_reading_a_fast_answer_left_in_the_background(doc
     assert [(row["state"], row["document"]) for row in listed] == [("saved", str(document))]
 
 
+@pytest.mark.system
 def test_two_background_readings_of_one_document_read_it_once(document, tiny_model_path, isolated_home) -> None:
     settings = AskSettings(threads=1, layout=KvLayout())
     for _ in range(2):  # as two terminals asking about the same new document would
@@ -96,6 +98,7 @@ def test_two_background_readings_of_one_document_read_it_once(document, tiny_mod
     assert len(listed) == 1 and listed[0]["state"] == "saved"
 
 
+@pytest.mark.system
 def test_cache_stop_ends_a_background_reading_and_saves_nothing(tmp_path, isolated_home) -> None:
     model = write_tiny_gguf(tmp_path / "long-context.gguf", context_length=32768)
     long_document = tmp_path / "ledger.txt"
@@ -112,6 +115,7 @@ def test_cache_stop_ends_a_background_reading_and_saves_nothing(tmp_path, isolat
     assert run_kvchat("cache", "stop", home=isolated_home).stdout == "no reading in progress\n"
 
 
+@pytest.mark.system
 def test_background_readings_of_two_documents_take_turns_and_a_waiting_one_stops_too(tmp_path, document, isolated_home) -> None:
     """Each background reading holds a context as large as its document: the second waits for the
     first to end (`cache list` says so) rather than reading at once beside it."""
@@ -191,6 +195,7 @@ def test_a_reading_queued_behind_others_is_not_waited_for(document, tiny_model_p
         chat.close()
 
 
+@pytest.mark.system
 def test_cache_stop_leaves_a_chats_own_reading_to_the_chat(tmp_path, isolated_home) -> None:
     """The chat's reading is listed, but `cache stop` does not send its process SIGTERM (which
     would end the chat, its terminal left in raw mode): the chat stops it itself."""
@@ -221,6 +226,7 @@ def test_cache_stop_leaves_a_chats_own_reading_to_the_chat(tmp_path, isolated_ho
         chat.close()
 
 
+@pytest.mark.system
 def test_background_reading_off_reads_nothing_after_the_answer(document, tiny_model_path, isolated_home) -> None:
     env_off = {"KVCHAT_BACKGROUND_READING": "off"}
     first = run_kvchat(*ask_args(document, tiny_model_path, "--read", "fast"), home=isolated_home, env=env_off)
@@ -232,6 +238,7 @@ def test_background_reading_off_reads_nothing_after_the_answer(document, tiny_mo
         "kvchat: error: unknown KVCHAT_BACKGROUND_READING 'later' (hint: set KVCHAT_BACKGROUND_READING to on or off)")
 
 
+@pytest.mark.system
 def test_read_saves_a_folders_documents_and_skips_what_it_cannot_read(tmp_path, tiny_model_path, isolated_home) -> None:
     folder = tmp_path / "papers"
     folder.mkdir()

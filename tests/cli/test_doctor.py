@@ -21,6 +21,7 @@ CRASHING_CHILD = (
 )
 
 
+@pytest.mark.system
 def test_the_report_has_versions_build_models_folders_memory_and_a_passing_smoke_test(tiny_model_path, isolated_home) -> None:
     result = run_kvchat("doctor", "--model", str(tiny_model_path), "--json", home=isolated_home)
     assert result.returncode == 0, result.stderr
@@ -39,6 +40,7 @@ def test_the_report_has_versions_build_models_folders_memory_and_a_passing_smoke
     assert set(smoke["weight_buffers_mib"]) == {"CPU_Mapped"}
 
 
+@pytest.mark.system
 def test_the_text_report_ends_with_the_smoke_test(tiny_model_path, isolated_home) -> None:
     result = run_kvchat("doctor", "--model", str(tiny_model_path), home=isolated_home)
     assert result.returncode == 0, result.stderr
@@ -57,6 +59,7 @@ def _doctor(monkeypatch, capsys, *args: str) -> tuple[int, str]:
     return exit_.value.code, capsys.readouterr().out
 
 
+@pytest.mark.system
 def test_a_smoke_child_killed_by_sigsegv_is_one_line_naming_where_the_cause_and_the_workaround(
     tiny_model_path, monkeypatch, capsys
 ) -> None:
@@ -77,6 +80,7 @@ def test_a_smoke_child_killed_by_sigsegv_is_one_line_naming_where_the_cause_and_
     assert error.endswith("(hint: unset KVCHAT_CPU_WEIGHTS (extra buffer types are experimental))")
 
 
+@pytest.mark.system
 def test_a_smoke_child_that_fails_quotes_its_last_line_and_a_missing_model_is_a_failed_smoke_test(
     tiny_model_path, tmp_path, monkeypatch, capsys
 ) -> None:

@@ -49,6 +49,7 @@ def test_hidden_files_match_only_a_pattern_that_asks_for_them(tmp_path, monkeypa
     assert list(files_named([".*/*.txt"])) == [(Path(".notes/n.txt"), None)]
 
 
+@pytest.mark.system
 def test_read_of_a_glob_through_a_link_loop_ends(looped, tiny_model_path, isolated_home) -> None:
     done = run_kvchat("read", str(looped / "**" / "*.txt"), "--model", str(tiny_model_path), "--threads", "2",
                       home=isolated_home, timeout=LOOP_WITHIN_S)
@@ -57,6 +58,7 @@ def test_read_of_a_glob_through_a_link_loop_ends(looped, tiny_model_path, isolat
     assert lines[0].startswith("2 documents, ") and lines[-1] == "2 read"
 
 
+@pytest.mark.system
 def test_ask_puts_a_file_reached_by_several_paths_in_the_prompt_once(looped, tiny_model_path, isolated_home) -> None:
     os.unlink(looped / "l2"), os.unlink(looped / "l3"), os.unlink(looped / "sub" / "e.txt")  # the issue's `ln -s . self`
     args = ["How much is the fee?", "--model", str(tiny_model_path), "--max-tokens", "1", "--threads", "2", "--json"]

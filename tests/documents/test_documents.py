@@ -87,6 +87,7 @@ def test_aes_support_is_a_dependency() -> None:
     assert any(spec.replace(" ", "").startswith("pypdf[crypto]") for spec in project["dependencies"])
 
 
+@pytest.mark.system
 @pytest.mark.parametrize("user_password", ["", "secret"])
 def test_pdf_without_aes_support_is_one_document_error(user_password: str, tmp_path: Path) -> None:
     """Defence in depth: with no AES provider pypdf raises DependencyError, which must not escape."""
@@ -304,6 +305,7 @@ def test_standard_input_is_refused_from_a_terminal_and_over_the_file_limit(monke
     assert too_much.value.message == "<stdin>: more than 1,000 bytes on standard input, the limit for a document"
 
 
+@pytest.mark.system
 def test_kvchat_inspect_reads_a_piped_document(tiny_model_path: Path, isolated_home: Path) -> None:
     import json
 

@@ -220,6 +220,7 @@ def no_tesseract(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, s
     return dict(os.environ)
 
 
+@pytest.mark.system
 def test_scanned_pdf_is_read_by_ocr_with_progress(tesseract: None, tmp_path: Path) -> None:
     reports: list[tuple[int, int]] = []
     document = load_document(make_scanned_pdf(tmp_path / "scan.pdf"), progress=lambda done, total: reports.append((done, total)))
@@ -228,6 +229,7 @@ def test_scanned_pdf_is_read_by_ocr_with_progress(tesseract: None, tmp_path: Pat
     assert reports == [(0, 1), (1, 1)]
 
 
+@pytest.mark.system
 def test_only_pages_without_a_text_layer_are_ocrd(tesseract: None, tmp_path: Path) -> None:
     path = make_mixed_pdf(tmp_path / "mixed.pdf")
     assert [page.extract_text().strip() for page in PdfReader(path).pages] == ["Clause 1. The parties agree.", ""]
@@ -305,6 +307,7 @@ def test_bad_files_raise_one_line_document_errors(kind: str, tmp_path: Path) -> 
     assert info.value.hint and "\n" not in info.value.one_line()
 
 
+@pytest.mark.system
 @pytest.mark.parametrize("kind", ["docx-password-protected", "epub-corrupt", "scanned-without-tesseract"])
 def test_kvchat_ask_exits_2_with_one_line(kind: str, tmp_path: Path, isolated_home: Path) -> None:
     """Through the command a person runs: the document is refused before any model loads."""

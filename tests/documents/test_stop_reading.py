@@ -115,6 +115,7 @@ def test_a_cancel_event_stops_the_extraction_of_a_docx_epub_or_text_pdf_between_
 
 
 
+@pytest.mark.system
 def test_a_cancel_event_stops_ocr_between_pages(private_tmp: Path, tmp_path: Path) -> None:
     system_tool("tesseract", "tesseract-ocr")
     cancel = threading.Event()
@@ -131,6 +132,7 @@ def test_a_cancel_event_stops_ocr_between_pages(private_tmp: Path, tmp_path: Pat
     assert list(private_tmp.iterdir()) == []
 
 
+@pytest.mark.system
 def test_a_cancel_event_stops_tesseract_within_a_page(private_tmp: Path, fake_tesseract: Path, tmp_path: Path) -> None:
     cancel = threading.Event()
     stopped: list[float] = []
@@ -146,6 +148,7 @@ def test_a_cancel_event_stops_tesseract_within_a_page(private_tmp: Path, fake_te
     assert list(private_tmp.iterdir()) == []
 
 
+@pytest.mark.system
 def test_a_failing_tesseract_is_one_line_naming_the_page(private_tmp: Path, tmp_path: Path, monkeypatch) -> None:
     script = tmp_path / "broken-tesseract"
     script.write_text('#!/bin/sh\necho "Error: no language data" >&2\nexit 1\n')
@@ -161,6 +164,7 @@ def test_a_failing_tesseract_is_one_line_naming_the_page(private_tmp: Path, tmp_
 # ---- the CLI: SIGTERM and SIGINT during OCR ---------------------------------------------------------
 
 
+@pytest.mark.system
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_a_signal_during_ocr_stops_ask_at_once_and_leaves_no_file(signum: signal.Signals, tmp_path: Path) -> None:
     system_tool("tesseract", "tesseract-ocr")
@@ -256,6 +260,7 @@ def _start_upload(url: str, handler: logging.Handler, data: bytes, started: Path
     return client
 
 
+@pytest.mark.system
 def test_an_upload_whose_client_leaves_stops_its_ocr(private_tmp: Path, fake_tesseract: Path, tmp_path: Path, asgi_errors) -> None:
     records, handler = asgi_errors
     service, watched = _watched_service()
@@ -270,6 +275,7 @@ def test_an_upload_whose_client_leaves_stops_its_ocr(private_tmp: Path, fake_tes
     assert records == []
 
 
+@pytest.mark.system
 def test_a_server_stopping_during_an_upload_stops_its_ocr_without_a_traceback(
     private_tmp: Path, fake_tesseract: Path, tmp_path: Path, asgi_errors
 ) -> None:
@@ -293,6 +299,7 @@ def test_a_server_stopping_during_an_upload_stops_its_ocr_without_a_traceback(
     assert records == []  # neither "Exception in ASGI application" nor "Cancel 1 running task(s)"
 
 
+@pytest.mark.system
 async def test_esc_in_the_chat_app_stops_the_ocr_of_the_document_it_opens(private_tmp: Path, fake_tesseract: Path, tmp_path: Path) -> None:
     from kvchat.tui.app import KvchatApp
     from kvchat.tui.sessions import EngineSessions

@@ -312,6 +312,7 @@ async def test_the_chat_answers_after_the_cheap_pass_and_follow_ups_from_the_rea
     await asyncio.to_thread(app.close_engine)
 
 
+@pytest.mark.system
 def test_ask_read_fast_says_so(tiny_model_path: Path, tmp_path: Path, isolated_home: Path) -> None:
     path = tmp_path / "notes.txt"
     path.write_text("The boat was named the Grey Heron. " * 60)
@@ -386,6 +387,7 @@ def test_a_draft_of_another_vocabulary_is_refused_in_one_line(tiny_model_path: P
     assert refused.value.hint.startswith("use a smaller model of the same family")
 
 
+@pytest.mark.system
 def test_ask_with_a_draft_reads_fast_by_default_and_a_draft_needs_a_fast_reading(tiny_model_path: Path, draft_path: Path, tmp_path: Path, isolated_home: Path) -> None:
     path = tmp_path / "notes.txt"
     path.write_text("The boat was named the Grey Heron. " * 60)

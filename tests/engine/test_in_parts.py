@@ -67,6 +67,7 @@ def test_a_whole_document_question_is_asked_of_each_part_in_turn(tiny_model_path
     assert state_store().entries() == []  # the user's saved readings are another store's
 
 
+@pytest.mark.system
 def test_a_whole_document_question_evicts_no_reading_the_user_saved(tiny_model_path: Path, tmp_path: Path) -> None:
     """The saved readings' store full to its cap with what `kvchat read` saved (another document):
     the parts' readings go to a store of their own and, past its cap, evict only parts (the oldest

@@ -132,6 +132,7 @@ def test_listing_deletes_and_logs_a_damaged_reading_once(tmp_path: Path, caplog:
     assert sorted(path.name for path in tmp_path.iterdir()) == ["good.kvstate"]
 
 
+@pytest.mark.system
 @pytest.mark.parametrize("kind", ["n_tokens-a-string", "n_tokens-null", "document-a-number"])
 def test_cache_list_skips_and_deletes_a_damaged_reading(kind: str, isolated_home: Path) -> None:
     """`kvchat cache list` as a user runs it: no traceback, the damaged reading gone, in the log."""
@@ -159,6 +160,7 @@ for number in range(25):
 """
 
 
+@pytest.mark.system
 def test_processes_recording_speeds_at_once_lose_none_of_them(tmp_path: Path) -> None:
     """A background reading and a foreground ask record at once: the lock keeps both records."""
     path = tmp_path / "reading-speeds.json"

@@ -78,6 +78,7 @@ def write_record(name: str, data: object) -> Path:
     return path
 
 
+@pytest.mark.system
 def test_a_key_that_leaves_the_reading_folder_is_removed_and_its_process_left_alone(
     tmp_path, bystander, kills, monkeypatch, capsys,
 ) -> None:
@@ -124,6 +125,7 @@ def test_a_record_of_the_wrong_shape_is_removed_reported_and_never_signalled(
         os.close(fd)
 
 
+@pytest.mark.system
 def test_a_record_whose_process_does_not_hold_the_lock_is_not_signalled(bystander, kills, monkeypatch, capsys) -> None:
     """The lock is held, but by this process, not the one the record names."""
     fd = held_lock(readings_in_progress().root / f"{KEY}.lock")

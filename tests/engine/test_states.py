@@ -118,6 +118,7 @@ def _write_many(root: str, worker: int) -> None:
         store.save("shared-key", new_header("m", "p", 10, payload, "doc", "tiny"), payload)
 
 
+@pytest.mark.system
 def test_concurrent_writers_never_tear_a_file(tmp_path) -> None:
     context = multiprocessing.get_context("spawn")
     workers = [context.Process(target=_write_many, args=(str(tmp_path), w)) for w in range(1, 5)]

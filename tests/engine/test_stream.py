@@ -61,6 +61,7 @@ def test_ring_invariants_after_many_evictions(short_model, query_aware: bool) ->
     assert evictions >= len(tokens) // CHUNK - 3
 
 
+@pytest.mark.system
 @pytest.mark.parametrize("heads", ["sum", "per-head"])
 def test_long_generation_runs_past_the_cache(short_model, heads: str) -> None:
     """Per head, the reading evicts for all heads at once (stream.py says why), the question's

@@ -86,12 +86,14 @@ def _spin_count_after_import(**env: str) -> str:
                           check=True).stdout.strip()
 
 
+@pytest.mark.system
 def test_openmp_threads_spin_briefly_before_they_sleep_unless_the_user_said_otherwise() -> None:
     assert _spin_count_after_import() == "3000 None"
     assert _spin_count_after_import(GOMP_SPINCOUNT="300000") == "300000 None"
     assert _spin_count_after_import(OMP_WAIT_POLICY="active") == "None active"
 
 
+@pytest.mark.system
 def test_threads_default_to_the_cpus_this_process_may_use_for_reading_and_decoding() -> None:
     assert available_cpus() == len(os.sched_getaffinity(0))
     settings = ContextSettings(n_ctx=64)

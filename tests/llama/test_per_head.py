@@ -181,6 +181,7 @@ def test_conversations_keep_tokens_per_head_with_earlier_turns_in_every_head(tin
         assert second.kept_tokens == answers[1].stats.kept_tokens > 96
 
 
+@pytest.mark.system
 def test_the_decode_ring_evicts_answer_cells_after_a_prompt_kept_per_head(tiny_model) -> None:
     text = " ".join(f"Box {i} holds {1000 + i * 7}." for i in range(9))
     tokens = chat_tokens(tiny_model, [{"role": "user", "content": text}])

@@ -106,6 +106,7 @@ def test_unknown_name_lists_the_registry() -> None:
     assert "default" in info.value.hint and "small" in info.value.hint
 
 
+@pytest.mark.system
 @pytest.mark.parametrize("key, extra, context_length", [
     ("qwen2.attention.key_length", {"qwen2.attention.key_length": 2**31}, 4096),  # GGML_ASSERT at the first ask before
     ("qwen2.context_length", {}, 2**32 - 1),  # "do not fit the model's -1 positions" before

@@ -74,6 +74,7 @@ def test_store_names_resolve_to_the_files_the_tools_keep(home: Path) -> None:
         resolve_model("lmstudio:pub/tiny-GGUF")
 
 
+@pytest.mark.system
 def test_an_ollama_digest_that_is_not_a_sha256_names_no_file(home: Path, tmp_path: Path, isolated_home: Path) -> None:
     """A manifest's digest of "/etc/passwd" (or "../x") would name a file outside Ollama's blobs."""
     outside = tmp_path / "outside.gguf"
@@ -90,6 +91,7 @@ def test_an_ollama_digest_that_is_not_a_sha256_names_no_file(home: Path, tmp_pat
     assert listed.returncode == 0 and "ollama:evil:latest" not in listed.stdout and str(outside) not in listed.stdout
 
 
+@pytest.mark.system
 def test_a_hugging_face_cache_that_is_a_file_is_left_out_with_a_note(home: Path, tmp_path: Path, isolated_home: Path) -> None:
     not_a_folder = tmp_path / "passwd"
     not_a_folder.write_text("root:x:0:0::/root:/bin/sh\n")
@@ -104,6 +106,7 @@ def test_a_hugging_face_cache_that_is_a_file_is_left_out_with_a_note(home: Path,
     assert asked.returncode == 1 and asked.stderr.startswith(f"kvchat: error: the Hugging Face cache {not_a_folder} is not a folder")
 
 
+@pytest.mark.system
 def test_models_lists_them_and_ask_uses_them(home: Path, tmp_path: Path, isolated_home: Path) -> None:
     env = {"HOME": str(home)}
     listed = run_kvchat("models", "--json", home=isolated_home, env=env)
@@ -152,6 +155,7 @@ def test_no_draft_of_another_vocabulary(tiny_model_path: Path, small_model_path:
     assert list(json.loads((drafts.cache_dir() / drafts.MEMO_NAME).read_text()).values()) == [""]
 
 
+@pytest.mark.system
 def test_a_model_whose_chat_template_is_not_utf8_is_listed_with_why_and_refused_in_one_line(
     home: Path, tmp_path: Path, isolated_home: Path
 ) -> None:

@@ -16,6 +16,8 @@ from tests.server_harness import running_server
 from tests.system_tools import system_tool
 from tests.server.test_server_real import TRIP
 
+pytestmark = pytest.mark.system
+
 SAMPLE_PDF = REPO_DIR / "kvchat" / "samples" / "marketing_reseller_agreement.pdf"
 ARTIFACTS = REPO_DIR / "test-artifacts"
 HOSTILE = "<img src=x onerror=\"window.pwned=1\"> <script>window.pwned=2</script> The boat was named the Grey Heron.\n" * 12

@@ -531,6 +531,7 @@ def test_after_a_fast_answer_the_server_reads_the_document_whole_and_a_follow_up
     assert min(readings[1].progress) >= loaded  # nothing of the document read again
 
 
+@pytest.mark.system
 def test_a_document_longer_than_the_models_context_is_answered_streamed_unless_a_method_is_named(server, client) -> None:
     url, service = server
     words = b"The ledger was kept in the blue cabinet. " * 600
@@ -810,6 +811,7 @@ def test_kvchats_request_fields_are_strict(client: openai.OpenAI, field, value, 
     assert refused.value.body == {"message": expected, "type": "invalid_request_error", "param": field, "code": "invalid_request"}
 
 
+@pytest.mark.system
 def test_health_names_a_gguf_path_by_its_file_name_as_the_models_list_does(tiny_model_path: Path) -> None:
     """/health needs no key; before, it (and /v1/models) named a model given by its path by that path."""
     with serve_process(tiny_model_path) as served:

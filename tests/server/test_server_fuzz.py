@@ -11,6 +11,8 @@ from schemathesis.checks import not_a_server_error
 
 from tests.server_harness import running_server
 
+pytestmark = pytest.mark.system
+
 
 @pytest.fixture(scope="module")
 def live_schema(tiny_model_path: Path):

@@ -20,6 +20,8 @@ import pytest
 
 from tests.server_harness import free_port
 
+pytestmark = pytest.mark.system
+
 KEY = "shutdown-test-key"
 MAX_TOKENS = 20_000  # the tiny model never ends an answer on its own; 20,000 tokens take it minutes
 EXIT_WITHIN_S = 5.0

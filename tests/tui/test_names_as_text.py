@@ -37,6 +37,7 @@ def run_kvchat(*args: str, home: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "kvchat.cli", *args], capture_output=True, text=True, env=env, timeout=120)
 
 
+@pytest.mark.system
 def test_cache_list_shows_the_saved_readings_names_as_typed(isolated_home: Path) -> None:
     store = StateStore(isolated_home / "cache" / "states")
     for number, name in enumerate(NAMES):
@@ -49,6 +50,7 @@ def test_cache_list_shows_the_saved_readings_names_as_typed(isolated_home: Path)
     assert "tiny [q4_0]" in result.stdout and f"{len(NAMES)} saved" in result.stdout
 
 
+@pytest.mark.system
 def test_models_shows_a_kvchat_home_with_brackets_as_typed(tmp_path: Path) -> None:
     home = tmp_path / "home [x]"
     result = run_kvchat("models", home=home)
