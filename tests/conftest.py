@@ -1,4 +1,7 @@
-"""Shared fixtures: an isolated KVCHAT_HOME, the tiny random GGUF, and the small real model."""
+"""Shared fixtures: an isolated KVCHAT_HOME, the tiny random GGUF, and the small real model; and the
+suite's two tiers: plain `python -m pytest` runs the fast in-process tier, `--system` adds the
+system tier (tests marked `system`: they start processes, drive tmux, Chromium or tesseract, run
+the real model, or take more than a few seconds)."""
 
 from __future__ import annotations
 
@@ -8,13 +11,48 @@ from pathlib import Path
 
 import pytest
 
-from tiny_gguf import write_tiny_gguf
+from tests.tiny_gguf import write_tiny_gguf
 
 TESTS_DIR = Path(__file__).parent
 REPO_DIR = TESTS_DIR.parent
 # KVCHAT_TEST_GPU_LAYERS=99 runs the tiny-model mechanics with every layer on the GPU (a GPU build
 # of llama.cpp): the same exact assertions then check the offloaded path. Unset, as in CI: the CPU.
 TINY_GPU_LAYERS = int(os.environ.get("KVCHAT_TEST_GPU_LAYERS", "0"))
+SYSTEM_DESELECTED = pytest.StashKey[int]()
+RUN_ALL = "python -m pytest --system"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--system", action="store_true",
+                     help="also run the system tier: tests that start processes, drive tmux, Chromium or "
+                          "tesseract, run the real model, or are slow")
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    if config.getoption("--system"):
+        return "tiers: fast and system"
+    return f"tiers: fast only ({RUN_ALL} runs the system tier too)"
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Every test on the real model is in the system tier; without --system (or a -m of one's own)
+    the system tier is deselected."""
+    for item in items:
+        if item.get_closest_marker("real_model") or "small_model_path" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.system)
+    if config.getoption("--system") or config.getoption("markexpr"):
+        return
+    system = [item for item in items if item.get_closest_marker("system")]
+    if system:
+        config.hook.pytest_deselected(items=system)
+        items[:] = [item for item in items if not item.get_closest_marker("system")]
+    config.stash[SYSTEM_DESELECTED] = len(system)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+    if deselected := config.stash.get(SYSTEM_DESELECTED, 0):
+        terminalreporter.write_line(f"fast tier only: {deselected} system-tier tests deselected; {RUN_ALL} runs all")
 
 
 @pytest.fixture(autouse=True)

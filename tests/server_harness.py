@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from fake_engine import Emitted, Log
+from tests.fake_engine import Emitted, Log
 from kvchat.engine import Engine
 from kvchat.server.runner import server_for
 from kvchat.server.service import ChatService, NewScheduler, ServerLimits

@@ -6,17 +6,8 @@ is inflated and each member as it inflates (archive.py), the text and the pages 
 extracted, the pixels of a page before it is rendered for OCR. Exceeding one is a DocumentError
 that names the limit, with a hint.
 
-The defaults leave room far beyond real documents. Measured on the bundled sample and the nine
-CUAD contracts (PDF and text; as DOCX and EPUB made from their text by python-docx and EbookLib):
-  - file: 553 KB at most (a 107-page contract); the server's upload limit is the same number
-    (ServerLimits.max_body_bytes defaults to MAX_FILE_BYTES);
-  - text: 287,268 characters at most (all nine together: 1,327,766);
-  - pages: 107 at most;
-  - archives: 17 to 25 members, 2.4 MB unpacked in all and 1.6 MB the largest member (all nine
-    contracts in one DOCX); compressed 32 to 1 at most (Word's styles part); an empty table of
-    2,000 x 10 cells compresses 160 to 1, 100,000 empty paragraphs 412 to 1, whitespace ~1,000 to 1
-    (deflate's ceiling is ~1,032 to 1);
-  - OCR: 8.7 million pixels for an A4 page at 300 dpi.
+The defaults leave room far beyond the largest real documents measured (docs/cli.md); the server's
+upload limit is the file limit (ServerLimits.max_body_bytes defaults to MAX_FILE_BYTES).
 """
 
 from __future__ import annotations

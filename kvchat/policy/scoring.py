@@ -14,14 +14,8 @@ layers at once, so SnapKV's per-head selection has to become one ranking of posi
   rewritten so that the shared cells hold them (SnapKV as the paper does it; snapkv.py and
   llama/composite.py).
 
-Measured with `python bench/policy_variants.py` on the default model (4K-token essays; 8-key
-multi-key retrieval with 7-digit values over 12 seeds, single needles at 10/50/90 %), span-aware
-selection on: `sum` and `normalized` tie at budgets 192-1024 (both equal the full cache) and
-`sum` is ahead at 128 (0.17 vs 0.00 on multi-key); without spans `sum` is also ahead (needle at
-256: 0.67 vs 0.00). `topk-count` is worst everywhere (multi-key 0.00-0.33 where the others reach
-0.67). `per-head` (kvchat bench, default model, 4K essays and the 7K-token contract, budgets
-64-1024) is far ahead at 64 (7 answers more, none fewer) but lost a contract title copied word for
-word at 128 and 256 (each head kept its own part of it), and ties from 512 up. Hence `sum`.
+`sum` is the default: no other reduction answered more, and `per-head` garbled a title copied word
+for word (measured in docs/how-it-works.md, "Per-head selection").
 """
 
 from __future__ import annotations

@@ -117,10 +117,9 @@ def passages(text: str) -> list[tuple[int, int]]:
 def answer_scores(votes: np.ndarray, origins: np.ndarray, head_origins: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(tokens, scores): the prompt tokens the cells hold (their indices in the prompt) and each
     one's score from the answer's votes (n_layer, n_head, cells), summed over heads and the upper
-    half of the layers. Measured (docs/how-it-works.md, "Where an answer came from"; default model, 12 right answers about two
-    CUAD contracts, full cache and snapkv at 1024 and 256): the first source held the experts'
-    clause 30 of 36 times from the upper half, 28 from all layers, 22 from the lower half; one of
-    three 36, 35 and 34 times. In a cache kept per head, a cell holds a token per layer and KV head
+    half of the layers, which found the experts' clause most often
+    (docs/how-it-works.md, "Where an answer came from").
+    In a cache kept per head, a cell holds a token per layer and KV head
     (`head_origins`, (n_layer, n_head_kv, cells)), and each head's attention goes to its own."""
     upper = votes[votes.shape[0] // 2 :]
     n_cells = upper.shape[-1]

@@ -1,0 +1,105 @@
+"""The research scripts under bench/ (experiments beside `kvchat bench`), each run once, small, on
+the tiny model or on shipped data: a change to the engine that breaks one fails here, not at the
+next experiment. What they may import is tests/test_layering.py's."""
+
+from __future__ import annotations
+
+import json
+import runpy
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.system  # each runs a script, some in a process of its own
+
+REPO = Path(__file__).parents[2]
+BENCH = REPO / "bench"
+
+
+def _main(script: str, monkeypatch: pytest.MonkeyPatch, *args: str) -> None:
+    """Run `script` as `python bench/<script> args…` would, in this process."""
+    monkeypatch.setattr(sys, "argv", [str(BENCH / script), *args])
+    runpy.run_path(str(BENCH / script), run_name="__main__")
+
+
+def _records(out: str) -> list[dict]:
+    return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+
+
+def test_multi_turn_scores_every_strategy_on_each_turn(tiny_model_path, monkeypatch, capsys, tmp_path) -> None:
+    monkeypatch.setattr(tempfile, "mkdtemp", lambda prefix: str(tmp_path))  # its own KVCHAT_HOME, inside the test's
+    _main("multi_turn.py", monkeypatch, "--cases", "1", "--length", "300", "--budget", "96", "--model", str(tiny_model_path))
+    records = _records(capsys.readouterr().out)
+    assert [record["strategy"] for record in records] == ["question", "reuse", "document", "full"]
+    assert all(len(record["scores"]) == 3 for record in records)  # three facts asked in turn
+
+
+def test_policy_variants_answers_each_case_with_every_variant(tiny_model_path, monkeypatch, capsys) -> None:
+    _main("policy_variants.py", monkeypatch, "--cases", "1", "--length", "300", "--budgets", "96", "--variants", "max+sentences",
+          "--model", str(tiny_model_path))
+    records = _records(capsys.readouterr().out)
+    assert sorted((record["task"], record["variant"]) for record in records) == sorted(
+        (task, variant) for task in ("multikey", "needle", "needle", "needle") for variant in ("full", "max+sentences"))
+
+
+def test_stream_variants_streams_each_case_once_per_variant(tiny_model_path, monkeypatch, capsys) -> None:
+    _main("stream_variants.py", monkeypatch, "--length", "1500", "--budget", "96", "--n-ctx", "1024", "--depths", "0.5",
+          "--multikey", "0", "--model", str(tiny_model_path))
+    records = _records(capsys.readouterr().out)
+    assert [record["variant"] for record in records] == ["query-aware", "query-aware+carry0.5", "query-agnostic"]
+    assert all(record["prompt"] > 1024 for record in records)  # longer than the context: streamed
+
+
+def test_whole_questions_tells_the_users_phrasings_as_docs_say(monkeypatch, capsys) -> None:
+    _main("whole_questions.py", monkeypatch)
+    table = capsys.readouterr().out.splitlines()
+    assert "| users | 12 / 16 | 0 / 16 |" in table  # docs/how-it-works.md, "Questions about the whole document"
+
+
+def test_cuad_lists_asks_for_each_category_of_two_clauses_or_more() -> None:
+    lists_of = runpy.run_path(str(BENCH / "cuad_lists.py"))["lists_of"]
+    contract = {"id": "cuad_tom_online_hosting", "categories": [
+        {"category": "Audit Rights", "clauses": [{"text": "Either party may audit the books."},
+                                                 {"text": "may audit"}, {"text": "Audits happen yearly."}]},
+        {"category": "Parties", "clauses": [{"text": "TOM Online"}, {"text": "Hosting Co."}]},
+        {"category": "Cap On Liability", "clauses": [{"text": "Liability is capped at fees paid."}]},
+    ]}
+    assert lists_of(contract) == [{
+        "id": "tomonline.audit_rights", "contract": "cuad_tom_online_hosting", "category": "Audit Rights",
+        "question": "List and quote every clause of this contract about audit rights.",
+        "clauses": ["Either party may audit the books.", "Audits happen yearly."],  # the clause inside another counted once
+    }]
+
+
+def test_cpu_speed_measures_a_configuration_in_a_child_process(tiny_model_path) -> None:
+    run = subprocess.run([sys.executable, "bench/cpu_speed.py", "--model", str(tiny_model_path), "--prompt", "64",
+                          "--decode", "4", "--runs", "1", "--layouts", "plain", "--threads", "1/1"],
+                         cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    (record,) = _records(run.stdout)
+    assert (record["layout"], record["read_threads"], record["decode_threads"]) == ("plain", 1, 1)
+    assert all(speed > 0 for speed in record["read_tok_s"] + record["decode_tok_s"])
+
+
+def test_serve_capacity_measures_throughput_for_1_4_and_8_clients(tiny_model_path, monkeypatch, capsys) -> None:
+    _main("serve_capacity.py", monkeypatch, "--throughput", "--requests", "1", "--max-tokens", "4", "--model", str(tiny_model_path))
+    records = _records(capsys.readouterr().out)
+    assert [(record["clients"], record["requests"]) for record in records] == [(1, 1), (4, 4), (8, 8)]
+
+
+def test_serve_fairness_asks_a_short_question_during_a_long_reading(tiny_model_path, monkeypatch, capsys) -> None:
+    document = REPO / "kvchat" / "samples" / "marketing_reseller_agreement.pdf"
+    _main("serve_fairness.py", monkeypatch, str(document), "--readings", "2", "--give-up", "120", "--model", str(tiny_model_path))
+    (line,) = capsys.readouterr().out.splitlines()
+    assert line.startswith("max-readings 2: ") and "a short question during the reading answered in " in line
+
+
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="needs Debian's chromium")
+def test_page_screenshots_writes_the_light_and_the_dark_page(tiny_model_path, tmp_path, monkeypatch) -> None:
+    pytest.importorskip("playwright")
+    _main("page_screenshots.py", monkeypatch, "--model", str(tiny_model_path), "--out", str(tmp_path))
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["page-dark.png", "page-light.png"]

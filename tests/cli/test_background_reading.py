@@ -1,0 +1,296 @@
+"""`kvchat read`, and a fast first answer's whole reading finished in the background by `kvchat ask`:
+saved once, loaded by the next question, one reader per document, stoppable, and off on request."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import select
+import subprocess
+import threading
+from pathlib import Path
+
+import pytest
+
+from kvchat.cli.background import job_command, log_path, start_background_reading, write_job
+from kvchat.documents import load_document
+from kvchat.engine import WAITING_FOR_TURN, AskSettings, Engine, KvLayout, readings_in_progress
+from kvchat.engine.kvcache.foreground import PAUSED_CHECK_S, Foreground
+from kvchat.errors import CancelledError
+from kvchat.events import Notice, Progress
+from tests.cli.test_cli import ask_args, run_kvchat
+from tests.documents.test_formats import make_docx
+from tests.documents.test_normalize import make_text_pdf
+from tests.tiny_gguf import write_tiny_gguf
+
+
+@pytest.fixture
+def document(tmp_path: Path) -> Path:
+    path = tmp_path / "notes.txt"
+    path.write_text(" ".join(f"Item {i} costs {i * 3} dollars." for i in range(120)))
+    return path
+
+
+def background_readers(home: Path) -> list[int]:
+    """The `kvchat read --job` processes whose job lies under `home` (ask detaches them)."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        try:
+            command = (proc / "cmdline").read_bytes().split(b"\0") if proc.name.isdigit() else []
+        except OSError:  # ended meanwhile
+            continue
+        if b"--job" in command and any(str(home).encode() in part for part in command):
+            pids.append(int(proc.name))
+    return pids
+
+
+def await_exit(pid: int, timeout_s: float = 240) -> None:
+    """Block until process `pid` (not our child) ends: its pidfd becomes readable then."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return
+    try:
+        ready, _, _ = select.select([fd], [], [], timeout_s)
+        assert ready, f"process {pid} still running after {timeout_s} s"
+    finally:
+        os.close(fd)
+
+
+def await_background_readers(home: Path) -> None:
+    for pid in background_readers(home):
+        await_exit(pid)
+
+
+def background_log() -> list[str]:
+    return log_path().read_text().splitlines() if log_path().exists() else []
+
+
+@pytest.mark.system
+def test_the_next_ask_loads_the_reading_a_fast_answer_left_in_the_background(document, tiny_model_path, isolated_home) -> None:
+    first = run_kvchat(*ask_args(document, tiny_model_path, "--read", "fast", "--json"), home=isolated_home)
+    assert first.returncode == 0, first.stderr
+    fast = json.loads(first.stdout)
+    assert fast["read"].startswith("fast") and fast["loaded_tokens"] == 0
+    assert "reading the whole document in the background" in first.stderr
+    await_background_readers(isolated_home)
+    assert [line.split(": ", 1)[1] for line in background_log()] == [f"reading {document}", f"{document}: read"]
+    second = run_kvchat(*ask_args(document, tiny_model_path, "--read", "fast", "--json"), home=isolated_home)
+    assert second.returncode == 0, second.stderr
+    loaded = json.loads(second.stdout)
+    assert loaded["read"] == "full" and loaded["read_tokens"] < 50
+    assert loaded["loaded_tokens"] == loaded["prompt_tokens"] - loaded["read_tokens"]
+    assert "background" not in second.stderr  # nothing left to read
+    listed = json.loads(run_kvchat("cache", "list", "--json", home=isolated_home).stdout)
+    assert [(row["state"], row["document"]) for row in listed] == [("saved", str(document))]
+
+
+@pytest.mark.system
+def test_two_background_readings_of_one_document_read_it_once(document, tiny_model_path, isolated_home) -> None:
+    settings = AskSettings(threads=1, layout=KvLayout())
+    for _ in range(2):  # as two terminals asking about the same new document would
+        start_background_reading(load_document(document), str(tiny_model_path), settings, 0)
+    await_background_readers(isolated_home)
+    ends = [line.split(": ", 1)[1] for line in background_log() if line.endswith((": read", ": already saved"))]
+    assert sorted(ends) == [f"{document}: already saved", f"{document}: read"]
+    assert sum(line.endswith(f"reading {document}") for line in background_log()) == 1
+    listed = json.loads(run_kvchat("cache", "list", "--json", home=isolated_home).stdout)
+    assert len(listed) == 1 and listed[0]["state"] == "saved"
+
+
+@pytest.mark.system
+def test_cache_stop_ends_a_background_reading_and_saves_nothing(tmp_path, isolated_home) -> None:
+    model = write_tiny_gguf(tmp_path / "long-context.gguf", context_length=32768)
+    long_document = tmp_path / "ledger.txt"
+    long_document.write_text(" ".join(f"Item {i} costs {i * 3} dollars." for i in range(1000)))  # 29k tokens of the tiny vocabulary
+    job = write_job(load_document(long_document), str(model), AskSettings(threads=1), 0)
+    with subprocess.Popen(job_command(job), stderr=subprocess.PIPE, text=True) as reader:
+        assert reader.stderr.readline().endswith(f"reading {long_document}\n")  # it holds the reading's lock now
+        stopped = run_kvchat("cache", "stop", home=isolated_home)
+        assert stopped.returncode == 0 and stopped.stdout.startswith(f"stopped the reading of {long_document} (")
+        assert reader.wait(timeout=120) == 130 and reader.stderr.read() == "kvchat: stopped\n"
+    in_progress = readings_in_progress()
+    assert list((isolated_home / "cache" / "states").glob("*")) == []  # no reading, no half-written file
+    assert in_progress.entries() == [] and list(in_progress.root.glob("*.json")) == []
+    assert run_kvchat("cache", "stop", home=isolated_home).stdout == "no reading in progress\n"
+
+
+@pytest.mark.system
+def test_background_readings_of_two_documents_take_turns_and_a_waiting_one_stops_too(tmp_path, document, isolated_home) -> None:
+    """Each background reading holds a context as large as its document: the second waits for the
+    first to end (`cache list` says so) rather than reading at once beside it."""
+    model = write_tiny_gguf(tmp_path / "long-context.gguf", context_length=32768)
+    long_document = tmp_path / "ledger.txt"
+    long_document.write_text(" ".join(f"Item {i} costs {i * 3} dollars." for i in range(1000)))  # 29k tokens
+    jobs = [write_job(load_document(path), str(model), AskSettings(threads=1), 0) for path in (long_document, document)]
+    with subprocess.Popen(job_command(jobs[0]), stderr=subprocess.PIPE, text=True) as first:
+        assert first.stderr.readline().endswith(f"reading {long_document}\n")  # it holds the turn now
+        with subprocess.Popen(job_command(jobs[1]), stderr=subprocess.PIPE, text=True) as second:
+            assert second.stderr.readline().endswith(f": {WAITING_FOR_TURN}\n")
+            listed = json.loads(run_kvchat("cache", "list", "--json", home=isolated_home).stdout)
+            assert sorted((row["document"], row["state"]) for row in listed) == [
+                (str(long_document), "reading"), (str(document), "queued")]
+            shown = run_kvchat("cache", "list", home=isolated_home, env={"COLUMNS": "240"}).stdout
+            assert "after the reading before it" in shown
+            stopped = run_kvchat("cache", "stop", home=isolated_home).stdout.splitlines()
+            assert sorted(line.split(" (")[0] for line in stopped) == sorted(
+                f"stopped the reading of {path}" for path in (document, long_document))
+            assert second.wait(timeout=120) == 130 and first.wait(timeout=120) == 130
+    assert list((isolated_home / "cache" / "states").glob("*")) == [] and readings_in_progress().entries() == []
+
+
+def _cpu_s(pid: int) -> float:
+    """The CPU time process `pid` has used so far (user + system, /proc/PID/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@pytest.mark.system
+def test_a_background_reading_pauses_while_a_question_is_answered_and_then_goes_on(tmp_path, isolated_home) -> None:
+    """`kvchat ask` holds the foreground while it reads and answers: a background reading started
+    meanwhile pauses after its first batch, takes no CPU while paused, and reads on when the question is answered."""
+    model = write_tiny_gguf(tmp_path / "long-context.gguf", context_length=16384)
+    long_document = tmp_path / "ledger.txt"
+    long_document.write_text(" ".join(f"Item {i} costs {i * 3} dollars." for i in range(300)))  # 8.4k tokens: 17 batches
+    job = write_job(load_document(long_document), str(model), AskSettings(threads=1), 0)
+    question = Foreground(readings_in_progress().root).answering()
+    question.__enter__()
+    with subprocess.Popen(job_command(job), stderr=subprocess.PIPE, text=True) as reader:
+        try:
+            assert reader.stderr.readline().endswith(f"reading {long_document}\n")
+            assert reader.stderr.readline().endswith(f"paused reading {long_document} while a question is answered\n")
+            before = _cpu_s(reader.pid)
+            threading.Event().wait(4 * PAUSED_CHECK_S)  # nothing to await: a paused reading does nothing
+            assert _cpu_s(reader.pid) - before < 0.5 * PAUSED_CHECK_S  # reading on would take the second whole
+        finally:
+            question.__exit__(None, None, None)
+        assert reader.stderr.readline().endswith(f"went on reading {long_document} after the question was answered\n")
+        assert reader.stderr.readline().endswith(f"{long_document}: read\n")
+        assert reader.wait(timeout=120) == 0
+    listed = json.loads(run_kvchat("cache", "list", "--json", home=isolated_home).stdout)
+    assert [(row["state"], row["document"]) for row in listed] == [("saved", str(long_document))]
+
+
+def _fast_answer(engine: Engine, path: Path):
+    """A conversation about `path` whose first answer came from a fast reading (the document unread)."""
+    chat = engine.conversation(load_document(path), AskSettings(read="fast", max_tokens=2, threads=2))
+    list(chat.open("What does item 7 cost?"))
+    list(engine.answer(chat, "What does item 7 cost?"))
+    assert chat.unread
+    return chat
+
+
+def test_the_chat_reading_on_after_a_fast_answer_waits_for_another_process_and_loads_its_reading(
+    document, tiny_model_path, isolated_home,
+) -> None:
+    """A chat's reading after a fast answer (Conversation.read_on, and a follow-up that reads on)
+    takes the reading's lock as `kvchat read` does: while another process holds it, the chat
+    follows that reading and then loads it."""
+    with Engine(str(tiny_model_path)) as engine:
+        chat = _fast_answer(engine, document)
+        other = readings_in_progress().claim(chat.reading_key, str(document), "another process", len(chat.document_tokens))
+        following, events = threading.Event(), []
+
+        def read_on() -> None:
+            for event in chat.read_on():
+                events.append(event)
+                following.set()
+
+        reader = threading.Thread(target=read_on)
+        reader.start()
+        assert following.wait(timeout=60) and events[0] == Notice(f"another kvchat process is reading {document}; waiting for it")
+        saving = engine.conversation(load_document(document), AskSettings(threads=2))
+        list(saving.open())  # what the other process does: read it whole and save it
+        saving.close()
+        other.release()
+        reader.join(timeout=60)
+        assert not reader.is_alive() and not chat.unread
+        assert chat.run.loaded_upto == len(chat.document_tokens)  # loaded, not read again
+        chat.close()
+
+
+def test_a_reading_queued_behind_others_is_not_waited_for(document, tiny_model_path, isolated_home) -> None:
+    """A queued background reading holds its document's lock but has no head start: the chat reads
+    the document itself, and `kvchat ask` does not wait for it either."""
+    from kvchat.engine.answering.route import _sooner_to_wait
+
+    with Engine(str(tiny_model_path)) as engine:
+        chat = _fast_answer(engine, document)
+        queued = readings_in_progress().claim(chat.reading_key, str(document), "a queued job", len(chat.document_tokens))
+        queued.queued(True)
+        events = list(chat.read_on())
+        assert not any(isinstance(event, Notice) for event in events) and not chat.unread
+        assert chat.run.loaded_upto == 0 and chat.saved  # read here, and saved: the queued job will find it
+        (record,) = readings_in_progress().entries()
+        assert record.queued and _sooner_to_wait(chat, record) is False
+        queued.release()
+        chat.close()
+
+
+@pytest.mark.system
+def test_cache_stop_leaves_a_chats_own_reading_to_the_chat(tmp_path, isolated_home) -> None:
+    """The chat's reading is listed, but `cache stop` does not send its process SIGTERM (which
+    would end the chat, its terminal left in raw mode): the chat stops it itself."""
+    model = write_tiny_gguf(tmp_path / "long-context.gguf", context_length=32768)
+    long_document = tmp_path / "ledger.txt"
+    long_document.write_text(" ".join(f"Item {i} costs {i * 3} dollars." for i in range(1000)))
+    with Engine(str(model)) as engine:
+        chat = _fast_answer(engine, long_document)
+        cancel, reading = threading.Event(), threading.Event()
+
+        def read_on() -> None:
+            with contextlib.suppress(CancelledError):  # the test stops it
+                for event in chat.read_on(cancel):
+                    if isinstance(event, Progress):
+                        reading.set()
+
+        reader = threading.Thread(target=read_on)
+        reader.start()
+        try:
+            assert reading.wait(timeout=60)
+            (listed,) = readings_in_progress().entries()
+            assert listed.pid == os.getpid() and not listed.stoppable
+            stopped = run_kvchat("cache", "stop", home=isolated_home)
+            assert stopped.stdout == f"left the reading of {long_document} to the chat or server reading it (process {os.getpid()})\n"
+        finally:
+            cancel.set()
+            reader.join(timeout=60)
+        chat.close()
+
+
+@pytest.mark.system
+def test_background_reading_off_reads_nothing_after_the_answer(document, tiny_model_path, isolated_home) -> None:
+    env_off = {"KVCHAT_BACKGROUND_READING": "off"}
+    first = run_kvchat(*ask_args(document, tiny_model_path, "--read", "fast"), home=isolated_home, env=env_off)
+    assert first.returncode == 0, first.stderr and "background" not in first.stderr
+    assert background_readers(isolated_home) == [] and not (isolated_home / "cache" / "reading" / "jobs").exists()
+    assert json.loads(run_kvchat("cache", "list", "--json", home=isolated_home).stdout) == []
+    wrong = run_kvchat(*ask_args(document, tiny_model_path), home=isolated_home, env={"KVCHAT_BACKGROUND_READING": "later"})
+    assert wrong.returncode == 2 and wrong.stderr.strip() == (
+        "kvchat: error: unknown KVCHAT_BACKGROUND_READING 'later' (hint: set KVCHAT_BACKGROUND_READING to on or off)")
+
+
+@pytest.mark.system
+def test_read_saves_a_folders_documents_and_skips_what_it_cannot_read(tmp_path, tiny_model_path, isolated_home) -> None:
+    folder = tmp_path / "papers"
+    folder.mkdir()
+    make_text_pdf(folder / "lease.pdf", [[f"Clause {i}: the rent is {i * 100} euros." for i in range(30)]])
+    make_docx(folder / "report.docx")
+    (folder / "photo.png").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(64))
+    args = ["read", str(folder), "--model", str(tiny_model_path), "--threads", "2"]
+    first = run_kvchat(*args, home=isolated_home)
+    assert first.returncode == 0, first.stderr
+    lines = first.stderr.splitlines()
+    assert f"skipped {folder / 'photo.png'}: not a PDF, DOCX, EPUB, TXT, Markdown or HTML file" in lines
+    assert [line.split(": ")[1].split(" (")[0] for line in lines if line.startswith(str(folder / "lease"))] == ["read"]
+    assert [line.split(": ")[1].split(" (")[0] for line in lines if line.startswith(str(folder / "report"))] == ["read"]
+    assert lines[-1] == "2 read"
+    listed = json.loads(run_kvchat("cache", "list", "--json", home=isolated_home).stdout)
+    assert sorted(row["document"] for row in listed) == [str(folder / "lease.pdf"), str(folder / "report.docx")]
+    again = run_kvchat(*args, home=isolated_home)
+    assert again.returncode == 0 and again.stderr.splitlines()[-1] == "2 already saved"
+    asked = run_kvchat("ask", str(folder / "lease.pdf"), "What is the rent of clause 3?", "--model", str(tiny_model_path),
+                       "--max-tokens", "4", "--json", home=isolated_home)
+    record = json.loads(asked.stdout)
+    assert record["read_tokens"] < 50 and record["loaded_tokens"] > 300

@@ -1,0 +1,119 @@
+"""Each user setting is declared once (kvchat/engine/user_settings.py): its CLI option, its
+`KVCHAT_<SETTING>` default, its server request field and its chat form field are made from it, and
+a wrong value is refused with one message from every front end."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+import typer
+
+from textual.widgets import Input, Label, Select
+
+from tests.fake_engine import FakeEngine
+from tests.fake_sessions import FakeSessions
+from tests.server_harness import serving
+from tests.tui.test_tui import SIZE, wait_for
+from kvchat.cli import app as cli_app
+from kvchat.cli import config
+from kvchat.engine import UserSettings, choices, setting_names
+from kvchat.server.schemas import ChatCompletionRequest
+from kvchat.tui.app import KvchatApp
+from kvchat.tui.screens import SettingsScreen
+
+COMMAND = typer.main.get_command(cli_app.app)
+FIELDS = UserSettings.model_fields
+OTHER_VALUE = {"read": "retrieval", "in_parts": "off", "sources": "false", "max_tokens": "7", "system": "Be brief."}
+
+
+def _options(command_name: str, setting: str) -> list[object]:
+    return [param for param in COMMAND.commands[command_name].params if param.name == setting]  # type: ignore[attr-defined]
+
+
+def test_every_setting_has_a_value_here_unlike_its_default() -> None:
+    assert set(OTHER_VALUE) == set(FIELDS)
+    assert all(str(FIELDS[name].default).lower() != value for name, value in OTHER_VALUE.items())
+
+
+@pytest.mark.parametrize("name", list(FIELDS))
+def test_a_setting_is_one_option_of_ask_named_and_described_by_its_field(name) -> None:
+    [option] = _options("ask", name)
+    flag = "--" + name.replace("_", "-")
+    assert option.opts[0] == flag and option.help == FIELDS[name].description  # type: ignore[attr-defined]
+    assert option.default == FIELDS[name].default  # type: ignore[attr-defined]
+    shared = [command for command in ("chat", "serve", "read", "inspect") if _options(command, name)]
+    assert all(len(_options(command, name)) == 1 and _options(command, name)[0].help == FIELDS[name].description
+               for command in shared)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("name", list(FIELDS))
+def test_a_setting_takes_its_default_from_one_environment_variable(name, monkeypatch) -> None:
+    monkeypatch.delenv(config.CONFIG_ENV, raising=False)
+    monkeypatch.setattr(config, "config_path", lambda: Path("/nonexistent/config.toml"))
+    for variable in [variable for variable in os.environ if variable.startswith("KVCHAT_")]:
+        monkeypatch.delenv(variable)
+    monkeypatch.setenv(f"KVCHAT_{name.upper()}", OTHER_VALUE[name])
+    found = [setting for setting in config.settings(COMMAND) if setting.command == "ask"]
+    assert [(setting.option, setting.parameter, setting.value, setting.source) for setting in found] == [
+        (name, name, OTHER_VALUE[name], f"KVCHAT_{name.upper()}")]
+
+
+def test_the_served_settings_are_the_requests_kv_fields_with_their_descriptions() -> None:
+    served = setting_names(served=True)
+    assert served == ["read", "in_parts", "sources"]
+    for name in served:
+        field = ChatCompletionRequest.model_fields[f"kv_{name}"]
+        assert field.default is None and field.description == f"{FIELDS[name].description} Unset: the server's --{name.replace('_', '-')}."
+    assert not [name for name in FIELDS if name not in served and f"kv_{name}" in ChatCompletionRequest.model_fields]
+    assert setting_names(in_form=True) == ["max_tokens", "in_parts"] and choices("in_parts") == ("auto", "on", "off")
+
+
+def _cli_error(args: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> tuple[object, str]:
+    monkeypatch.setattr(cli_app, "configure_logging", lambda: None)
+    monkeypatch.setattr(sys, "argv", ["kvchat", *args])
+    with pytest.raises(SystemExit) as exited:
+        cli_app.main()
+    return exited.value.code, capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("name", "request_value", "said"), [
+    ("in_parts", "always", "unknown {} 'always' (hint: use auto, on or off)"),
+    ("read", "skim", "unknown {} 'skim' (hint: use auto, full, fast or retrieval)"),
+])
+def test_a_wrong_value_says_the_same_from_the_cli_and_the_server(name, request_value, said, monkeypatch, capsys, tmp_path) -> None:
+    flag = "--" + name.replace("_", "-")
+    code, stderr = _cli_error(["ask", str(tmp_path / "a.txt"), "Who?", flag, request_value], monkeypatch, capsys)
+    assert code == 2 and stderr == f"kvchat: error: {said.format(flag)}\n"
+    with serving(FakeEngine().service()) as url:
+        refused = httpx.post(f"{url}/v1/chat/completions", json={
+            "model": "kvchat-test", "messages": [{"role": "user", "content": "Who?"}], f"kv_{name}": request_value})
+    assert refused.status_code == 400
+    assert refused.json()["error"] == {"message": said.format(f"kv_{name}"), "type": "invalid_request_error",
+                                       "param": f"kv_{name}", "code": "invalid_request"}
+
+
+def test_the_old_name_of_in_parts_is_still_taken_by_the_server() -> None:
+    assert ChatCompletionRequest(model="m", messages=[{"role": "user", "content": "Hi"}], kv_whole="off").kv_in_parts == "off"
+
+
+async def test_the_chat_form_has_a_field_for_each_form_setting_and_refuses_a_wrong_value_as_the_cli_does(
+        monkeypatch, capsys, tmp_path) -> None:
+    app = KvchatApp(FakeSessions(), [Path("notes.txt")])
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("ctrl+s")
+        await wait_for(pilot, lambda: isinstance(app.screen, SettingsScreen))
+        labels = [str(label.visual.plain) for label in app.screen.query("#settings-grid Label")]
+        assert labels[-2:] == ["max tokens", "in parts"]
+        assert app.screen.query_one("#in-parts", Select).value == "auto"
+        app.screen.query_one("#max-tokens", Input).value = "0"
+        error = app.screen.query_one("#settings-error", Label)
+        await pilot.click("#save")
+        await wait_for(pilot, lambda: error.visual.plain)
+        shown = error.visual.plain
+    code, stderr = _cli_error(["ask", str(tmp_path / "a.txt"), "Who?", "--max-tokens", "0"], monkeypatch, capsys)
+    said = "{} should be greater than or equal to 1, not 0 (hint: 512 is the default)"
+    assert (shown, code, stderr) == (said.format("max tokens"), 2, f"kvchat: error: {said.format('--max-tokens')}\n")
