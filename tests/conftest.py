@@ -7,11 +7,21 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sys
 from pathlib import Path
 
 import pytest
 
 from tests.tiny_gguf import write_tiny_gguf
+
+try:  # rouge_score (L-Eval's metric) imports absl.logging, whose handler writes to, and at a logging
+    # reconfiguration closes, the sys.stderr it found at import: under pytest, a capture's file, which a
+    # later test then found closed. Given the process's own stderr, it never closes it.
+    import absl.logging
+
+    absl.logging.get_absl_handler().python_handler.stream = sys.__stderr__
+except ImportError:
+    pass
 
 TESTS_DIR = Path(__file__).parent
 REPO_DIR = TESTS_DIR.parent
