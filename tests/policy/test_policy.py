@@ -141,7 +141,7 @@ def _settings_refusals() -> list:
         ("budget", SnapKV, {"budget": 8}),
         ("kernel", SnapKV, {"kernel": 4}),
         ("pool", SnapKV, {"pool": "median"}),
-        ("max tokens", AskSettings, {"max_tokens": 0}),
+        ("max_tokens", AskSettings, {"max_tokens": 0}),
         ("threads", AskSettings, {"threads": 0}),
         ("threads", AskSettings, {"threads": -3}),
         ("context size", AskSettings, {"n_ctx": -5}),
