@@ -14,7 +14,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from kvchat.engine import invalid_setting
 from kvchat.errors import SETTING, InternalError, KvchatError, PromptTooLongError
-from kvchat.server.schemas import OLD_FIELDS, SETTING_FIELDS
+from kvchat.server.schemas import OLD_FIELDS, SERVED_CHOICES, SETTING_FIELDS
 from kvchat.serving.jobs import ShuttingDown
 
 LOGGER = logging.getLogger(__name__)
@@ -75,7 +75,9 @@ def install_error_handlers(app: FastAPI) -> None:
             return error_response(400, "the request body is not valid JSON", "invalid_json")
         where = ".".join(str(part) for part in first.get("loc", ()) if part != "body")
         if where in SETTING_OF:  # the message every front end gives for a wrong value of a setting
-            return error_response(400, invalid_setting(first, SETTING_OF[where]).one_line(REQUEST_FIELDS.get), "invalid_request", where)
+            name = SETTING_OF[where]
+            error = invalid_setting(first, name, SERVED_CHOICES.get(name))
+            return error_response(400, error.one_line(REQUEST_FIELDS.get), "invalid_request", where)
         message = f"{where}: {first.get('msg', 'invalid request')}" if where else str(first.get("msg", "invalid request"))
         return error_response(400, message, "invalid_request", where or None)
 

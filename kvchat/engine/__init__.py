@@ -22,17 +22,18 @@ from kvchat.engine.prepared import AnsweredInParts, PreparedPrompt, answer_sourc
 from kvchat.engine.prompt import SYSTEM_PROMPT, Turn
 from kvchat.engine.reading.cheap_pass import speed_kind
 from kvchat.engine.selections import SELECTIONS, Selection, selection_named, selections_help
-from kvchat.engine.settings import AskSettings, FastSettings, KvLayout
+from kvchat.engine.settings import AskSettings, FastSettings, KvLayout, ask_settings
 from kvchat.engine.user_settings import (
-    DEFAULT_MAX_TOKENS, UserSettings, choices, form_label, invalid_setting, setting_names, user_settings,
+    ADVANCED, ANSWER, DEFAULT_MAX_TOKENS, UserSettings, above_most, choices, form_label, invalid_setting, panel,
+    setting_names, user_settings, value_type,
 )
 from kvchat.engine.reading.chunked import StreamSettings
 from kvchat.engine.whole_question import about_whole
 
 __all__ = [
-    "DEFAULT_MAX_TOKENS", "WAITING_FOR_TURN", "SELECTIONS", "SYSTEM_PROMPT", "AnsweredInParts", "AskSettings", "Conversation",
+    "ADVANCED", "ANSWER", "DEFAULT_MAX_TOKENS", "WAITING_FOR_TURN", "SELECTIONS", "SYSTEM_PROMPT", "AnsweredInParts", "AskSettings", "Conversation",
     "Engine", "FastSettings", "Generation", "InProgress", "KvLayout", "PreparedPrompt", "ReadingPlan",
     "ReadingsInProgress", "Selection", "StreamSettings", "Survey",
-    "Turn", "UserSettings", "WholeReadingDone", "about_whole", "answer_sources", "answer_stats", "choices", "form_label", "invalid_setting", "paired_draft", "part_store", "prepare_chat",
-    "prepare_question", "readings_in_progress", "selection_named", "selections_help", "setting_names", "speed_kind", "state_store", "time_read_and_decode", "user_settings",
+    "Turn", "UserSettings", "WholeReadingDone", "about_whole", "above_most", "answer_sources", "ask_settings", "answer_stats", "choices", "form_label", "invalid_setting", "paired_draft", "panel", "part_store", "prepare_chat",
+    "prepare_question", "readings_in_progress", "selection_named", "selections_help", "setting_names", "speed_kind", "state_store", "time_read_and_decode", "user_settings", "value_type",
 ]
