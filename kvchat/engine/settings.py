@@ -115,7 +115,7 @@ class AskSettings:
     kept_cells: int | None = None
 
     def __post_init__(self) -> None:
-        user_settings(self._settings_held())  # a value the front end did not check (the bench's variants) is refused as a user's
+        user_settings(self.held_settings())  # a value the front end did not check (the bench's variants) is refused as a user's
         if self.part_tokens < MIN_PART_TOKENS:
             raise SettingsError(f"an answer in parts reads parts of at least {MIN_PART_TOKENS} tokens, got {self.part_tokens}",
                                 f"use parts of {MIN_PART_TOKENS} tokens or more")
@@ -132,11 +132,11 @@ class AskSettings:
                 f"use a `window` of {self.n_batch} or less, or a larger `n_batch`",
             )
 
-    def _settings_held(self) -> dict[str, Any]:
-        """The user's settings these hold, by their names (UserSettings)."""
+    def held_settings(self) -> dict[str, Any]:
+        """The user's settings these hold, by their names (UserSettings): the method's name and options among them."""
         held = {name: getattr(self, name) for name in ("read", "in_parts", "sources", "max_tokens", "system", "threads", "n_ctx", "n_batch")}
         method = {name: getattr(self.method, name) for name in METHOD_OPTIONS if hasattr(self.method, name)}
-        return {**held, **method, "temperature": self.sampler.temperature, "seed": self.sampler.seed,
+        return {**held, **method, "method": self.method.name, "temperature": self.sampler.temperature, "seed": self.sampler.seed,
                 "cache_type_k": self.layout.type_k, "cache_type_v": self.layout.type_v}
 
     @property
