@@ -47,7 +47,7 @@ def _odd(number: int | None) -> int | None:
 
 def _not_blank(text: str | None) -> str | None:
     if text is not None and not text.strip():
-        raise PydanticCustomError("blank", "should hold some text (leave it out for kvchat's)")
+        raise PydanticCustomError("blank", "should hold some text")
     return text
 
 
