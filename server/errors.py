@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import secrets
+from collections.abc import Mapping
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -61,8 +62,9 @@ def api_error(error: KvchatError) -> ApiError:
     return ApiError(400, error.one_line(REQUEST_FIELDS.get), "invalid_request")
 
 
-def install_error_handlers(app: FastAPI) -> None:
-    """Every refusal becomes OpenAI-shaped JSON (bugs too: see UnexpectedErrors)."""
+def install_error_handlers(app: FastAPI, hints: Mapping[str, str] | None = None) -> None:
+    """Every refusal becomes OpenAI-shaped JSON (bugs too: see UnexpectedErrors); `hints`: this
+    server's own for a wrong value of a setting, where its bound is not the setting's (ServerLimits.hints)."""
 
     @app.exception_handler(ApiError)
     async def _api_error(_request: Request, error: ApiError) -> JSONResponse:
@@ -76,7 +78,7 @@ def install_error_handlers(app: FastAPI) -> None:
         where = ".".join(str(part) for part in first.get("loc", ()) if part != "body")
         if where in SETTING_OF:  # the message every front end gives for a wrong value of a setting
             name = SETTING_OF[where]
-            error = invalid_setting(first, name, SERVED_CHOICES.get(name))
+            error = invalid_setting(first, name, SERVED_CHOICES.get(name), (hints or {}).get(name))
             return error_response(400, error.one_line(REQUEST_FIELDS.get), "invalid_request", where)
         message = f"{where}: {first.get('msg', 'invalid request')}" if where else str(first.get("msg", "invalid request"))
         return error_response(400, message, "invalid_request", where or None)

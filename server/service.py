@@ -21,7 +21,7 @@ from kvchat.engine import (
 from kvchat.errors import KvchatError
 from kvchat.events import Done, Event
 from kvchat.llama import SamplerSettings
-from kvchat.policy import DEFAULT_BUDGET, HeadReduction, SnapKV, method_carrying, window_for
+from kvchat.policy import DEFAULT_BUDGET, MIN_BUDGET, HeadReduction, SnapKV, method_carrying, window_for
 from kvchat.server.documents import DocumentLibrary, StoredDocument
 from kvchat.server.errors import REQUEST_FIELDS, ApiError, api_error
 from kvchat.server.schemas import SETTING_FIELDS, ChatCompletionRequest, ChatMessage
@@ -56,6 +56,11 @@ class ServerLimits:
     def sequence_cells(self) -> int:
         return self.budget + self.room + self.max_tokens
 
+    @property
+    def hints(self) -> dict[str, str]:
+        """A request's wrong value of a setting this server bounds further, answered with the values it takes."""
+        return {"budget": f"use {MIN_BUDGET} to {self.budget}, or leave it out for {self.budget}"}
+
 
 class ChatService:
     """The engine, its scheduler and the uploaded documents."""
@@ -87,8 +92,8 @@ class ChatService:
         user = _requested(body, limits.defaults)
         budget = limits.budget if body.kv_budget is None else body.kv_budget
         if budget > limits.budget:  # this server's bound; the least, the setting's own (checked as the request was read)
-            raise ApiError(400, above_most("budget", budget, limits.budget, "this server's --budget").one_line(REQUEST_FIELDS.get),
-                           "invalid_kv_budget", "kv_budget")
+            refused = above_most("budget", budget, limits.budget, "this server's limit", limits.hints["budget"])
+            raise ApiError(400, refused.one_line(REQUEST_FIELDS.get), "invalid_kv_budget", "kv_budget")
         max_tokens = body.max_completion_tokens or body.max_tokens or limits.max_tokens
         if max_tokens > limits.max_tokens:
             raise ApiError(400, f"max_tokens {max_tokens} is over this server's limit of {limits.max_tokens}", "max_tokens_too_large", "max_tokens")

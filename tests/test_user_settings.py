@@ -130,7 +130,7 @@ async def test_the_chat_form_has_a_field_for_each_form_setting_and_refuses_a_wro
 
 
 @pytest.mark.parametrize(("field", "value", "said"), [
-    ("kv_budget", 2048, "kv_budget should be less than or equal to 1024 (this server's --budget), not 2048 (hint: 1024 is the default)"),
+    ("kv_budget", 2048, "kv_budget should be less than or equal to 1024 (this server's limit), not 2048 (hint: use 16 to 1024, or leave it out for 1024)"),
     ("kv_method", "snapstream", "unknown kv_method 'snapstream' (hint: use snapkv or full)"),
 ])
 def test_the_server_bounds_a_setting_further_in_the_same_words(field, value, said) -> None:

@@ -170,18 +170,20 @@ def user_settings(values: Mapping[str, Any], base: UserSettings | None = None) -
         raise invalid_setting(error.errors()[0]) from None
 
 
-def invalid_setting(error: Mapping[str, Any], name: str | None = None, kinds: tuple[str, ...] | None = None) -> SettingsError:
+def invalid_setting(error: Mapping[str, Any], name: str | None = None, kinds: tuple[str, ...] | None = None,
+                    hint: str | None = None) -> SettingsError:
     """The one message for a wrong value of a setting, from a pydantic error (the CLI's, the
     server's request validation's); `name`: the setting, when the error's location is a front
-    end's field for it; `kinds`: the values that front end takes, where fewer than the setting's."""
+    end's field for it; `kinds`: the values that front end takes, where fewer than the setting's;
+    `hint`: that front end's own, where its bound is not the setting's (the server's budget)."""
     name = name or str(error["loc"][0])
     value, kinds = error.get("input"), kinds or choices(name)
     if kinds:
         return _not_among(name, value, kinds)
     field = UserSettings.model_fields[name]
     if field.annotation is bool:
-        return SettingsError(f"`{name}` is true or false, not {value!r}", f"{str(field.default).lower()} is the default")
-    return SettingsError(f"`{name}` {_lowered(error['msg'])}, not {value!r}", _default_hint(name))
+        return SettingsError(f"`{name}` is true or false, not {value!r}", hint or f"{str(field.default).lower()} is the default")
+    return SettingsError(f"`{name}` {_lowered(error['msg'])}, not {value!r}", hint or _default_hint(name))
 
 
 def _not_among(name: str, value: object, kinds: tuple[str, ...]) -> SettingsError:
@@ -189,9 +191,9 @@ def _not_among(name: str, value: object, kinds: tuple[str, ...]) -> SettingsErro
     return SettingsError(f"unknown `{name}` {value!r}", f"use {_either(kinds)}")
 
 
-def above_most(name: str, value: object, most: object, why: str) -> SettingsError:
-    """A value over a front end's own bound of the setting (the server's --budget), said as the field says its own."""
-    return SettingsError(f"`{name}` should be less than or equal to {most} ({why}), not {value!r}", _default_hint(name))
+def above_most(name: str, value: object, most: object, why: str, hint: str | None = None) -> SettingsError:
+    """A value over a front end's own bound of the setting (the server's budget), said as the field says its own."""
+    return SettingsError(f"`{name}` should be less than or equal to {most} ({why}), not {value!r}", hint or _default_hint(name))
 
 
 def _default_hint(name: str) -> str:
