@@ -20,7 +20,7 @@ from kvchat.policy import SnapKV, method_carrying, method_options
 
 SNAPKV_OPTIONS = {"kernel": SnapKV.kernel, "pool": SnapKV.pool}
 MOST_TEMPERATURE = 5.0  # the chat's own bound: past it, answers are noise
-ANSWER_FIELDS = {field.name for field in fields(AskSettings)}  # the settings an AskSettings holds as they are
+ANSWER_FIELDS = {field.name for field in fields(AskSettings)} - {"method"}  # the settings an AskSettings holds as they are
 
 KEYS = [
     ("enter", "ask the question typed in the box"),
