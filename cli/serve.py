@@ -69,7 +69,7 @@ def serve_command(
 ) -> None:
     """Serve a chat page in the browser and an OpenAI-compatible API: chat completions, models,
     and documents to chat about. The answer settings are the defaults of a request that sets
-    none (its kv_<setting> fields, its system message); --max-tokens is also the most it may ask."""
+    none (its kv_<setting> fields, its system message); --budget and --max-tokens are also the most it may ask."""
     from kvchat.server.runner import server_for
     from kvchat.server.service import ChatService, ServerLimits
 
