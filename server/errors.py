@@ -20,8 +20,8 @@ from kvchat.serving.jobs import ShuttingDown
 
 LOGGER = logging.getLogger(__name__)
 # The settings a request sets, by their request fields; an error's hint naming another is left out.
-REQUEST_FIELDS = {"budget": "kv_budget", "method": "kv_method", "max_tokens": "max_tokens", "temperature": "temperature",
-                  "seed": "seed", **{name: field for field, name in SETTING_FIELDS.items()}}
+REQUEST_FIELDS = {"max_tokens": "max_tokens", "temperature": "temperature", "seed": "seed",
+                  **{name: field for field, name in SETTING_FIELDS.items()}}
 SETTING_OF = {**SETTING_FIELDS, **{old: name for name, old in OLD_FIELDS.items()}}  # a request field's setting
 PROMPT_TOO_LONG_HINT = (
     "send a shorter conversation, or long text as a document (POST /v1/documents) without kv_method: it is then read streamed"

@@ -88,7 +88,7 @@ OLD_FIELDS = {"in_parts": "kv_whole"}  # deprecated names a request may still us
 SERVED_CHOICES = {"method": ("snapkv", "full")}  # the values this server takes of a setting's, where fewer
 UNSET = {  # what an unset field means, where it is not the server's option of the same name
     "budget": "At most, and unset, the server's --budget.",
-    "method": "Unset: snapkv, or a document longer than the model's context read streamed within kv_budget.",
+    "method": f"This server takes {' or '.join(SERVED_CHOICES['method'])}; unset, the default (streamed within kv_budget).",
 }
 
 
