@@ -89,7 +89,7 @@ def _read_job(job: Path) -> None:
         typer.echo(f"{time.strftime('%F %T')} pid {os.getpid()}: {printable(line)}", err=True)
 
     began = False  # "reading" is logged once, when the reading (not a wait for another's) begins
-    with Engine(model, gpu_layers=user.gpu_layers) as engine, interrupt_as_cancel(terminate=True) as cancel:
+    with Engine(model, gpu_layers=gpu_layers) as engine, interrupt_as_cancel(terminate=True) as cancel:
         reading = engine.read_whole(document, settings, cancel, in_turn=True, stoppable=True)  # one background reading at a time
         try:
             while True:
