@@ -65,7 +65,8 @@ def setting_option(name: str) -> tuple[object, typer.models.OptionInfo]:
         return bool, typer.Option(field.default, f"{flag}/--no-{flag[2:]}", help=field.description, rich_help_panel=shown_in)
     kinds = choices(name)
     text = value_type(name) is str and not kinds  # free text, as a command line may hold it (as_text)
-    return field.annotation if not kinds else str | None if field.default is None else str, typer.Option(
+    kind = (str | None if field.default is None else str) if kinds else field.annotation  # a choice is checked with the others
+    return kind, typer.Option(
         field.default, flag, *MORE_FLAGS.get(name, ()), help=field.description, show_default=field.default is not None,
         callback=as_text if text else None, rich_help_panel=shown_in)
 

@@ -89,15 +89,15 @@ DEFAULT_PART_TOKENS = 2048
 
 @dataclass(frozen=True)
 class AskSettings:
-    """Built by the CLI, the TUI and the server alike: errors name settings, never one front end's
-    flags. `read`, `in_parts`, `sources`, `max_tokens` and `system` are the user's (UserSettings,
-    where their meanings are written); the rest is how the engine carries them out."""
+    """Built by the CLI, the TUI and the server alike (ask_settings): errors name settings, never
+    one front end's flags. The fields named as a user's setting hold it as it is (UserSettings,
+    where their meanings are written); the method, sampler and layout hold the others."""
 
     method: Method = field(default_factory=SnapKV)
     max_tokens: int = USER.max_tokens
     sampler: SamplerSettings = field(default_factory=SamplerSettings)
     n_ctx: int | None = None
-    n_batch: int = 512  # tokens read per llama_decode call: a reading's chunk and the largest window
+    n_batch: int = USER.n_batch  # tokens read per llama_decode call: a reading's chunk and the largest window
     threads: int | None = None
     layout: KvLayout = field(default_factory=KvLayout)  # flash attention on: scores from the query probe
     # A document longer than the model's context is read streamed (SnapStream with the method's
@@ -134,7 +134,7 @@ class AskSettings:
 
     def held_settings(self) -> dict[str, Any]:
         """The user's settings these hold, by their names (UserSettings): the method's name and options among them."""
-        held = {name: getattr(self, name) for name in ("read", "in_parts", "sources", "max_tokens", "system", "threads", "n_ctx", "n_batch")}
+        held = {name: getattr(self, name) for name in _held_as_they_are()}
         method = {name: getattr(self.method, name) for name in METHOD_OPTIONS if hasattr(self.method, name)}
         return {**held, **method, "method": self.method.name, "temperature": self.sampler.temperature, "seed": self.sampler.seed,
                 "cache_type_k": self.layout.type_k, "cache_type_v": self.layout.type_v}
@@ -172,10 +172,15 @@ def ask_settings(user: UserSettings, **engine: Any) -> AskSettings:
         options["heads"] = HeadReduction(options["heads"])
     if "method" not in engine:
         engine["method"] = method_named(user.method or SnapKV.name, **options)
-    answer = {name.name: getattr(user, name.name) for name in fields(AskSettings) if name.name in UserSettings.model_fields}
+    answer = {name: getattr(user, name) for name in _held_as_they_are()}
     layout = KvLayout(flash_attention(user.flash_attn, user.gpu_layers), user.cache_type_k, user.cache_type_v)
     return AskSettings(**{**answer, "auto_stream": user.method is None, "layout": layout,
                           "sampler": SamplerSettings(temperature=user.temperature, seed=user.seed), **engine})
+
+
+def _held_as_they_are() -> list[str]:
+    """AskSettings' fields that hold a user's setting as it is (max_tokens, read …)."""
+    return [each.name for each in fields(AskSettings) if each.name in UserSettings.model_fields and each.name != "method"]
 
 
 def flash_attention(choice: str, gpu_layers: int) -> bool:

@@ -1,5 +1,5 @@
-"""The settings a user chooses for an answer, each declared once: its type, its values, its default
-and what it means. The CLI's options and their help, the config file's and `KVCHAT_<OPTION>`
+"""The settings a user chooses for an answer and the engine that gives it (its KV layout, its GPU
+layers, its draft), each declared once: its type, its values, its default and what it means. The CLI's options and their help, the config file's and `KVCHAT_<OPTION>`
 defaults, the server's `kv_<setting>` request fields and the chat's settings form are all made
 from these fields (docs/layout.md: adding a setting), and a wrong value is refused with one
 message (invalid_setting) that each front end words with its own name for the setting.
@@ -16,7 +16,7 @@ from pydantic_core import PydanticCustomError
 
 from kvchat.errors import SettingsError
 from kvchat.llama import CACHE_TYPES, available_cpus
-from kvchat.policy import DEFAULT_BUDGET, DEFAULT_WINDOW, METHODS, MIN_BUDGET, SPAN_MODES, HeadReduction, SnapKV, methods_help
+from kvchat.policy import DEFAULT_BUDGET, DEFAULT_WINDOW, METHODS, MIN_BUDGET, SPAN_MODES, HeadReduction, PoolMode, SnapKV, methods_help
 
 METHOD_NAMES = tuple(METHODS)
 HEAD_REDUCTIONS = tuple(reduction.value for reduction in HeadReduction)
@@ -72,7 +72,7 @@ class UserSettings(BaseModel):
     kernel: Annotated[int | None, AfterValidator(_odd)] = _setting(
         None, f"snapkv, snapstream: pooling kernel (odd) that keeps neighbours of chosen tokens (default {SNAPKV.kernel}).",
         form="pooling kernel", panel=ADVANCED, ge=1)
-    pool: Literal["max", "avg"] | None = _setting(
+    pool: PoolMode | None = _setting(
         None, f"snapkv, snapstream: pooling, max or avg (default {SNAPKV.pool}).", form="pooling", panel=ADVANCED)
     heads: Literal[HEAD_REDUCTIONS] | None = _setting(  # type: ignore[valid-type]
         None, "snapkv, snapstream: how the heads choose: sum (one ranking of their votes, the default), normalized, "
