@@ -16,9 +16,9 @@ from kvchat.bench.cuad import cuad_contracts, cuad_ids_named
 from kvchat.bench.leval import LEVAL_TASKS, PARTS, leval_folder, task_file
 from kvchat.bench.leval_metrics import require_rouge
 from kvchat.bench.report import summarize, write_json
-from kvchat.cli.options import DEFAULTS, DRAFT, check_draft, draft_for
+from kvchat.cli.options import check_draft, draft_for, with_settings
 from kvchat.bench.runner import LAYOUT_OPTIONS, QUICK, READING_OPTIONS, TASKS, BenchConfig, run_bench
-from kvchat.engine import AskSettings, Engine
+from kvchat.engine import AskSettings, Engine, UserSettings
 from kvchat.errors import SettingsError
 from kvchat.models import resolve_model
 from kvchat.policy import METHODS
@@ -137,8 +137,9 @@ def _run(model: str, config: BenchConfig, console: Console, draft: str | None = 
     return records
 
 
+@with_settings("draft")
 def bench_command(
-    budget: list[int] = typer.Option([], "--budget", help=f"KV budget; repeat for several (default {DEFAULTS.method.budget})."),
+    budget: list[int] = typer.Option([], "--budget", help=f"KV budget; repeat for several (default {UserSettings().budget})."),
     tasks: str | None = typer.Option(None, help=f"Comma-separated: {', '.join(TASKS)}."),
     lengths: str | None = typer.Option(None, help="Context lengths, e.g. 2k,4k,8k,16k."),
     depths: str | None = typer.Option(None, help="Needle depths in 0..1, e.g. 0.1,0.5,0.9."),
@@ -151,22 +152,22 @@ def bench_command(
     json_path: Path | None = typer.Option(None, "--json", help="Write every record and the summary here."),
     plot: Path | None = typer.Option(None, "--plot", help="Write PNG figures into this folder."),
     quick: bool = typer.Option(False, help="A small grid that finishes in a few minutes."),
-    draft: str | None = DRAFT,
     leval_data: Path | None = typer.Option(None, help="L-Eval: its data folder (LEval-data of a clone of https://github.com/OpenLMLab/LEval)."),
     leval_part: str | None = typer.Option(None, help="L-Eval: dev (the first half of each task's documents), held-out (the rest) or all (default; dev with --quick)."),
     leval_docs: int | None = typer.Option(None, min=1, help="L-Eval: the first N documents of the part, per task."),
     leval_questions: int | None = typer.Option(None, min=1, help="L-Eval: the first N questions of each document."),
+    user: UserSettings = UserSettings(),
 ) -> None:
     """Measure accuracy, decode speed and KV memory of each method side by side, in one run."""
     leval = LevalOptions(leval_data, leval_part, leval_docs, leval_questions)
     config = _config(quick, tasks, lengths, depths, budget, methods, variant, questions, cuad_data, read, leval)
     readings = {each.settings(AskSettings()).read for each in config.variants()}  # refuses bad settings before loading anything
     reading = "fast" if readings - {"full", "retrieval"} else "full"  # the draft serves fast readings
-    check_draft(draft, reading, "add --read full,fast")
+    check_draft(user.draft, reading, "add --read full,fast")
     if plot is not None and importlib.util.find_spec("matplotlib") is None:  # refused before a run of minutes
         raise SettingsError("--plot draws with matplotlib, which is not installed", "pip install 'kvchat[bench]'")
     models = list(dict.fromkeys(models)) or ["default"]
-    drafts = {name: draft_for(name, draft, reading) for name in models}  # each model's own pair unless named
+    drafts = {name: draft_for(name, user.draft, reading) for name in models}  # each model's own pair unless named
     for name in models:  # a missing second model is refused before the first one's run
         resolve_model(name)
     console = Console(stderr=True)

@@ -10,9 +10,9 @@ import sys
 import typer
 from rich.console import Console
 
-from kvchat.cli.options import GPU_LAYERS, MODEL, flag
+from kvchat.cli.options import MODEL, flag, with_settings
 from kvchat.cli.smoke import STAGE_PREFIX
-from kvchat.engine import installation
+from kvchat.engine import UserSettings, installation
 from kvchat.errors import KvchatError
 from kvchat.llama import WEIGHTS_ENV
 from kvchat.models import resolve_model
@@ -67,16 +67,17 @@ def _crash_line(signal_number: int, where: str, gpu_layers: int, report: dict) -
     return f"the smoke test crashed ({name}) while {where}: likely {cause} (hint: {hint})"
 
 
+@with_settings("gpu_layers")
 def doctor_command(
     model: str = MODEL,
-    gpu_layers: int = GPU_LAYERS,
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+    user: UserSettings = UserSettings(),
 ) -> None:
     """Report versions, llama.cpp's build (GPU offload, CPU features, where weights live), models,
     folders and free memory, then load the model, read and decode a few tokens in a child process.
     Exit 0 when that works, 1 otherwise: paste the output into a bug report."""
     report = installation()
-    report["smoke_test"] = smoke = run_smoke(model, gpu_layers, report)
+    report["smoke_test"] = smoke = run_smoke(model, user.gpu_layers, report)
     if as_json:
         typer.echo(json.dumps(report, indent=2))
     else:

@@ -11,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from kvchat.cli.interrupt import signals_stop_reading
-from kvchat.cli.options import DRAFT, GPU_LAYERS, MODEL, check_draft, draft_for, with_settings
+from kvchat.cli.options import MODEL, check_draft, draft_for, with_settings
 from kvchat.cli.render import OcrBar
 from kvchat.documents import SUPPORTED, load_document
 from kvchat.engine import AskSettings, Engine, ReadingPlan, UserSettings
@@ -36,12 +36,10 @@ def _table(plans: list[ReadingPlan], model: str, n_ctx_train: int) -> Table:
     return table
 
 
-@with_settings("read")
+@with_settings("gpu_layers", "draft", "read")
 def inspect_command(
     paths: list[Path] = typer.Argument(..., help=f"The documents: {SUPPORTED}; - reads one from standard input."),
     model: str = MODEL,
-    gpu_layers: int = GPU_LAYERS,
-    draft: str | None = DRAFT,
     as_json: bool = typer.Option(False, "--json", help="Print a JSON list, one object per document."),
     user: UserSettings = UserSettings(),
 ) -> None:
@@ -51,10 +49,10 @@ def inspect_command(
     take on this machine."""
     console = Console(stderr=True)
     settings = AskSettings(read=user.read)
-    check_draft(draft, settings.read)
+    check_draft(user.draft, settings.read)
     with OcrBar(console) as ocr_progress, signals_stop_reading() as stop:
         documents = [load_document(path, ocr_progress, stop) for path in paths]
-    with Engine(model, gpu_layers=gpu_layers, draft=draft_for(model, draft, settings.read)) as engine:  # the cache holds the speeds
+    with Engine(model, gpu_layers=user.gpu_layers, draft=draft_for(model, user.draft, settings.read)) as engine:  # the cache holds the speeds
         plans = [engine.plan(document, settings) for document in documents]
         n_ctx_train = engine.model.shape.n_ctx_train
     if as_json:

@@ -13,10 +13,10 @@ from rich.console import Console
 from kvchat.cli.background import NICENESS, take_job
 from kvchat.cli.files import files_named
 from kvchat.cli.interrupt import interrupt_as_cancel, signals_stop_reading
-from kvchat.cli.options import CACHE_TYPE_K, CACHE_TYPE_V, FLASH_ATTN, GPU_LAYERS, MODEL, THREADS, kv_layout, with_settings
+from kvchat.cli.options import MODEL, with_settings
 from kvchat.cli.render import OcrBar, ReadingBar
 from kvchat.documents import SUPPORTED, Document, load_document
-from kvchat.engine import WAITING_FOR_TURN, AskSettings, Engine, UserSettings, WholeReadingDone
+from kvchat.engine import WAITING_FOR_TURN, AskSettings, Engine, UserSettings, WholeReadingDone, ask_settings
 from kvchat.errors import CancelledError, DocumentError, SettingsError, printable
 from kvchat.events import Notice, Progress
 
@@ -107,15 +107,10 @@ def _read_job(job: Path) -> None:
             log(f"{document.path}: {finished.value.value}")
 
 
-@with_settings("system")
+@with_settings("threads", "gpu_layers", "flash_attn", "cache_type_k", "cache_type_v", "system")
 def read_command(
     paths: list[str] = typer.Argument(None, help=f"Documents ({SUPPORTED}), folders or globs.", show_default=False),
     model: str = MODEL,
-    threads: int | None = THREADS,
-    gpu_layers: int = GPU_LAYERS,
-    flash_attn: str = FLASH_ATTN,
-    cache_type_k: str = CACHE_TYPE_K,
-    cache_type_v: str = CACHE_TYPE_V,
     job: Path | None = typer.Option(None, hidden=True),
     user: UserSettings = UserSettings(),
 ) -> None:
@@ -127,12 +122,11 @@ def read_command(
     if not paths:
         raise SettingsError("no documents named", f"name {SUPPORTED} files, folders or globs: kvchat read contracts/")
     console = Console(stderr=True)
-    settings = AskSettings(threads=threads, layout=kv_layout(flash_attn, gpu_layers, cache_type_k, cache_type_v), read="full",
-                           system=user.system)
+    settings = ask_settings(user.model_copy(update={"read": "full"}))
     documents, failed = _load(paths, console)
     if not documents:
         raise SettingsError("nothing to read", f"name {SUPPORTED} files or folders holding them")
-    with Engine(model, gpu_layers=gpu_layers) as engine:
+    with Engine(model, gpu_layers=user.gpu_layers) as engine:
         ended = read_documents(engine, documents, settings, console)
     parts = [f"{count} {how.value}" for how, count in ended.items() if count]
     console.print("; ".join(parts) + (f"; {failed} could not be read" if failed else ""), highlight=False)

@@ -11,12 +11,9 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from kvchat.cli.options import (
-    CACHE_TYPE_K, CACHE_TYPE_V, DEFAULTS, DRAFT, FLASH_ATTN, GPU_LAYERS, HEADS, MODEL, SAVE_READINGS, THREADS, draft_for, kv_layout,
-    warn_about_gpu_layers, with_settings,
-)
+from kvchat.cli.options import MODEL, draft_for, warn_about_gpu_layers, with_settings
 from kvchat.documents.limits import SERVER_DOCUMENTS_BYTES
-from kvchat.engine import AskSettings, Engine, UserSettings
+from kvchat.engine import Engine, UserSettings, ask_settings
 from kvchat.errors import SettingsError
 from kvchat.policy import HeadReduction, SnapKV, window_for
 from kvchat.serving.slots import DEFAULT_ROOM
@@ -51,28 +48,20 @@ def _check_port(host: str, port: int) -> None:
         raise SettingsError(f"cannot listen on {host}:{port} ({error.strerror})", "choose another --port or --host") from None
 
 
-@with_settings("read", "in_parts", "sources", "max_tokens", "system")
+@with_settings("budget", "heads", "threads", "gpu_layers", "flash_attn", "cache_type_k", "cache_type_v", "cache", "draft",
+               "read", "in_parts", "sources", "max_tokens", "system")
 def serve_command(
     host: str = typer.Option("127.0.0.1", help="Address to listen on; 0.0.0.0 exposes the server to your network."),
     port: int = typer.Option(8080, min=1, max=65535, help="Port to listen on."),
     api_key: str | None = typer.Option(None, envvar="KVCHAT_API_KEY", help="Require Authorization: Bearer KEY."),
     model: str = MODEL,
-    budget: int = typer.Option(DEFAULTS.method.budget, help="KV entries kept per conversation (a request may ask for fewer)."),
     max_sessions: int = typer.Option(8, help="Conversations held in the KV cache at once (one sequence each)."),
     max_waiting: int = typer.Option(16, help="Requests that may wait for a sequence; more get 429."),
     max_readings: int = typer.Option(2, help="Requests read at once, taking turns a chunk each (each holds a context)."),
     documents_memory: int = typer.Option(
         SERVER_DOCUMENTS_BYTES // 2**20, help="MiB of memory the uploaded documents may hold; the least recently used go first.",
     ),
-    heads: HeadReduction | None = HEADS,
     room: int = typer.Option(DEFAULT_ROOM, help="Cells per conversation for its question and earlier turns, besides the budget."),
-    threads: int | None = THREADS,
-    gpu_layers: int = GPU_LAYERS,
-    flash_attn: str = FLASH_ATTN,
-    cache_type_k: str = CACHE_TYPE_K,
-    cache_type_v: str = CACHE_TYPE_V,
-    cache: bool = SAVE_READINGS,
-    draft: str | None = DRAFT,
     open_page: bool = typer.Option(False, "--open", help="Open the chat page in the default browser once serving."),
     allow_origin: list[str] = typer.Option(
         [], help="A web origin (https://app.example) whose pages may call this API from the browser; none by default."),
@@ -80,7 +69,7 @@ def serve_command(
 ) -> None:
     """Serve a chat page in the browser and an OpenAI-compatible API: chat completions, models,
     and documents to chat about. The answer settings are the defaults of a request that sets
-    none (its kv_<setting> fields, its system message); --max-tokens is also the most it may ask."""
+    none (its kv_<setting> fields, its system message); --budget and --max-tokens are also the most it may ask."""
     from kvchat.server.runner import server_for
     from kvchat.server.service import ChatService, ServerLimits
 
@@ -89,18 +78,18 @@ def serve_command(
             "--max-sessions, --max-waiting, --max-readings, --documents-memory must be >= 1, "
             "--room >= 16", "see kvchat serve --help",
         )
-    SnapKV(budget=budget, window=window_for(budget))  # refuses a budget as a request's would be refused
-    AskSettings(**user.model_dump(), threads=threads)  # refuses bad settings now: requests build theirs later
-    draft = draft_for(model, draft, user.read)  # a named one whatever --read says: a request may read fast (kv_read)
-    layout = kv_layout(flash_attn, gpu_layers, cache_type_k, cache_type_v)
+    budget, threads = user.budget, user.threads
+    # refuses bad settings now, as a request's would be refused (with a window its budget holds): requests build theirs later
+    layout = ask_settings(user.model_copy(update={"window": window_for(budget)})).layout
+    draft = draft_for(model, user.draft, user.read)  # a named one whatever --read says: a request may read fast (kv_read)
     _check_port(host, port)
     console = Console(stderr=True)
-    warn_about_gpu_layers(gpu_layers, console)
-    engine = Engine(model, gpu_layers=gpu_layers, use_cache=cache, draft=draft)
+    warn_about_gpu_layers(user.gpu_layers, console)
+    engine = Engine(model, gpu_layers=user.gpu_layers, use_cache=user.cache, draft=draft)
     model_id = served_name(model, engine.model_path)
     limits = ServerLimits(model_id=model_id, budget=budget, max_tokens=user.max_tokens, sequences=max_sessions,
                           max_waiting=max_waiting, max_readings=max_readings, max_document_bytes=documents_memory * 2**20,
-                          room=room, layout=layout, heads=heads or SnapKV().heads, defaults=user)
+                          room=room, layout=layout, heads=HeadReduction(user.heads or SnapKV().heads), defaults=user)
     service = ChatService(engine, limits, threads)
     try:
         url = f"http://{'127.0.0.1' if host == '0.0.0.0' else host}:{port}"

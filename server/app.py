@@ -51,7 +51,7 @@ def create_app(service: ChatService, api_key: str | None = None, allowed_origins
                            allow_headers=["Authorization", "Content-Type"])
     app.add_middleware(UnexpectedErrors)
     app.add_middleware(SecurityHeaders)  # outermost: every response, errors and refusals too
-    install_error_handlers(app)
+    install_error_handlers(app, service.limits.hints)
     app.state.stopping = stopping = asyncio.Event()
 
     model_id = service.limits.model_id

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import secrets
+from collections.abc import Mapping
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -14,13 +15,13 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from kvchat.engine import invalid_setting
 from kvchat.errors import SETTING, InternalError, KvchatError, PromptTooLongError
-from kvchat.server.schemas import OLD_FIELDS, SETTING_FIELDS
+from kvchat.server.schemas import OLD_FIELDS, SERVED_CHOICES, SETTING_FIELDS
 from kvchat.serving.jobs import ShuttingDown
 
 LOGGER = logging.getLogger(__name__)
 # The settings a request sets, by their request fields; an error's hint naming another is left out.
-REQUEST_FIELDS = {"budget": "kv_budget", "method": "kv_method", "max_tokens": "max_tokens", "temperature": "temperature",
-                  "seed": "seed", **{name: field for field, name in SETTING_FIELDS.items()}}
+REQUEST_FIELDS = {"max_tokens": "max_tokens", "temperature": "temperature", "seed": "seed",
+                  **{name: field for field, name in SETTING_FIELDS.items()}}
 SETTING_OF = {**SETTING_FIELDS, **{old: name for name, old in OLD_FIELDS.items()}}  # a request field's setting
 PROMPT_TOO_LONG_HINT = (
     "send a shorter conversation, or long text as a document (POST /v1/documents) without kv_method: it is then read streamed"
@@ -61,8 +62,9 @@ def api_error(error: KvchatError) -> ApiError:
     return ApiError(400, error.one_line(REQUEST_FIELDS.get), "invalid_request")
 
 
-def install_error_handlers(app: FastAPI) -> None:
-    """Every refusal becomes OpenAI-shaped JSON (bugs too: see UnexpectedErrors)."""
+def install_error_handlers(app: FastAPI, hints: Mapping[str, str] | None = None) -> None:
+    """Every refusal becomes OpenAI-shaped JSON (bugs too: see UnexpectedErrors); `hints`: this
+    server's own for a wrong value of a setting, where its bound is not the setting's (ServerLimits.hints)."""
 
     @app.exception_handler(ApiError)
     async def _api_error(_request: Request, error: ApiError) -> JSONResponse:
@@ -75,7 +77,9 @@ def install_error_handlers(app: FastAPI) -> None:
             return error_response(400, "the request body is not valid JSON", "invalid_json")
         where = ".".join(str(part) for part in first.get("loc", ()) if part != "body")
         if where in SETTING_OF:  # the message every front end gives for a wrong value of a setting
-            return error_response(400, invalid_setting(first, SETTING_OF[where]).one_line(REQUEST_FIELDS.get), "invalid_request", where)
+            name = SETTING_OF[where]
+            error = invalid_setting(first, name, SERVED_CHOICES.get(name), (hints or {}).get(name))
+            return error_response(400, error.one_line(REQUEST_FIELDS.get), "invalid_request", where)
         message = f"{where}: {first.get('msg', 'invalid request')}" if where else str(first.get("msg", "invalid request"))
         return error_response(400, message, "invalid_request", where or None)
 

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, create_model, field_validator
 from pydantic_core import PydanticCustomError
 
-from kvchat.engine import UserSettings, choices, setting_names
-from kvchat.policy import MIN_BUDGET
+from kvchat.engine import UserSettings, choices, setting_names, value_type
 
 # JSON may escape half of a UTF-16 pair alone ("\ud800"): Python decodes it to a lone surrogate,
 # which is no text (nothing can encode it, not the tokenizer, not a response); refused as the
@@ -70,14 +69,6 @@ class _ChatCompletionRequest(BaseModel):
     document_ids: list[str] | None = Field(
         default=None, min_length=1, max_length=16, description="answer about several uploaded documents together, named in this order"
     )
-    # kvchat's own fields are strict: "512" or true for kv_budget, "false" for kv_sources is a mistake to name, not to guess
-    kv_budget: int | None = Field(  # its range is checked with the server's limit (service.py), in one message
-        default=None, strict=True, description=f"KV entries kept for the prompt: from {MIN_BUDGET} to the server's budget"
-    )
-    kv_method: Literal["snapkv", "full"] | None = Field(
-        default=None, description="snapkv prunes to kv_budget; full keeps the prompt whole. Unset: snapkv, or a document "
-        "longer than the model's context read streamed within kv_budget")
-
     @field_validator("model", "document_id")
     @classmethod
     def _unicode(cls, text: str | None) -> str | None:
@@ -90,17 +81,26 @@ class _ChatCompletionRequest(BaseModel):
 
 
 # The user's settings a request sets, as `kv_<setting>` fields made from their declarations; unset
-# (None): the server's default (kvchat serve's option). Strict as kv_budget is (a Literal is strict already).
+# (None): the server's default (kvchat serve's option). Strict: "512" or true for kv_budget, "false"
+# for kv_sources is a mistake to name, not to guess (a Literal is strict already).
 SETTING_FIELDS = {f"kv_{name}": name for name in setting_names(served=True)}
 OLD_FIELDS = {"in_parts": "kv_whole"}  # deprecated names a request may still use
+SERVED_CHOICES = {"method": ("snapkv", "full")}  # the values this server takes of a setting's, where fewer
+UNSET = {  # what an unset field means, where it is not the server's option of the same name
+    "budget": "At most, and unset, the server's --budget.",
+    "method": f"This server takes {' or '.join(SERVED_CHOICES['method'])}; unset, the default (streamed within kv_budget).",
+}
 
 
 def _setting_field(name: str) -> tuple[object, object]:
     field = UserSettings.model_fields[name]
     names = [f"kv_{name}", *([OLD_FIELDS[name]] if name in OLD_FIELDS else [])]
-    return field.annotation | None, Field(  # type: ignore[operator]
+    kinds = SERVED_CHOICES.get(name)
+    value = Literal[kinds] if kinds else Annotated[(value_type(name), *field.metadata)] if field.metadata else value_type(name)
+    unset = UNSET.get(name, f"Unset: the server's --{name.replace('_', '-')}.")
+    return value | None, Field(  # type: ignore[operator]
         default=None, strict=None if choices(name) else True, validation_alias=AliasChoices(*names) if len(names) > 1 else None,
-        description=f"{field.description} Unset: the server's --{name.replace('_', '-')}.")
+        description=f"{field.description} {unset}")
 
 
 ChatCompletionRequest = create_model(  # type: ignore[call-overload]

@@ -15,13 +15,15 @@ from dataclasses import asdict, dataclass
 
 from kvchat.documents import bundle
 from kvchat.documents.limits import MAX_FILE_BYTES, SERVER_DOCUMENTS_BYTES
-from kvchat.engine import DEFAULT_MAX_TOKENS, AskSettings, Engine, KvLayout, Turn, UserSettings
+from kvchat.engine import (
+    DEFAULT_MAX_TOKENS, AskSettings, Engine, KvLayout, Turn, UserSettings, above_most, ask_settings,
+)
 from kvchat.errors import KvchatError
 from kvchat.events import Done, Event
 from kvchat.llama import SamplerSettings
 from kvchat.policy import DEFAULT_BUDGET, MIN_BUDGET, HeadReduction, SnapKV, method_carrying, window_for
 from kvchat.server.documents import DocumentLibrary, StoredDocument
-from kvchat.server.errors import ApiError, api_error
+from kvchat.server.errors import REQUEST_FIELDS, ApiError, api_error
 from kvchat.server.schemas import SETTING_FIELDS, ChatCompletionRequest, ChatMessage
 from kvchat.serving.requests import ChatRequest
 from kvchat.serving.jobs import ChatJob, QueueFull, ShuttingDown
@@ -54,6 +56,11 @@ class ServerLimits:
     def sequence_cells(self) -> int:
         return self.budget + self.room + self.max_tokens
 
+    @property
+    def hints(self) -> dict[str, str]:
+        """A request's wrong value of a setting this server bounds further, answered with the values it takes."""
+        return {"budget": f"use {MIN_BUDGET} to {self.budget}, or leave it out for {self.budget}"}
+
 
 class ChatService:
     """The engine, its scheduler and the uploaded documents."""
@@ -82,20 +89,19 @@ class ChatService:
 
     def settings_for(self, body: ChatCompletionRequest) -> AskSettings:
         limits = self.limits
+        user = _requested(body, limits.defaults)
         budget = limits.budget if body.kv_budget is None else body.kv_budget
-        if not MIN_BUDGET <= budget <= limits.budget:
-            raise ApiError(400, f"kv_budget must be from {MIN_BUDGET} to this server's limit of {limits.budget}, not {budget}",
-                           "invalid_kv_budget", "kv_budget")
+        if budget > limits.budget:  # this server's bound; the least, the setting's own (checked as the request was read)
+            refused = above_most("budget", budget, limits.budget, "this server's limit", limits.hints["budget"])
+            raise ApiError(400, refused.one_line(REQUEST_FIELDS.get), "invalid_kv_budget", "kv_budget")
         max_tokens = body.max_completion_tokens or body.max_tokens or limits.max_tokens
         if max_tokens > limits.max_tokens:
             raise ApiError(400, f"max_tokens {max_tokens} is over this server's limit of {limits.max_tokens}", "max_tokens_too_large", "max_tokens")
         sampler = SamplerSettings(temperature=body.temperature or 0.0, top_p=body.top_p or SamplerSettings.top_p, seed=body.seed)
         try:
-            method = method_carrying(body.kv_method or SnapKV.name, {"heads": limits.heads}, budget=budget, window=window_for(budget))
-            user = _requested(body, limits.defaults)
-            return AskSettings(**user.model_dump(exclude={"max_tokens", "system"}), method=method, max_tokens=max_tokens,
-                               sampler=sampler, threads=self.threads, layout=limits.layout, auto_stream=body.kv_method is None,
-                               system=_system(body.messages) or user.system, kept_cells=limits.sequence_cells - 1)
+            method = method_carrying(user.method or SnapKV.name, {"heads": limits.heads}, budget=budget, window=window_for(budget))
+            return ask_settings(user, method=method, max_tokens=max_tokens, sampler=sampler, threads=self.threads, layout=limits.layout,
+                                system=_system(body.messages) or user.system, kept_cells=limits.sequence_cells - 1)
         except KvchatError as error:
             raise api_error(error) from None
 

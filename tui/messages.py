@@ -8,6 +8,7 @@ from typing import Literal
 from textual.message import Message
 
 from kvchat.documents import Document
+from kvchat.engine import form_label, setting_names
 from kvchat.errors import CancelledError, KvchatError
 from kvchat.events import Event
 
@@ -65,14 +66,9 @@ class JobEnded(Message):
         return cls(job, "error", f"unexpected error: {error} (details in the log file)")
 
 
-# The settings the chat's settings screen changes, by their labels there.
-ON_SETTINGS_SCREEN = {"budget": "KV budget", "window": "window", "kernel": "pooling kernel", "pool": "pooling",
-                      "method": "method", "max_tokens": "max tokens"}
-
-
 def named_in_chat(setting: str) -> str:
     """How the chat calls a setting an error names (kvchat/errors.py): its field on the settings
     screen (ctrl+s), or else the option `kvchat chat` takes."""
-    if setting in ON_SETTINGS_SCREEN:
-        return f"{ON_SETTINGS_SCREEN[setting]} (ctrl+s)"
+    if setting in setting_names(in_form=True):
+        return f"{form_label(setting)} (ctrl+s)"
     return "--" + setting.replace("_", "-")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import replace
+from dataclasses import fields, replace
 from pathlib import Path
 
 from rich.text import Text
@@ -14,9 +14,13 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, DirectoryTree, Input, Label, Select, Static
 
 from kvchat.documents import DOCUMENT_SUFFIXES
-from kvchat.engine import AskSettings, UserSettings, choices, form_label, setting_names, user_settings
+from kvchat.engine import AskSettings, above_most, choices, form_label, setting_names, user_settings, value_type
 from kvchat.errors import SettingsError
-from kvchat.policy import METHODS, SnapKV, method_carrying, method_options
+from kvchat.policy import SnapKV, method_carrying, method_options
+
+SNAPKV_OPTIONS = {"kernel": SnapKV.kernel, "pool": SnapKV.pool}
+MOST_TEMPERATURE = 5.0  # the chat's own bound: past it, answers are noise
+ANSWER_FIELDS = {field.name for field in fields(AskSettings)} - {"method"}  # the settings an AskSettings holds as they are
 
 KEYS = [
     ("enter", "ask the question typed in the box"),
@@ -55,51 +59,29 @@ class SettingsScreen(ModalScreen[AskSettings | None]):
         self.settings = settings
 
     def compose(self) -> ComposeResult:
-        method, sampler = self.settings.method, self.settings.sampler
-        snapkv = SnapKV()  # pooling fields show SnapKV's defaults under a method without pooling
+        held = {**SNAPKV_OPTIONS, **self.settings.held_settings()}  # pooling shows SnapKV's under a method without it
         with Vertical(id="settings", classes="dialog"):
             yield Label("[b]Settings[/b]  (apply to the next answer)")
             with Grid(id="settings-grid"):
-                yield Label("KV budget")
-                yield Input(str(method.budget), type="integer", compact=True, id="budget")
-                yield Label("window")
-                yield Input(str(method.window), type="integer", compact=True, id="window")
-                yield Label("pooling kernel")
-                yield Input(str(getattr(method, "kernel", snapkv.kernel)), type="integer", compact=True, id="kernel")
-                yield Label("pooling")
-                yield Select([(mode, mode) for mode in ("max", "avg")], value=getattr(method, "pool", snapkv.pool), allow_blank=False, compact=True, id="pool")
-                yield Label("method")
-                yield Select([(m, m) for m in METHODS], value=method.name, allow_blank=False, compact=True, id="method")
-                yield Label("temperature")
-                yield Input(str(sampler.temperature), type="number", compact=True, id="temperature")
                 for name in setting_names(in_form=True):
                     yield Label(form_label(name))
-                    yield _setting_widget(name, getattr(self.settings, name))
+                    yield _setting_widget(name, held[name])
             yield Label("", id="settings-error")
             with Horizontal(classes="buttons"):
                 yield Button("Save", variant="primary", id="save")
                 yield Button("Cancel", id="cancel")
 
-    def _number(self, widget_id: str, kind: type) -> int | float:
-        text = self.query_one(f"#{widget_id}", Input).value.strip()
-        try:
-            return kind(text)
-        except ValueError:
-            raise SettingsError(f"{widget_id.replace('-', ' ')} must be a number, got {text!r}", "") from None
-
     def _settings(self) -> AskSettings:
-        temperature = float(self._number("temperature", float))
-        if not 0 <= temperature <= 5:
-            raise SettingsError(f"temperature must be between 0 and 5, got {temperature}", "")
-        fields = {**method_options(self.settings.method), "kernel": int(self._number("kernel", int)),
-                  "pool": self.query_one("#pool", Select).value}  # shown for every method: those it has
-        method = method_carrying(  # runs the method's checks (budget >= window + sinks, odd kernel …)
-            str(self.query_one("#method", Select).value), fields,
-            budget=int(self._number("budget", int)), window=int(self._number("window", int)),
-        )
         shown = {name: self._value(name) for name in setting_names(in_form=True)}
-        user = user_settings(shown, self.settings.user)
-        return replace(self.settings, **user.model_dump(), method=method, sampler=replace(self.settings.sampler, temperature=temperature))
+        user = user_settings(shown)  # each value checked as the CLI and the server check it
+        if user.temperature > MOST_TEMPERATURE:
+            raise above_most("temperature", user.temperature, MOST_TEMPERATURE, "the most the chat samples with")
+        method = method_carrying(  # runs the method's checks (budget >= window + sinks …), with the pooling shown for every method: those it has
+            str(user.method), {**method_options(self.settings.method), "kernel": user.kernel, "pool": user.pool},
+            budget=user.budget, window=user.window,
+        )
+        answer = {name: getattr(user, name) for name in shown if name in ANSWER_FIELDS}
+        return replace(self.settings, **answer, method=method, sampler=replace(self.settings.sampler, temperature=user.temperature))
 
     def _value(self, name: str) -> object:
         """The form's value of the setting `name`, as typed: the setting's own check refuses a wrong one."""
@@ -107,7 +89,7 @@ class SettingsScreen(ModalScreen[AskSettings | None]):
             return self.query_one(f"#{_widget_id(name)}", Select).value
         text = self.query_one(f"#{_widget_id(name)}", Input).value.strip()
         try:
-            return UserSettings.model_fields[name].annotation(text)  # type: ignore[misc]  # a number, as the CLI reads it
+            return value_type(name)(text)  # a number, as the CLI reads it
         except ValueError:
             return text
 
@@ -141,8 +123,7 @@ def _setting_widget(name: str, value: object) -> Select | Input:
     """The form's field for a setting (UserSettings): a choice of its values, or a box for a number."""
     if kinds := choices(name):
         return Select([(kind, kind) for kind in kinds], value=value, allow_blank=False, compact=True, id=_widget_id(name))
-    number = UserSettings.model_fields[name].annotation
-    return Input(str(value), type="integer" if number is int else "number", compact=True, id=_widget_id(name))
+    return Input(str(value), type="integer" if value_type(name) is int else "number", compact=True, id=_widget_id(name))
 
 
 class DocumentTree(DirectoryTree):

@@ -26,17 +26,18 @@ from kvchat.engine.health import installation, smoke_test
 from kvchat.engine.prompt import SYSTEM_PROMPT, Turn
 from kvchat.engine.reading.cheap_pass import speed_kind
 from kvchat.engine.selections import SELECTIONS, Selection, selection_named, selections_help
-from kvchat.engine.settings import AskSettings, FastSettings, KvLayout
+from kvchat.engine.settings import AskSettings, FastSettings, KvLayout, ask_settings
 from kvchat.engine.user_settings import (
-    DEFAULT_MAX_TOKENS, UserSettings, choices, form_label, invalid_setting, setting_names, user_settings,
+    ADVANCED, ANSWER, DEFAULT_MAX_TOKENS, UserSettings, above_most, choices, form_label, invalid_setting, panel,
+    setting_names, user_settings, value_type,
 )
 from kvchat.engine.reading.chunked import StreamSettings
 
 __all__ = [
-    "DEFAULT_MAX_TOKENS", "SYSTEM_PROMPT", "WAITING_FOR_TURN", "SELECTIONS", "AskSettings", "Conversation",
+    "ADVANCED", "ANSWER", "DEFAULT_MAX_TOKENS", "SYSTEM_PROMPT", "WAITING_FOR_TURN", "SELECTIONS", "AskSettings", "Conversation",
     "Engine", "FastSettings", "Generation", "InProgress", "KvLayout", "PreparedPrompt", "ReadingPlan",
     "ReadingsInProgress", "Selection", "StreamSettings", "Survey", "Turn", "UserSettings", "WholeReadingDone",
-    "about_whole", "answer_stats", "choices", "form_label", "installation", "invalid_setting", "paired_draft",
-    "part_store", "readings_in_progress", "selection_named", "selections_help", "setting_names", "smoke_test",
-    "speed_kind", "state_store", "time_read_and_decode", "user_settings",
+    "about_whole", "above_most", "answer_stats", "ask_settings", "choices", "form_label", "installation", "invalid_setting",
+    "paired_draft", "panel", "part_store", "readings_in_progress", "selection_named", "selections_help", "setting_names",
+    "smoke_test", "speed_kind", "state_store", "time_read_and_decode", "user_settings", "value_type",
 ]

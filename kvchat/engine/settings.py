@@ -2,20 +2,19 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
 
 from kvchat.engine.user_settings import UserSettings, user_settings
 from kvchat.errors import SettingsError
-from kvchat.llama import CACHE_TYPES, ContextSettings, SamplerSettings, available_cpus
-from kvchat.policy import SPAN_MODES, HeadReduction, Method, SnapKV
+from kvchat.llama import ContextSettings, SamplerSettings, gpu_offload_supported
+from kvchat.policy import SPAN_MODES, HeadReduction, Method, SnapKV, method_named
 
 REDUCTIONS = tuple(r.value for r in HeadReduction if r is not HeadReduction.PER_HEAD)  # one set of tokens to re-read
 
 USER = UserSettings()  # kvchat's defaults of the settings a user chooses
 CHOOSERS = ("attention", "bm25")
-# Threads for each CPU kvchat may use, at most: more only wait on each other, and far more crash
-# llama.cpp (docs/cli.md, "Threads").
-MAX_THREADS_PER_CPU = 4
+METHOD_OPTIONS = ("budget", "window", "kernel", "pool", "heads", "spans")  # the settings a method carries
 
 
 @dataclass(frozen=True)
@@ -35,9 +34,6 @@ class KvLayout:
                                type_v=self.type_v, n_seq_max=n_seq_max)
 
     def __post_init__(self) -> None:
-        for name, cache_type in (("k", self.type_k), ("v", self.type_v)):
-            if cache_type not in CACHE_TYPES:
-                raise SettingsError(f"unknown KV cache type {cache_type!r}", f"use a {name.upper()} cache type of f16 or q8_0")
         if self.type_v != "f16" and not self.flash_attn:
             raise SettingsError(
                 f"a {self.type_v} V cache needs flash attention (llama.cpp quantizes V only inside it)",
@@ -93,15 +89,15 @@ DEFAULT_PART_TOKENS = 2048
 
 @dataclass(frozen=True)
 class AskSettings:
-    """Built by the CLI, the TUI and the server alike: errors name settings, never one front end's
-    flags. `read`, `in_parts`, `sources`, `max_tokens` and `system` are the user's (UserSettings,
-    where their meanings are written); the rest is how the engine carries them out."""
+    """Built by the CLI, the TUI and the server alike (ask_settings): errors name settings, never
+    one front end's flags. The fields named as a user's setting hold it as it is (UserSettings,
+    where their meanings are written); the method, sampler and layout hold the others."""
 
     method: Method = field(default_factory=SnapKV)
     max_tokens: int = USER.max_tokens
     sampler: SamplerSettings = field(default_factory=SamplerSettings)
     n_ctx: int | None = None
-    n_batch: int = 512  # tokens read per llama_decode call: a reading's chunk and the largest window
+    n_batch: int = USER.n_batch  # tokens read per llama_decode call: a reading's chunk and the largest window
     threads: int | None = None
     layout: KvLayout = field(default_factory=KvLayout)  # flash attention on: scores from the query probe
     # A document longer than the model's context is read streamed (SnapStream with the method's
@@ -119,13 +115,7 @@ class AskSettings:
     kept_cells: int | None = None
 
     def __post_init__(self) -> None:
-        user_settings({name: getattr(self, name) for name in UserSettings.model_fields})
-        if self.threads is not None:
-            _check_threads(self.threads)
-        if self.n_ctx is not None and self.n_ctx < 1:
-            raise SettingsError(f"context size must be at least 1, got {self.n_ctx}", "leave it unset to fit the prompt")
-        if self.system is not None and not self.system.strip():
-            raise SettingsError("the system prompt is empty", "leave `system` out for kvchat's, or give one")
+        user_settings(self.held_settings())  # a value the front end did not check (the bench's variants) is refused as a user's
         if self.part_tokens < MIN_PART_TOKENS:
             raise SettingsError(f"an answer in parts reads parts of at least {MIN_PART_TOKENS} tokens, got {self.part_tokens}",
                                 f"use parts of {MIN_PART_TOKENS} tokens or more")
@@ -136,18 +126,18 @@ class AskSettings:
         if self.fast.reread is not None and self.fast.reread < self.method.budget:
             raise SettingsError(f"a fast reading re-reads at least the budget's {self.method.budget} tokens, got {self.fast.reread}",
                                 "re-read the budget (unset) or more")
-        if self.n_batch < 1:
-            raise SettingsError(f"the batch size must be at least 1 token, got {self.n_batch}", "leave `n_batch` at 512")
         if self.method.window > self.n_batch:
             raise SettingsError(
                 f"window {self.method.window} is larger than the batch size {self.n_batch}",
                 f"use a `window` of {self.n_batch} or less, or a larger `n_batch`",
             )
 
-    @property
-    def user(self) -> UserSettings:
-        """The user's settings these carry out."""
-        return UserSettings(**{name: getattr(self, name) for name in UserSettings.model_fields})
+    def held_settings(self) -> dict[str, Any]:
+        """The user's settings these hold, by their names (UserSettings): the method's name and options among them."""
+        held = {name: getattr(self, name) for name in _held_as_they_are()}
+        method = {name: getattr(self.method, name) for name in METHOD_OPTIONS if hasattr(self.method, name)}
+        return {**held, **method, "method": self.method.name, "temperature": self.sampler.temperature, "seed": self.sampler.seed,
+                "cache_type_k": self.layout.type_k, "cache_type_v": self.layout.type_v}
 
     @property
     def method_reads_fast(self) -> bool:
@@ -172,11 +162,28 @@ class AskSettings:
         return AUTO_READING if self.read == "auto" else self.fast
 
 
-def _check_threads(threads: int) -> None:
-    """Refuse a thread count llama.cpp would crash on or crawl with (MAX_THREADS_PER_CPU)."""
-    if threads < 1:
-        raise SettingsError(f"threads must be at least 1, got {threads}", "use 1 or more threads, or leave it unset for all cores")
-    cpus = available_cpus()
-    if threads > MAX_THREADS_PER_CPU * cpus:
-        raise SettingsError(f"`threads` must be at most {MAX_THREADS_PER_CPU * cpus} ({MAX_THREADS_PER_CPU} for each of the "
-                            f"{cpus} CPUs kvchat may use), got {threads:,}", "leave it unset for every CPU kvchat may use")
+def ask_settings(user: UserSettings, **engine: Any) -> AskSettings:
+    """AskSettings carrying out the user's settings; `engine`: those a front end sets itself (the
+    server's method, sampler and layout; kept_cells …). Of the method's options, those left unset
+    (None) are its defaults, and one the method has not is an error naming those it has. A method
+    left unnamed is the default one, which streams a document too long to read whole."""
+    options: dict[str, object] = {name: getattr(user, name) for name in METHOD_OPTIONS if getattr(user, name) is not None}
+    if "heads" in options:
+        options["heads"] = HeadReduction(options["heads"])
+    if "method" not in engine:
+        engine["method"] = method_named(user.method or SnapKV.name, **options)
+    answer = {name: getattr(user, name) for name in _held_as_they_are()}
+    layout = KvLayout(flash_attention(user.flash_attn, user.gpu_layers), user.cache_type_k, user.cache_type_v)
+    return AskSettings(**{**answer, "auto_stream": user.method is None, "layout": layout,
+                          "sampler": SamplerSettings(temperature=user.temperature, seed=user.seed), **engine})
+
+
+def _held_as_they_are() -> list[str]:
+    """AskSettings' fields that hold a user's setting as it is (max_tokens, read …)."""
+    return [each.name for each in fields(AskSettings) if each.name in UserSettings.model_fields and each.name != "method"]
+
+
+def flash_attention(choice: str, gpu_layers: int) -> bool:
+    """flash_attn on|off|auto; auto is on when layers run on a GPU (where the fused kernel saves
+    memory and time) and off on the CPU (where reading the softmax is exact and cheaper)."""
+    return choice == "on" or (choice == "auto" and gpu_layers > 0 and gpu_offload_supported())

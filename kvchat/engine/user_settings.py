@@ -1,5 +1,5 @@
-"""The settings a user chooses for an answer, each declared once: its type, its values, its default
-and what it means. The CLI's options and their help, the config file's and `KVCHAT_<OPTION>`
+"""The settings a user chooses for an answer and the engine that gives it (its KV layout, its GPU
+layers, its draft), each declared once: its type, its values, its default and what it means. The CLI's options and their help, the config file's and `KVCHAT_<OPTION>`
 defaults, the server's `kv_<setting>` request fields and the chat's settings form are all made
 from these fields (docs/layout.md: adding a setting), and a wrong value is refused with one
 message (invalid_setting) that each front end words with its own name for the setting.
@@ -8,26 +8,102 @@ message (invalid_setting) that each front end words with its own name for the se
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Literal, get_args, get_origin
+from types import NoneType, UnionType
+from typing import Annotated, Any, Literal, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+from pydantic_core import PydanticCustomError
 
 from kvchat.errors import SettingsError
+from kvchat.llama import CACHE_TYPES, available_cpus
+from kvchat.policy import DEFAULT_BUDGET, DEFAULT_WINDOW, METHODS, MIN_BUDGET, SPAN_MODES, HeadReduction, PoolMode, SnapKV, methods_help
+
+METHOD_NAMES = tuple(METHODS)
+HEAD_REDUCTIONS = tuple(reduction.value for reduction in HeadReduction)
 
 DEFAULT_MAX_TOKENS = 512
+# Where a command's --help lists a setting: with the answer settings, the advanced ones (how the
+# kept entries are chosen), or (None) with the command's other options.
+ANSWER, ADVANCED = "answer", "advanced"
+# Threads for each CPU kvchat may use, at most: more only wait on each other, and far more crash
+# llama.cpp (docs/cli.md, "Threads").
+MAX_THREADS_PER_CPU = 4
+SNAPKV = SnapKV()  # the defaults of its options, which snapstream shares
 
 
-def _setting(default: Any, description: str, *, served: bool = False, form: str | None = None, **checks: Any) -> Any:
+def _setting(default: Any, description: str, *, served: bool = False, form: str | None = None, panel: str | None = ANSWER,
+             **checks: Any) -> Any:
     """A field: `served` makes it a `kv_<name>` field of the server's requests; `form` is its
-    label in the chat's settings form (None: not in the form)."""
-    return Field(default, description=description, json_schema_extra={"served": served, "form": form}, **checks)
+    label in the chat's settings form (None: not in the form); `panel` its place in --help."""
+    extra = {"served": served, "form": form, "panel": panel}
+    return Field(default, description=description, json_schema_extra=extra, **checks)  # type: ignore[arg-type]
+
+
+def _odd(number: int | None) -> int | None:
+    if number is not None and number % 2 == 0:
+        raise PydanticCustomError("odd", "should be an odd number")
+    return number
+
+
+def _not_blank(text: str | None) -> str | None:
+    if text is not None and not text.strip():
+        raise PydanticCustomError("blank", "should hold some text")
+    return text
+
+
+def _within_cpus(threads: int | None) -> int | None:
+    """Refuses a thread count llama.cpp would crash on or crawl with (MAX_THREADS_PER_CPU)."""
+    cpus = available_cpus()
+    if threads is not None and threads > MAX_THREADS_PER_CPU * cpus:
+        raise PydanticCustomError("too_many_threads", "should be at most {most} ({per} for each of the {cpus} CPUs kvchat may use)",
+                                  {"most": MAX_THREADS_PER_CPU * cpus, "per": MAX_THREADS_PER_CPU, "cpus": cpus})
+    return threads
 
 
 class UserSettings(BaseModel):
-    """What a user sets for an answer, as values only: AskSettings is made from them."""
+    """What a user sets for an answer, as values only: AskSettings is made from them (ask_settings)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
+    budget: int = _setting(DEFAULT_BUDGET, "KV entries kept for the prompt, observation window included.", served=True,
+                           form="KV budget", panel=None, ge=MIN_BUDGET)
+    window: int = _setting(DEFAULT_WINDOW, "Observation window: the question's last tokens whose attention votes.",
+                           form="window", panel=ADVANCED, ge=1)
+    kernel: Annotated[int | None, AfterValidator(_odd)] = _setting(
+        None, f"snapkv, snapstream: pooling kernel (odd) that keeps neighbours of chosen tokens (default {SNAPKV.kernel}).",
+        form="pooling kernel", panel=ADVANCED, ge=1)
+    pool: PoolMode | None = _setting(
+        None, f"snapkv, snapstream: pooling, max or avg (default {SNAPKV.pool}).", form="pooling", panel=ADVANCED)
+    heads: Literal[HEAD_REDUCTIONS] | None = _setting(  # type: ignore[valid-type]
+        None, "snapkv, snapstream: how the heads choose: sum (one ranking of their votes, the default), normalized, "
+        "topk-count, max, or per-head (each layer and KV head keeps its own tokens, in the same number of cells).",
+        panel=ADVANCED)
+    spans: Literal[SPAN_MODES] | None = _setting(  # type: ignore[valid-type]
+        None, "snapkv, snapstream: keep whole spans once one of their tokens is chosen: words (numbers and words), "
+        f"sentences, chunks (32 tokens), or none (default {SNAPKV.spans}).", panel=ADVANCED)
+    method: Literal[METHOD_NAMES] | None = _setting(  # type: ignore[valid-type]
+        None, f"{methods_help()}. Default: {SNAPKV.name}, or snapstream for a document longer than the model's context.",
+        served=True, form="method", panel=ADVANCED)
+    chunk: int = _setting(512, "snapstream: tokens read between evictions.", panel=ADVANCED, ge=1)
+    recent: int = _setting(64, "snapstream: most recent tokens always kept while reading.", panel=ADVANCED, ge=1)
+    temperature: float = _setting(0.0, "0 = greedy (deterministic).", form="temperature", panel=None, ge=0)
+    seed: int | None = _setting(None, "Sampling seed (with --temperature > 0).", panel=None)
+    threads: Annotated[int | None, AfterValidator(_within_cpus)] = _setting(
+        None, "CPU threads for reading and decoding (default: every CPU kvchat may use).", panel=None, ge=1)
+    gpu_layers: int = _setting(0, "Layers to offload to the GPU (a CUDA or Metal build; see docs/gpu.md).", panel=None, ge=0)
+    flash_attn: Literal["auto", "on", "off"] = _setting(
+        "auto", "on, off, or auto (on with --gpu-layers); on: scores from queries and keys.", panel=None)
+    cache_type_k: Literal[CACHE_TYPES] = _setting("f16", "KV cache type of K: f16 or q8_0.", panel=None)  # type: ignore[valid-type]
+    cache_type_v: Literal[CACHE_TYPES] = _setting(  # type: ignore[valid-type]
+        "f16", "KV cache type of V: f16 or q8_0 (q8_0 needs flash attention).", panel=None)
+    n_ctx: int | None = _setting(None, "Context size (default: fits the prompt + max tokens).", panel=None, ge=1)
+    n_batch: int = _setting(512, "Tokens read per step: a reading's chunk, and the largest --window.", panel=None, ge=1)
+    cache: bool = _setting(True, "Save each document's reading and reuse it next time.", panel=None)
+    draft: str | None = _setting(
+        None, "A smaller model with the same vocabulary (registry name or GGUF path) that does the cheap pass of a "
+        "fast reading: its attention chooses the tokens the model reads (Speculative Prefill). Default: the one the "
+        "registry pairs with the model, if installed (small, for the default model); none: the model's own layers.",
+        panel=None)
     max_tokens: int = _setting(DEFAULT_MAX_TOKENS, "Most tokens per answer.", form="max tokens", ge=1)
     read: Literal["auto", "full", "fast", "retrieval"] = _setting(
         "auto", "How a new document's first question reads it. auto: fast when the model has a draft installed (the "
@@ -42,8 +118,12 @@ class UserSettings(BaseModel):
         "entries its question keeps (docs/how-it-works.md: Questions about the whole document).",
         served=True, form="in parts")
     sources: bool = _setting(True, "Name the passages each answer drew on (from its attention).", served=True)
-    system: str | None = _setting(
+    system: Annotated[str | None, AfterValidator(_not_blank)] = _setting(
         None, "The system prompt (default: kvchat's: answer from the document only, quote exactly, keep it short).")
+
+
+def panel(name: str) -> str | None:
+    return UserSettings.model_fields[name].json_schema_extra["panel"]  # type: ignore[index,return-value]
 
 
 def setting_names(*, served: bool | None = None, in_form: bool | None = None) -> list[str]:
@@ -65,9 +145,21 @@ def form_label(name: str) -> str:
 
 
 def choices(name: str) -> tuple[str, ...]:
-    """The values a setting takes, for one of a few (a Literal); () for the others."""
-    annotation = UserSettings.model_fields[name].annotation
+    """The values a setting takes, for one of a few (a Literal, or one left unset); () for the others."""
+    annotation = _value_type(name)
     return get_args(annotation) if get_origin(annotation) is Literal else ()
+
+
+def value_type(name: str) -> Any:
+    """The type of a value of the setting `name`, unset (None) aside: `int` for `int | None`."""
+    return _value_type(name)
+
+
+def _value_type(name: str) -> Any:
+    annotation = UserSettings.model_fields[name].annotation
+    if get_origin(annotation) is UnionType or (get_origin(annotation) is not None and NoneType in get_args(annotation)):
+        [annotation] = [kind for kind in get_args(annotation) if kind is not NoneType]
+    return annotation
 
 
 def user_settings(values: Mapping[str, Any], base: UserSettings | None = None) -> UserSettings:
@@ -78,18 +170,35 @@ def user_settings(values: Mapping[str, Any], base: UserSettings | None = None) -
         raise invalid_setting(error.errors()[0]) from None
 
 
-def invalid_setting(error: Mapping[str, Any], name: str | None = None) -> SettingsError:
+def invalid_setting(error: Mapping[str, Any], name: str | None = None, kinds: tuple[str, ...] | None = None,
+                    hint: str | None = None) -> SettingsError:
     """The one message for a wrong value of a setting, from a pydantic error (the CLI's, the
     server's request validation's); `name`: the setting, when the error's location is a front
-    end's field for it."""
-    name = name or str(error["loc"][-1])
-    value, kinds = error.get("input"), choices(name)
+    end's field for it; `kinds`: the values that front end takes, where fewer than the setting's;
+    `hint`: that front end's own, where its bound is not the setting's (the server's budget)."""
+    name = name or str(error["loc"][0])
+    value, kinds = error.get("input"), kinds or choices(name)
     if kinds:
-        return SettingsError(f"unknown `{name}` {value!r}", f"use {_either(kinds)}")
+        return _not_among(name, value, kinds)
     field = UserSettings.model_fields[name]
     if field.annotation is bool:
-        return SettingsError(f"`{name}` is true or false, not {value!r}", f"{str(field.default).lower()} is the default")
-    return SettingsError(f"`{name}` {_lowered(error['msg'])}, not {value!r}", f"{field.default!r} is the default")
+        return SettingsError(f"`{name}` is true or false, not {value!r}", hint or f"{str(field.default).lower()} is the default")
+    return SettingsError(f"`{name}` {_lowered(error['msg'])}, not {value!r}", hint or _default_hint(name))
+
+
+def _not_among(name: str, value: object, kinds: tuple[str, ...]) -> SettingsError:
+    """A value that is none of `kinds`: the setting's own, or those a front end takes of them."""
+    return SettingsError(f"unknown `{name}` {value!r}", f"use {_either(kinds)}")
+
+
+def above_most(name: str, value: object, most: object, why: str, hint: str | None = None) -> SettingsError:
+    """A value over a front end's own bound of the setting (the server's budget), said as the field says its own."""
+    return SettingsError(f"`{name}` should be less than or equal to {most} ({why}), not {value!r}", hint or _default_hint(name))
+
+
+def _default_hint(name: str) -> str:
+    default = UserSettings.model_fields[name].default
+    return "leave it unset" if default is None else f"{default!r} is the default"
 
 
 def _either(values: tuple[str, ...]) -> str:

@@ -149,7 +149,7 @@ def test_a_system_prompt_is_part_of_the_documents_prompt_and_of_every_question(t
     finally:
         own.close()
         french.close()
-    with pytest.raises(SettingsError, match="the system prompt is empty"):
+    with pytest.raises(SettingsError, match="`system` should hold some text"):
         AskSettings(system="  ")
 
 

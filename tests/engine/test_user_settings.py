@@ -20,14 +20,19 @@ from tests.server_harness import serving
 from tests.tui.test_tui import SIZE, wait_for
 from kvchat.cli import app as cli_app
 from kvchat.cli import config
-from kvchat.engine import UserSettings, choices, setting_names
+from kvchat.engine import UserSettings, ask_settings, choices, setting_names, user_settings
 from kvchat.server.schemas import ChatCompletionRequest
 from kvchat.tui.app import KvchatApp
 from kvchat.tui.screens import SettingsScreen
 
 COMMAND = typer.main.get_command(cli_app.app)
 FIELDS = UserSettings.model_fields
-OTHER_VALUE = {"read": "retrieval", "in_parts": "off", "sources": "false", "max_tokens": "7", "system": "Be brief."}
+OTHER_VALUE = {
+    "budget": "512", "window": "16", "kernel": "5", "pool": "avg", "heads": "max", "spans": "sentences", "method": "full",
+    "chunk": "256", "recent": "32", "temperature": "0.5", "seed": "3", "threads": "1", "gpu_layers": "2", "flash_attn": "on",
+    "cache_type_k": "q8_0", "cache_type_v": "q8_0", "n_ctx": "4096", "n_batch": "256", "cache": "false", "draft": "small",
+    "max_tokens": "7", "read": "retrieval", "in_parts": "off", "sources": "false", "system": "Be brief.",
+}
 
 
 def _options(command_name: str, setting: str) -> list[object]:
@@ -45,7 +50,9 @@ def test_a_setting_is_one_option_of_ask_named_and_described_by_its_field(name) -
     flag = "--" + name.replace("_", "-")
     assert option.opts[0] == flag and option.help == FIELDS[name].description  # type: ignore[attr-defined]
     assert option.default == FIELDS[name].default  # type: ignore[attr-defined]
-    shared = [command for command in ("chat", "serve", "read", "inspect") if _options(command, name)]
+    grids = {("bench", "budget"), ("bench", "read")}  # the bench's own options: several values each, a run for each
+    shared = [command for command in ("chat", "serve", "read", "inspect", "doctor", "bench")
+              if _options(command, name) and (command, name) not in grids]
     assert all(len(_options(command, name)) == 1 and _options(command, name)[0].help == FIELDS[name].description
                for command in shared)  # type: ignore[attr-defined]
 
@@ -64,12 +71,14 @@ def test_a_setting_takes_its_default_from_one_environment_variable(name, monkeyp
 
 def test_the_served_settings_are_the_requests_kv_fields_with_their_descriptions() -> None:
     served = setting_names(served=True)
-    assert served == ["read", "in_parts", "sources"]
+    assert served == ["budget", "method", "read", "in_parts", "sources"]
     for name in served:
         field = ChatCompletionRequest.model_fields[f"kv_{name}"]
-        assert field.default is None and field.description == f"{FIELDS[name].description} Unset: the server's --{name.replace('_', '-')}."
+        assert field.default is None and field.description.startswith(f"{FIELDS[name].description} ")
+    assert ChatCompletionRequest.model_fields["kv_read"].description.endswith(" Unset: the server's --read.")
     assert not [name for name in FIELDS if name not in served and f"kv_{name}" in ChatCompletionRequest.model_fields]
-    assert setting_names(in_form=True) == ["max_tokens", "in_parts"] and choices("in_parts") == ("auto", "on", "off")
+    assert setting_names(in_form=True) == ["budget", "window", "kernel", "pool", "method", "temperature", "max_tokens", "in_parts"]
+    assert choices("in_parts") == ("auto", "on", "off") and choices("pool") == ("max", "avg") and choices("budget") == ()
 
 
 def _cli_error(args: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> tuple[object, str]:
@@ -80,19 +89,21 @@ def _cli_error(args: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.
     return exited.value.code, capsys.readouterr().err
 
 
-@pytest.mark.parametrize(("name", "request_value", "said"), [
-    ("in_parts", "always", "unknown {} 'always' (hint: use auto, on or off)"),
-    ("read", "skim", "unknown {} 'skim' (hint: use auto, full, fast or retrieval)"),
+@pytest.mark.parametrize(("name", "request_value", "said", "cli_hint", "server_hint"), [
+    ("in_parts", "always", "unknown {} 'always'", "use auto, on or off", "use auto, on or off"),
+    ("read", "skim", "unknown {} 'skim'", "use auto, full, fast or retrieval", "use auto, full, fast or retrieval"),
+    ("budget", 8, "{} should be greater than or equal to 16, not 8", "1024 is the default", "use 16 to 1024, or leave it out for 1024"),
 ])
-def test_a_wrong_value_says_the_same_from_the_cli_and_the_server(name, request_value, said, monkeypatch, capsys, tmp_path) -> None:
+def test_a_wrong_value_says_the_same_from_the_cli_and_the_server(name, request_value, said, cli_hint, server_hint, monkeypatch,
+                                                                  capsys, tmp_path) -> None:
     flag = "--" + name.replace("_", "-")
-    code, stderr = _cli_error(["ask", str(tmp_path / "a.txt"), "Who?", flag, request_value], monkeypatch, capsys)
-    assert code == 2 and stderr == f"kvchat: error: {said.format(flag)}\n"
+    code, stderr = _cli_error(["ask", str(tmp_path / "a.txt"), "Who?", flag, str(request_value)], monkeypatch, capsys)
+    assert code == 2 and stderr == f"kvchat: error: {said.format(flag)} (hint: {cli_hint})\n"
     with serving(FakeEngine().service()) as url:
         refused = httpx.post(f"{url}/v1/chat/completions", json={
             "model": "kvchat-test", "messages": [{"role": "user", "content": "Who?"}], f"kv_{name}": request_value})
     assert refused.status_code == 400
-    assert refused.json()["error"] == {"message": said.format(f"kv_{name}"), "type": "invalid_request_error",
+    assert refused.json()["error"] == {"message": f"{said.format(f'kv_{name}')} (hint: {server_hint})", "type": "invalid_request_error",
                                        "param": f"kv_{name}", "code": "invalid_request"}
 
 
@@ -117,3 +128,23 @@ async def test_the_chat_form_has_a_field_for_each_form_setting_and_refuses_a_wro
     code, stderr = _cli_error(["ask", str(tmp_path / "a.txt"), "Who?", "--max-tokens", "0"], monkeypatch, capsys)
     said = "{} should be greater than or equal to 1, not 0 (hint: 512 is the default)"
     assert (shown, code, stderr) == (said.format("max tokens"), 2, f"kvchat: error: {said.format('--max-tokens')}\n")
+
+
+@pytest.mark.parametrize(("field", "value", "said"), [
+    ("kv_budget", 2048, "kv_budget should be less than or equal to 1024 (this server's limit), not 2048 (hint: use 16 to 1024, or leave it out for 1024)"),
+    ("kv_method", "snapstream", "unknown kv_method 'snapstream' (hint: use snapkv or full)"),
+])
+def test_the_server_bounds_a_setting_further_in_the_same_words(field, value, said) -> None:
+    with serving(FakeEngine().service()) as url:
+        refused = httpx.post(f"{url}/v1/chat/completions", json={
+            "model": "kvchat-test", "messages": [{"role": "user", "content": "Who?"}], field: value})
+    assert refused.status_code == 400 and refused.json()["error"]["message"] == said
+
+
+def test_the_cli_settings_make_the_settings_of_an_ask() -> None:
+    values = {name: value for name, value in OTHER_VALUE.items() if name not in ("kernel", "pool", "heads", "spans")}  # not full's
+    settings = ask_settings(user_settings({**values, "read": "full"}))
+    assert (settings.method.name, settings.method.budget, settings.method.window, settings.auto_stream) == ("full", 512, 16, False)
+    assert (settings.sampler.temperature, settings.sampler.seed, settings.threads, settings.n_ctx, settings.n_batch) == (0.5, 3, 1, 4096, 256)
+    assert (settings.layout.flash_attn, settings.layout.type_k, settings.layout.type_v) == (True, "q8_0", "q8_0")
+    assert (settings.max_tokens, settings.read, settings.in_parts, settings.sources, settings.system) == (7, "full", "off", False, "Be brief.")

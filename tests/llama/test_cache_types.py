@@ -107,8 +107,8 @@ def test_rotated_quantized_keys_are_rotated_back(small_model_path: Path) -> None
 def test_a_quantized_v_cache_needs_flash_attention() -> None:
     with pytest.raises(SettingsError, match="needs flash attention"):
         KvLayout(type_v="q8_0")
-    with pytest.raises(SettingsError, match="unknown KV cache type"):
-        KvLayout(type_k="q4_0")
+    with pytest.raises(SettingsError, match="unknown `cache_type_k` 'q4_0'"):
+        AskSettings(layout=KvLayout(type_k="q4_0"))
     assert AskSettings(layout=KvLayout(True, "q8_0", "q8_0")).layout.type_v == "q8_0"
 
 

@@ -799,9 +799,9 @@ def test_the_api_docs_load_nothing_from_another_origin(server, path) -> None:
 
 
 @pytest.mark.parametrize("field, value, expected", [
-    ("kv_budget", "512", "kv_budget: Input should be a valid integer"),
-    ("kv_budget", True, "kv_budget: Input should be a valid integer"),
-    ("kv_budget", 48.0, "kv_budget: Input should be a valid integer"),
+    ("kv_budget", "512", "kv_budget should be a valid integer, not '512' (hint: use 16 to 64, or leave it out for 64)"),
+    ("kv_budget", True, "kv_budget should be a valid integer, not True (hint: use 16 to 64, or leave it out for 64)"),
+    ("kv_budget", 48.0, "kv_budget should be a valid integer, not 48.0 (hint: use 16 to 64, or leave it out for 64)"),
     ("kv_sources", "false", "kv_sources is true or false, not 'false' (hint: true is the default)"),
     ("kv_sources", 0, "kv_sources is true or false, not 0 (hint: true is the default)"),
 ])

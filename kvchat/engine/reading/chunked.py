@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from kvchat.engine.kvcache.cache import KvCache
-from kvchat.engine.settings import AskSettings
+from kvchat.engine.settings import USER, AskSettings
 from kvchat.errors import SettingsError, raise_if_cancelled
 from kvchat.events import Event, Evicted, Progress
 from kvchat.llama import LlamaModel
@@ -38,8 +38,8 @@ from kvchat.policy import HeadReduction
 class StreamSettings:
     """How streamed reading proceeds. Errors name settings, not CLI flags: the TUI and server build these too."""
 
-    chunk: int = 512
-    recent: int = 64
+    chunk: int = USER.chunk
+    recent: int = USER.recent
     query_aware: bool = True
     carry: float = 0.0  # weight of a surviving cell's earlier votes in the next scoring
 
