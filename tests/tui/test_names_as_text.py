@@ -123,4 +123,5 @@ async def test_a_settings_error_shows_the_value_as_typed(typed: str) -> None:
         error = app.screen.query_one("#settings-error", Label)
         await pilot.click("#save")
         await wait_for(pilot, lambda: error.visual.plain)
-        assert error.visual.plain == f"budget must be a number, got {typed!r}"
+        assert error.visual.plain == (f"KV budget should be a valid integer, unable to parse string as an integer, not {typed!r} "
+                                      "(hint: 1024 is the default)")
