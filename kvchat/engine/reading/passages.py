@@ -10,6 +10,7 @@ scoring, English stop words removed, Snowball stems), over the passages' own tex
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -18,6 +19,8 @@ import numpy as np
 import Stemmer
 
 from kvchat.policy.spans import spans_from_pieces
+
+logging.getLogger("bm25s").setLevel(logging.WARNING)  # bm25s sets its logger to DEBUG: a line per index built
 
 PASSAGE_TOKENS = 250  # a passage grows by whole sentences (of at most 48 tokens) up to this many tokens
 _STEMMER = Stemmer.Stemmer("english")
