@@ -60,14 +60,14 @@ def setting_option(name: str) -> tuple[object, typer.models.OptionInfo]:
     its flag is the name with dashes, its help the setting's description. Its value is checked
     with the others' (user_settings), so that a wrong one says what the server says."""
     field = UserSettings.model_fields[name]
-    flag, shown_in = "--" + name.replace("_", "-"), PANELS.get(panel(name))  # type: ignore[arg-type]
+    option_name, shown_in = flag(name), PANELS.get(panel(name))  # type: ignore[arg-type]
     if field.annotation is bool:
-        return bool, typer.Option(field.default, f"{flag}/--no-{flag[2:]}", help=field.description, rich_help_panel=shown_in)
+        return bool, typer.Option(field.default, f"{option_name}/--no-{option_name[2:]}", help=field.description, rich_help_panel=shown_in)
     kinds = choices(name)
     text = value_type(name) is str and not kinds  # free text, as a command line may hold it (as_text)
     kind = (str | None if field.default is None else str) if kinds else field.annotation  # a choice is checked with the others
     return kind, typer.Option(
-        field.default, flag, *MORE_FLAGS.get(name, ()), help=field.description, show_default=field.default is not None,
+        field.default, option_name, *MORE_FLAGS.get(name, ()), help=field.description, show_default=field.default is not None,
         callback=as_text if text else None, rich_help_panel=shown_in)
 
 
@@ -108,5 +108,5 @@ def warn_about_gpu_layers(gpu_layers: int, console: Console) -> None:
 
 
 def flag(setting: str) -> str:
-    """How the CLI calls a setting an error names (errors.py): its option, `n_ctx` is --n-ctx."""
+    """How the CLI calls a setting: its option, and the name an error gives it (errors.py): `n_ctx` is --n-ctx."""
     return "--" + setting.replace("_", "-")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
+from functools import cache
 from typing import Any
 
 from kvchat.engine.user_settings import UserSettings, user_settings
@@ -178,9 +179,10 @@ def ask_settings(user: UserSettings, **engine: Any) -> AskSettings:
                           "sampler": SamplerSettings(temperature=user.temperature, seed=user.seed), **engine})
 
 
-def _held_as_they_are() -> list[str]:
+@cache
+def _held_as_they_are() -> tuple[str, ...]:
     """AskSettings' fields that hold a user's setting as it is (max_tokens, read …)."""
-    return [each.name for each in fields(AskSettings) if each.name in UserSettings.model_fields and each.name != "method"]
+    return tuple(each.name for each in fields(AskSettings) if each.name in UserSettings.model_fields and each.name != "method")
 
 
 def flash_attention(choice: str, gpu_layers: int) -> bool:

@@ -146,16 +146,12 @@ def form_label(name: str) -> str:
 
 def choices(name: str) -> tuple[str, ...]:
     """The values a setting takes, for one of a few (a Literal, or one left unset); () for the others."""
-    annotation = _value_type(name)
+    annotation = value_type(name)
     return get_args(annotation) if get_origin(annotation) is Literal else ()
 
 
 def value_type(name: str) -> Any:
     """The type of a value of the setting `name`, unset (None) aside: `int` for `int | None`."""
-    return _value_type(name)
-
-
-def _value_type(name: str) -> Any:
     annotation = UserSettings.model_fields[name].annotation
     if get_origin(annotation) is UnionType or (get_origin(annotation) is not None and NoneType in get_args(annotation)):
         [annotation] = [kind for kind in get_args(annotation) if kind is not NoneType]

@@ -60,10 +60,9 @@ def answer(
             yield from conversation.open(question, cancel=cancel)
         if in_parts:
             assert parts is not None
-            events = answer_in_parts(parts, conversation.document, question, settings, conversation.model.count_tokens, cancel)
+            done = yield from _answer_in_parts(conversation, parts, question, settings, cancel)
         else:
-            events = answer_from_kept(conversation, question, settings, cancel)
-        done = yield from _all_but_done(events)
+            done = yield from _all_but_done(answer_from_kept(conversation, question, settings, cancel))
     conversation.turns.append(Turn(question, done.answer))
     yield replace(done, read_whole_after=_read_whole_after(conversation))
 
@@ -79,14 +78,22 @@ def prepare(
     settings = conversation.settings_for(settings)
     if parts is not None and answers_in_parts(settings.in_parts, question):
         conversation.skip_reading()
-        events = answer_in_parts(parts, conversation.document, question, settings, conversation.model.count_tokens, cancel)
-        done = yield from _all_but_done(events)
+        done = yield from _answer_in_parts(conversation, parts, question, settings, cancel)
         return replace(done, read_whole_after=_read_whole_after(conversation))
     conversation.check_question(question, settings)  # before the document is read for it
     yield from conversation.open(cancel=cancel)
     selected = yield from conversation.select(question, cancel, settings)
     finder = conversation.source_finder if settings.sources else None
     return kept_prompt(conversation.run, selected, sampler, settings, finder, _read_whole_after(conversation))
+
+
+def _answer_in_parts(
+    conversation: Conversation, parts: ConversationFor, question: str, settings: AskSettings, cancel: threading.Event | None,
+) -> Generator[Event, None, Done]:
+    """The events of `question`'s answer from each part of the conversation's document in turn
+    (in_parts.py), but its Done, which is returned."""
+    events = answer_in_parts(parts, conversation.document, question, settings, conversation.model.count_tokens, cancel)
+    return (yield from _all_but_done(events))
 
 
 def _all_but_done(events: Iterator[Event]) -> Generator[Event, None, Done]:
