@@ -16,9 +16,9 @@ from kvchat.bench.cuad import cuad_contracts, cuad_ids_named
 from kvchat.bench.leval import LEVAL_TASKS, PARTS, leval_folder, task_file
 from kvchat.bench.leval_metrics import require_rouge
 from kvchat.bench.report import summarize, write_json
-from kvchat.cli.options import check_draft, draft_for, with_settings
+from kvchat.cli.options import check_draft, draft_for, warn_about_gpu_layers, with_settings
 from kvchat.bench.runner import LAYOUT_OPTIONS, QUICK, READING_OPTIONS, TASKS, BenchConfig, run_bench
-from kvchat.engine import AskSettings, Engine, UserSettings
+from kvchat.engine import AskSettings, Engine, UserSettings, ask_settings
 from kvchat.errors import SettingsError
 from kvchat.models import resolve_model
 from kvchat.policy import METHODS
@@ -125,7 +125,7 @@ def _table(summary: list[dict]) -> Table:
 def _run(model: str, config: BenchConfig, console: Console, draft: str | None = None) -> list[dict]:
     """Every record of one model's run, with a progress bar."""
     records = []
-    with Engine(model, use_cache=False, draft=draft) as engine, Progress(
+    with Engine(model, gpu_layers=config.gpu_layers, use_cache=False, draft=draft) as engine, Progress(
         TextColumn("bench {task.fields[model]}", markup=False), BarColumn(), MofNCompleteColumn(), TextColumn("answers"),
         TimeElapsedColumn(), console=console, transient=True,
     ) as progress:
@@ -137,7 +137,7 @@ def _run(model: str, config: BenchConfig, console: Console, draft: str | None = 
     return records
 
 
-@with_settings("draft")
+@with_settings("draft", "gpu_layers", "flash_attn")
 def bench_command(
     budget: list[int] = typer.Option([], "--budget", help=f"KV budget; repeat for several (default {UserSettings().budget})."),
     tasks: str | None = typer.Option(None, help=f"Comma-separated: {', '.join(TASKS)}."),
@@ -161,6 +161,7 @@ def bench_command(
     """Measure accuracy, decode speed and KV memory of each method side by side, in one run."""
     leval = LevalOptions(leval_data, leval_part, leval_docs, leval_questions)
     config = _config(quick, tasks, lengths, depths, budget, methods, variant, questions, cuad_data, read, leval)
+    config = replace(config, gpu_layers=user.gpu_layers, layout=ask_settings(user).layout)  # every variant's, unless it names its own
     readings = {each.settings(AskSettings()).read for each in config.variants()}  # refuses bad settings before loading anything
     reading = "fast" if readings - {"full", "retrieval"} else "full"  # the draft serves fast readings
     check_draft(user.draft, reading, "add --read full,fast")
@@ -171,6 +172,7 @@ def bench_command(
     for name in models:  # a missing second model is refused before the first one's run
         resolve_model(name)
     console = Console(stderr=True)
+    warn_about_gpu_layers(user.gpu_layers, console)
     records: list[dict] = []
     for name in models:
         records += _run(name, config, console, drafts[name])

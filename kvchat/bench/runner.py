@@ -19,7 +19,7 @@ from kvchat.bench.leval import LEVAL_TASKS, LevalSelection, leval_cases, leval_f
 from kvchat.bench.tasks import (
     MULTIKEY_TASKS, Case, CountTokens, case_score, multikey_case, needle_case, variable_tracking_case,
 )
-from kvchat.engine import AskSettings, Engine
+from kvchat.engine import AskSettings, Engine, KvLayout
 from kvchat.errors import SettingsError
 from kvchat.events import Pruned
 from kvchat.policy import DEFAULT_BUDGET, METHODS, SnapKV, method_carrying, method_options
@@ -118,6 +118,8 @@ class BenchConfig:
     reads: tuple[str, ...] = ("full",)  # with "fast" or "retrieval": snapkv at each budget read so too; without "full": read so only
     leval_data: str | None = None  # the folder of L-Eval's task files (leval.py)
     leval: LevalSelection = LevalSelection()  # which of their documents and questions are asked
+    gpu_layers: int = 0  # the model's layers on the GPU
+    layout: KvLayout = KvLayout()  # the KV cache's layout, unless a variant names its own (flash_attn=on …)
 
     def variants(self) -> list[Variant]:
         read_full = "full" in self.reads  # without it, only what is read fast: the variants that say so, and snapkv
@@ -212,7 +214,8 @@ def run_bench(engine: Engine, config: BenchConfig) -> Iterator[tuple[int, int, d
                         engine.model.shape.n_ctx_train - PROMPT_ROOM)
     variants = config.variants()
     # every question answered from the entries kept, unless a variant says `whole=N`
-    base = AskSettings(max_tokens=config.decode_tokens, method=SnapKV(), auto_stream=False, sources=False, in_parts="off")
+    base = AskSettings(max_tokens=config.decode_tokens, method=SnapKV(), auto_stream=False, sources=False, in_parts="off",
+                       layout=config.layout)
     all_settings = [variant.settings(base) for variant in variants]
     total, done = len(cases) * len(variants), 0
     yield done, total, None

@@ -290,6 +290,20 @@ def test_a_layout_variant_reads_the_document_again_in_its_layout(tiny_model_path
     assert len(flash) == 1 and all(r["kept_tokens"] == 128 for r in flash)
 
 
+def test_the_runs_layout_is_every_variants_unless_one_names_its_own(tiny_model_path) -> None:
+    from kvchat.engine import Engine, KvLayout
+
+    config = BenchConfig(tasks=("needle",), lengths=(700,), depths=(0.5,), budgets=(128,), decode_tokens=4, methods=("snapkv",),
+                         policy_variants=((("flash_attn", "off"),),), layout=KvLayout(flash_attn=True))  # as --flash-attn on
+    with Engine(str(tiny_model_path), use_cache=False) as engine:
+        opened = []
+        conversation = engine.conversation
+        engine.conversation = lambda document, settings, **kw: opened.append(settings.layout) or conversation(document, settings, **kw)
+        records = [record for _, _, record in run_bench(engine, config) if record is not None]
+    assert [layout.flash_attn for layout in opened] == [True, False]
+    assert [r["variant"] for r in records] == ["snapkv@128", "snapkv@128(flash_attn=off)"]
+
+
 def test_a_system_prompt_variant_reads_again_with_it_and_wins_over_a_tasks_own(tiny_model_path) -> None:
     from kvchat.bench.compare import for_case
     from kvchat.bench.instructions import INSTRUCTIONS
@@ -411,6 +425,7 @@ def test_bench_command_compares_two_models_and_writes_json_and_plots(tiny_model_
             assert (tmp_path / "plots" / folder / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     table = result.stdout
     assert "snapkv@96" in table and "read s" in table and "of full" in table and table.count("other.gguf") == 4
+    assert document["config"]["gpu_layers"] == 0 and document["config"]["layout"]["flash_attn"] is False  # auto, on the CPU
 
 
 @pytest.mark.system
