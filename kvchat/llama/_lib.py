@@ -22,7 +22,17 @@ OPENMP_SPIN_COUNT = "3000"
 if "GOMP_SPINCOUNT" not in os.environ and "OMP_WAIT_POLICY" not in os.environ:
     os.environ["GOMP_SPINCOUNT"] = OPENMP_SPIN_COUNT
 
-import llama_cpp as raw  # noqa: E402  (re-exported for the adapter modules; after the spin count)
+# A CUDA build's libggml-cuda carries copies of libstdc++'s stream code and exports them. Where a
+# module imported earlier had loaded libstdc++ for itself (bm25s's imports do: scipy's C++
+# extensions), llama.cpp's model loader bound to those copies and crashed in print_info (CUDA 13,
+# an H100). Made global before llama.cpp's libraries load, the one libstdc++ serves them all.
+if sys.platform.startswith("linux"):
+    try:
+        ctypes.CDLL("libstdc++.so.6", mode=ctypes.RTLD_GLOBAL)
+    except OSError:  # a system without it: llama.cpp's libraries bring their own
+        pass
+
+import llama_cpp as raw  # noqa: E402  (re-exported for the adapter modules; after the spin count and libstdc++)
 
 
 def _library_path(stem: str) -> pathlib.Path:

@@ -8,6 +8,8 @@ the mechanics tests (test_mechanics, test_query_probe, …) on the GPU.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -117,3 +119,14 @@ def test_an_answer_on_the_gpu_is_pruned_to_the_budget(tiny_model_path: Path, tmp
     assert isinstance(events[-1], Done)
     stats = events[-1].stats
     assert stats.prompt_tokens > 600 and stats.kept_tokens == 64
+
+
+def test_a_model_loads_on_the_gpu_after_bm25s_was_imported_first(tiny_model_path: Path) -> None:
+    """bm25s's imports load libstdc++ for themselves; before kvchat made it global, a CUDA build's
+    model loader then crashed (a segfault in print_info). A fresh process, imported in that order."""
+    script = ("import bm25s\nfrom pathlib import Path\nfrom kvchat.llama import LlamaModel\n"
+              f"with LlamaModel(Path({str(tiny_model_path)!r}), gpu_layers={ALL_LAYERS}) as model:\n"
+              "    print(model.shape.n_layer)\n")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip().isdigit()
