@@ -24,6 +24,14 @@ class Page:
     kind: str = ""
 
 
+def page_label(kind: str, first: int, last: int | None = None) -> str:
+    """How kvchat names a page or pages of a document of `kind`: "p. 3", "pp. 2–3", or an EPUB's
+    chapter ("ch. 3", its first where several)."""
+    if kind == "epub":
+        return f"ch. {first}"
+    return f"p. {first}" if last is None or last == first else f"pp. {first}–{last}"
+
+
 @dataclass(frozen=True)
 class Document:
     path: Path

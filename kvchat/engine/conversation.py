@@ -25,6 +25,7 @@ from kvchat.engine.answering.sources import SourceFinder
 from kvchat.engine.kvcache.in_progress import ReadingsInProgress, WholeReadingDone, read_alone
 from kvchat.engine.kvcache.states import DocumentStates
 from kvchat.engine.prompt import PromptPart, Turn, chat_messages, document_part, split_rendered
+from kvchat.engine.prompt_text import prompt_text
 from kvchat.engine.reading.cheap_pass import CheapPass, pays, reread_tokens, speed_kind
 from kvchat.engine.reading.passages import Question
 from kvchat.engine.reading.prompt_run import PromptRun
@@ -70,7 +71,8 @@ class Conversation:
         self.in_progress = in_progress
         self.turns: list[Turn] = []
         self._system = settings.system  # the conversation's: its document part (and saved reading) holds it
-        part = document_part(model, document.text, self._system)
+        self._prompt_text = prompt_text(document)  # the document's text with its pages' marks
+        part = document_part(model, self._prompt_text.text, self._system)
         runs = self._document_runs(part)
         self.document_tokens = [token for run in runs for token in run] if runs else part.tokens(model)
         self.settings, self._notice = reading_settings(model, len(self.document_tokens), settings)
@@ -85,7 +87,7 @@ class Conversation:
         self._reading_s = 0.0
         self.opened = False  # open() (done) or skip_reading() was called
         self._unread = False  # the reading was left to the first question (a fast reading) or a follow-up
-        self._text = DocumentText(model, document, part.text, self.document_tokens)
+        self._text = DocumentText(model, document, self._prompt_text, part.text, self.document_tokens)
 
     def _document_runs(self, part: PromptPart) -> list[list[int]] | None:
         """Several documents: the document part's tokens as [prefix, one run per document,
@@ -96,8 +98,8 @@ class Conversation:
         starts = document_starts(self.document)
         if not starts:
             return None
-        at = part.text.find(self.document.text)
-        cuts = [at + start - 1 for start in starts] + [at + len(self.document.text) + 1]
+        at = part.text.find(self._prompt_text.text)  # a bundle's: its text, unmarked (prompt_text.py)
+        cuts = [at + start - 1 for start in starts] + [at + len(self._prompt_text.text) + 1]
         if any(part.text[cut - 1] != "\n" for cut in cuts[1:]) or part.text[cuts[0]] != "\n":
             raise ValueError("several documents need a line break around each")
         return part.token_runs(self.model, cuts)
@@ -115,7 +117,7 @@ class Conversation:
         return context_size(self.model, len(self.document_tokens), self.settings, reserve)
 
     def _split(self, question: str) -> tuple[PromptPart, PromptPart, PromptPart]:
-        messages = chat_messages(self.document.text, self.turns, question, self._system)
+        messages = chat_messages(self._prompt_text.text, self.turns, question, self._system)
         return split_rendered(self.model.apply_chat_template(messages))
 
     def question_window(self, question: str) -> list[int]:

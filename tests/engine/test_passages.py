@@ -97,7 +97,8 @@ def test_a_question_sharing_no_word_with_the_document_is_read_as_the_attention_c
 
 
 def test_a_passages_attention_is_the_mean_score_of_its_read_tokens() -> None:
-    passages = Passages(np.array([2, 5, 9]), np.array([5, 9, 12]), ("a", "b", "c"), np.array([0, 1, 12]), 13)
+    passages = Passages(np.array([2, 5, 9]), np.array([5, 9, 12]), ("a", "b", "c"), np.array([0, 1, 12]), 13,
+                        np.array([2, 2, 2]), np.array([2, 2, 2]))  # no pages: no marks
     origins = np.array([0, 1, 2, 3, 4, 9, 10, 12])
     scores = np.array([9.0, 9.0, 1.0, 2.0, 3.0, 4.0, 6.0, 9.0])
     np.testing.assert_array_equal(passages.attention(scores, origins), [2.0, -np.inf, 5.0])
@@ -114,3 +115,47 @@ def test_a_document_shorter_than_the_reading_is_read_whole(tiny_model, read: str
     finally:
         conversation.close()
     assert done.stats.read == "full" and done.stats.kept_tokens == done.stats.prompt_tokens
+
+
+PAGED = Document.from_pages(Path("topics.pdf"), "pdf", ["\n\n".join(_paragraph(topic) for topic in TOPICS[i : i + 3])
+                                                        for i in range(0, len(TOPICS), 3)])  # four pages, three topics each
+
+
+def test_a_paged_documents_passages_each_hold_one_pages_sentences_after_its_mark(tiny_model) -> None:
+    settings = AskSettings(method=SnapKV(budget=BUDGET, window=WINDOW), max_tokens=4, threads=2, sources=False, read="retrieval")
+    conversation = Conversation(tiny_model, "tiny", PAGED, settings)
+    passages, pieces = conversation._text.passages, tiny_model.pieces_text(conversation.document_tokens)
+    assert "".join(passages.texts) == PAGED.text  # the marks are in no passage
+    marks = ["".join(pieces[start:end]) for start, end in zip(passages.mark_starts.tolist(), passages.mark_ends.tolist())]
+    pages = [PAGED.page_at(int(conversation._text.token_ranges[0][start])) for start in passages.starts.tolist()]
+    assert marks == [f"[p. {page}]\n" for page in pages] and sorted(set(pages)) == [1, 2, 3, 4]
+    starts = conversation._text.token_ranges[0][passages.starts].tolist()
+    lasts = [start + len(text.rstrip()) - 1 for start, text in zip(starts, passages.texts)]
+    assert [PAGED.page_at(last) for last in lasts] == pages  # no passage runs on into the next page
+    chosen = np.array([int(np.argmax(passages.bm25("Which law governs this?")))])
+    read = passages.tokens_of(chosen, passages.n_tokens)
+    inside = read[(read >= passages.mark_starts[0]) & (read < passages.ends[-1])]
+    assert "".join(pieces[i] for i in inside) == "[p. 1]\n" + passages.texts[chosen[0]]  # governing law is on page 1
+
+
+def test_a_pages_mark_holds_none_of_the_documents_text(tiny_model) -> None:
+    from kvchat.engine.prompt_text import prompt_text
+
+    held = prompt_text(PAGED)
+    assert held.text.startswith("[p. 1]\nNote 0 is on orchard apples.") and held.text.count("[p. ") == 4
+    assert held.text.replace("[p. 2]\n", "").replace("[p. 3]\n", "").replace("[p. 4]\n", "") == "[p. 1]\n" + PAGED.text
+    conversation = Conversation(tiny_model, "tiny", PAGED, AskSettings(method=SnapKV(budget=BUDGET, window=WINDOW), threads=2))
+    starts, ends = conversation._text.token_ranges
+    pieces = tiny_model.pieces_text(conversation.document_tokens)
+    in_marks = np.flatnonzero(held.touches_mark(*conversation._text._prompt_ranges))
+    assert "".join(pieces[i] for i in in_marks) == "".join(f"[p. {n}]\n" for n in range(1, 5))
+    assert (starts[in_marks] == ends[in_marks]).all()  # no source or kept span can name a mark
+    text_tokens = np.flatnonzero(ends > starts)
+    assert "".join(pieces[i] for i in text_tokens) == PAGED.text
+
+
+def test_a_plain_text_document_is_held_as_it_is() -> None:
+    from kvchat.engine.prompt_text import prompt_text
+
+    held = prompt_text(DOCUMENT)
+    assert held.text == DOCUMENT.text and held.to_document is None and not held.touches_mark(np.array([0]), np.array([5])).any()

@@ -13,6 +13,7 @@ from kvchat.engine import AskSettings, Engine
 from kvchat.engine.kvcache.cache import KvCache
 from kvchat.engine.answering.document_text import token_char_ranges
 from kvchat.engine.prompt import document_part
+from kvchat.engine.prompt_text import prompt_text
 from kvchat.engine.answering.sources import MAX_PASSAGE, MIN_PASSAGE, SourceFinder, passages
 from kvchat.errors import DecodeError
 from kvchat.events import Done, Notice
@@ -140,10 +141,11 @@ def test_no_sources_without_token_ranges_or_attention_on_the_text() -> None:
 
 def _plant_on(monkeypatch: pytest.MonkeyPatch, engine: Engine, document: Document, start: int, end: int) -> None:
     """Make the answer's attention fall on the tokens of document.text[start:end] alone."""
-    part = document_part(engine.model, document.text)
-    ranges = token_char_ranges(engine.model, part.text, document.text, part.tokens(engine.model))
+    held = prompt_text(document)  # as the prompt holds it: a PDF's pages after their marks
+    part = document_part(engine.model, held.text)
+    ranges = token_char_ranges(engine.model, part.text, held.text, part.tokens(engine.model))
     assert ranges is not None
-    starts, ends = ranges
+    starts, ends = held.document_ranges(*ranges)
     target = np.flatnonzero((starts >= start) & (ends <= end) & (ends > starts))
     reobserve = KvCache.reobserve
     if hasattr(reobserve, "targets"):  # planted already: add these tokens to the planted ones

@@ -16,6 +16,7 @@ import numpy as np
 from kvchat.documents import Document
 from kvchat.documents.bundle import BUNDLE_KIND, kept_by_source
 from kvchat.engine.answering.sources import SourceFinder
+from kvchat.engine.prompt_text import PromptText
 from kvchat.engine.reading.passages import Passages
 from kvchat.events import Event, Pruned
 from kvchat.llama import LlamaModel
@@ -83,22 +84,35 @@ class DocumentText:
     (the kept view, Pruned's spans) and what names an answer's sources. The tokens' character
     ranges are found once, at the first answer that needs them."""
 
-    def __init__(self, model: LlamaModel, document: Document, document_part: str, document_tokens: list[int]) -> None:
+    def __init__(self, model: LlamaModel, document: Document, text: PromptText, document_part: str,
+                 document_tokens: list[int]) -> None:
         self.model = model
         self.document = document
-        self.document_part = document_part  # the rendered prompt prefix holding the document's text
+        self.text = text  # the document's text as the prompt holds it, with its pages' marks
+        self.document_part = document_part  # the rendered prompt prefix holding that text
         self.document_tokens = document_tokens
 
     @cached_property
+    def _prompt_ranges(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """Each token's [start, end) characters of the prompt's text (marks and all)."""
+        return token_char_ranges(self.model, self.document_part, self.text.text.strip(), self.document_tokens)
+
+    @cached_property
     def token_ranges(self) -> tuple[np.ndarray, np.ndarray] | None:
-        return token_char_ranges(self.model, self.document_part, self.document.text.strip(), self.document_tokens)
+        """Each token's [start, end) characters of the document's text: empty outside it (the
+        template, a page's mark)."""
+        ranges = self._prompt_ranges
+        return None if ranges is None else self.text.document_ranges(*ranges)
 
     @cached_property
     def passages(self) -> Passages:
-        """The document's passages, for a reading the question's words choose (passages.py)."""
-        ranges = self.token_ranges
-        in_text = ranges[1] > ranges[0] if ranges is not None else np.ones(len(self.document_tokens), dtype=bool)
-        return Passages.cut(self.model.pieces_text(self.document_tokens), in_text)
+        """The document's passages, for a reading the question's words choose (passages.py), each
+        read after its page's mark."""
+        n_tokens = len(self.document_tokens)
+        ranges, prompt_ranges = self.token_ranges, self._prompt_ranges
+        in_text = ranges[1] > ranges[0] if ranges is not None else np.ones(n_tokens, dtype=bool)
+        marks = self.text.touches_mark(*prompt_ranges) if prompt_ranges is not None else np.zeros(n_tokens, dtype=bool)
+        return Passages.cut(self.model.pieces_text(self.document_tokens), in_text & ~marks, marks)
 
     @cached_property
     def source_finder(self) -> SourceFinder:

@@ -19,7 +19,7 @@ import syntok.segmenter
 
 from kvchat.documents import Document
 from kvchat.documents.bundle import BUNDLE_KIND, document_starts
-from kvchat.documents.model import Page
+from kvchat.documents.model import Page, page_label
 from kvchat.events import Source
 
 MAX_PASSAGE = 200  # characters: a source quotes one passage, cut at a space beyond this
@@ -211,10 +211,7 @@ class SourceFinder:
     @staticmethod
     def _pages(pages: list[Page], kind: str) -> str:
         """Where `pages` are: an EPUB's first chapter ("ch. 3"), a PDF's page or pages ("pp. 2–3")."""
-        first, last = pages[0].number, pages[-1].number
-        if kind == "epub":
-            return f"ch. {first}"
-        return f"p. {first}" if first == last else f"pp. {first}–{last}"
+        return page_label(kind, pages[0].number, pages[-1].number)
 
     def _line(self, offset: int, base: int) -> int:
         return self.document.text.count("\n", base, offset) + 1

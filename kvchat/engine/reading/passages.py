@@ -29,31 +29,44 @@ _STEMMER = Stemmer.Stemmer("english")
 @dataclass(frozen=True)
 class Passages:
     """A document prompt's passages: passage i is the prompt's tokens [starts[i], ends[i]) and
-    reads `texts[i]`. `always` are the prompt's tokens outside the document's text (the chat
-    template, the system prompt), read whatever the question chooses."""
+    reads `texts[i]`; it is read after its page's mark, the tokens [mark_starts[i], mark_ends[i])
+    (an empty range where the document has no pages: prompt_text.py). `always` are the prompt's
+    tokens outside the document's text (the chat template, the system prompt), read whatever the
+    question chooses."""
 
     starts: np.ndarray
     ends: np.ndarray
     texts: tuple[str, ...]
     always: np.ndarray
     n_tokens: int  # the document prompt's
+    mark_starts: np.ndarray
+    mark_ends: np.ndarray
 
     @classmethod
-    def cut(cls, pieces: list[str], in_text: np.ndarray) -> Passages:
+    def cut(cls, pieces: list[str], in_text: np.ndarray, marks: np.ndarray | None = None) -> Passages:
         """The passages of a prompt whose tokens read `pieces`; `in_text` marks the tokens of the
-        document's text (the others are `always`)."""
-        inside = np.flatnonzero(in_text)
+        document's text (the others are `always`), `marks` those of its pages' marks. A passage
+        holds whole sentences of one page."""
+        marks = np.zeros(len(pieces), dtype=bool) if marks is None else marks
+        inside = np.flatnonzero(in_text | marks)
         first, last = (int(inside[0]), int(inside[-1]) + 1) if len(inside) else (0, 0)
         sentence_ids = spans_from_pieces(pieces[first:last], "sentences")
-        bounds = (np.flatnonzero(np.diff(sentence_ids, prepend=-1)) + first).tolist() + [last]
-        starts: list[int] = []
-        for start, end in zip(bounds[:-1], bounds[1:]):  # each sentence joins the passage it fits in
-            if not starts or end - starts[-1] > PASSAGE_TOKENS:
-                starts.append(start)
-        ends = starts[1:] + [last] if starts else []
-        texts = tuple("".join(pieces[start:end]) for start, end in zip(starts, ends))
+        changes = (np.diff(sentence_ids, prepend=-1) != 0) | (np.diff(marks[first:last].astype(np.int8), prepend=-1) != 0)
+        bounds = (np.flatnonzero(changes) + first).tolist() + [last]
+        runs: list[list[int]] = []  # [start, end, mark_start, mark_end] of each passage
+        mark = [first, first]
+        for start, end in zip(bounds[:-1], bounds[1:]):
+            if marks[start]:  # a page's mark (its sentences' cuts aside): the passages after it are its page's
+                mark = [mark[0] if mark[1] == start and mark[1] > mark[0] else start, end]
+            elif runs and runs[-1][2:] == mark and end - runs[-1][0] <= PASSAGE_TOKENS:
+                runs[-1][1] = end  # the sentence joins the passage it fits in
+            else:
+                runs.append([start, end, *mark])
+        starts, ends, mark_starts, mark_ends = (np.asarray(column, dtype=np.int64).reshape(-1) for column in zip(*runs)) if runs else (
+            np.zeros(0, dtype=np.int64),) * 4
+        texts = tuple("".join(pieces[start:end]) for start, end in zip(starts.tolist(), ends.tolist()))
         always = np.concatenate([np.arange(first), np.arange(last, len(pieces))]).astype(np.int64)
-        return cls(np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64), texts, always, len(pieces))
+        return cls(starts, ends, texts, always, len(pieces), mark_starts, mark_ends)
 
     @property
     def lengths(self) -> np.ndarray:
@@ -100,11 +113,13 @@ class Passages:
 
     def tokens_of(self, chosen: np.ndarray, upto: int) -> np.ndarray:
         """The indices of the tokens read of a prompt that begins with the document's and whose
-        question's window starts at `upto`: the `chosen` passages' and the `always` ones, then
+        question's window starts at `upto`: the `chosen` passages' with their pages' marks and the
+        `always` ones, then
         every token after the document's up to `upto` (earlier turns, the question's start); sorted."""
         runs = [np.arange(self.starts[index], self.ends[index]) for index in chosen.tolist()]
-        read = np.concatenate([self.always, *runs, np.arange(self.n_tokens, upto)]).astype(np.int64)
-        return np.sort(read[read < upto])
+        marks = [np.arange(self.mark_starts[index], self.mark_ends[index]) for index in chosen.tolist()]
+        read = np.concatenate([self.always, *marks, *runs, np.arange(self.n_tokens, upto)]).astype(np.int64)
+        return np.unique(read[read < upto])  # sorted, a page's mark once
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass
 
 from kvchat.documents import Document
 from kvchat.engine.prompt import document_part
+from kvchat.engine.prompt_text import prompt_text
 from kvchat.engine.settings import AskSettings
 from kvchat.engine.reading.cheap_pass import pays, speed_kind
 from kvchat.engine.reading.sizing import reading_settings
@@ -37,7 +38,7 @@ def reading_plan(
     model: LlamaModel, document: Document, settings: AskSettings, speeds: ReadingSpeeds | None, with_draft: bool
 ) -> ReadingPlan:
     """`with_draft`: a draft model does fast readings' cheap pass (AskSettings.reads_fast)."""
-    tokens = len(document_part(model, document.text, settings.system).tokens(model))
+    tokens = len(document_part(model, prompt_text(document).text, settings.system).tokens(model))
     read_with, _ = reading_settings(model, tokens, settings)
     speed = speeds.tokens_per_s("stream" if read_with.method.streams else "read") if speeds else None
     reads_fast = read_with.reads_fast(with_draft) and pays(tokens, read_with, with_draft)
