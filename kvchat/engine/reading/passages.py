@@ -62,8 +62,7 @@ class Passages:
                 runs[-1][1] = end  # the sentence joins the passage it fits in
             else:
                 runs.append([start, end, *mark])
-        starts, ends, mark_starts, mark_ends = (np.asarray(column, dtype=np.int64).reshape(-1) for column in zip(*runs)) if runs else (
-            np.zeros(0, dtype=np.int64),) * 4
+        starts, ends, mark_starts, mark_ends = np.asarray(runs, dtype=np.int64).reshape(-1, 4).T
         texts = tuple("".join(pieces[start:end]) for start, end in zip(starts.tolist(), ends.tolist()))
         always = np.concatenate([np.arange(first), np.arange(last, len(pieces))]).astype(np.int64)
         return cls(starts, ends, texts, always, len(pieces), mark_starts, mark_ends)
@@ -114,8 +113,8 @@ class Passages:
     def tokens_of(self, chosen: np.ndarray, upto: int) -> np.ndarray:
         """The indices of the tokens read of a prompt that begins with the document's and whose
         question's window starts at `upto`: the `chosen` passages' with their pages' marks and the
-        `always` ones, then
-        every token after the document's up to `upto` (earlier turns, the question's start); sorted."""
+        `always` ones, then every token after the document's up to `upto` (earlier turns, the
+        question's start); sorted."""
         runs = [np.arange(self.starts[index], self.ends[index]) for index in chosen.tolist()]
         marks = [np.arange(self.mark_starts[index], self.mark_ends[index]) for index in chosen.tolist()]
         read = np.concatenate([self.always, *marks, *runs, np.arange(self.n_tokens, upto)]).astype(np.int64)
