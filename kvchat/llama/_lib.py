@@ -22,10 +22,10 @@ OPENMP_SPIN_COUNT = "3000"
 if "GOMP_SPINCOUNT" not in os.environ and "OMP_WAIT_POLICY" not in os.environ:
     os.environ["GOMP_SPINCOUNT"] = OPENMP_SPIN_COUNT
 
-# A CUDA build's libggml-cuda carries copies of libstdc++'s stream code and exports them. Where a
-# module imported earlier had loaded libstdc++ for itself (bm25s's imports do: scipy's C++
-# extensions), llama.cpp's model loader bound to those copies and crashed in print_info (CUDA 13,
-# an H100). Made global before llama.cpp's libraries load, the one libstdc++ serves them all.
+# A CUDA build's libggml-cuda carries copies of libstdc++'s stream code and exports them. After
+# `import bm25s` (whose imports load C++ extensions), llama.cpp's model loader bound to those
+# copies and crashed in print_info (CUDA 13, an H100); with libstdc++ loaded globally first it
+# did not. Made global before llama.cpp's libraries load, the one libstdc++ serves them all.
 if sys.platform.startswith("linux"):
     try:
         ctypes.CDLL("libstdc++.so.6", mode=ctypes.RTLD_GLOBAL)
