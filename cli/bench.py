@@ -143,6 +143,7 @@ def bench_command(
     tasks: str | None = typer.Option(None, help=f"Comma-separated: {', '.join(TASKS)}."),
     lengths: str | None = typer.Option(None, help="Context lengths, e.g. 2k,4k,8k,16k."),
     depths: str | None = typer.Option(None, help="Needle depths in 0..1, e.g. 0.1,0.5,0.9."),
+    samples: int = typer.Option(1, min=1, help="needle, multikey, vt: this many texts of each case, each made from its own seed (scores are their mean)."),
     methods: str | None = typer.Option(None, help=f"Comma-separated: {', '.join(METHODS)}."),
     questions: str | None = typer.Option(None, help="cuad: the questions asked, by id or contract, e.g. todos,corio.law."),
     cuad_data: Path | None = typer.Option(None, help="cuad: a folder with questions.json and the contracts' .txt files, instead of the shipped ones."),
@@ -161,7 +162,8 @@ def bench_command(
     """Measure accuracy, decode speed and KV memory of each method side by side, in one run."""
     leval = LevalOptions(leval_data, leval_part, leval_docs, leval_questions)
     config = _config(quick, tasks, lengths, depths, budget, methods, variant, questions, cuad_data, read, leval)
-    config = replace(config, gpu_layers=user.gpu_layers, layout=ask_settings(user).layout)  # every variant's, unless it names its own
+    config = replace(config, samples=samples, gpu_layers=user.gpu_layers,
+                     layout=ask_settings(user).layout)  # the layout: every variant's, unless it names its own
     readings = {each.settings(AskSettings()).read for each in config.variants()}  # refuses bad settings before loading anything
     reading = "fast" if readings - {"full", "retrieval"} else "full"  # the draft serves fast readings
     check_draft(user.draft, reading, "add --read full,fast")

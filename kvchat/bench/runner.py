@@ -113,6 +113,7 @@ class BenchConfig:
     policy_variants: tuple[tuple[tuple[str, str], ...], ...] = field(default=())
     decode_tokens: int = 64
     seed: int = 0
+    samples: int = 1  # texts made for each made-up case (needle, multikey, vt), each of its own seed, as RULER averages
     cuad_ids: tuple[str, ...] | None = None  # the cuad questions asked; None: all of them
     cuad_data: str | None = None  # a folder of cuad questions and contracts; None: the shipped ones
     reads: tuple[str, ...] = ("full",)  # with "fast" or "retrieval": snapkv at each budget read so too; without "full": read so only
@@ -144,14 +145,15 @@ def build_cases(config: BenchConfig, count_tokens: CountTokens, max_document_tok
     """The config's cases; real documents longer than `max_document_tokens` are cut to it."""
     cases: list[Case] = []
     longest = max(config.lengths)
-    if "needle" in config.tasks:
-        cases += [needle_case(count_tokens, n, d, config.seed + i) for n in config.lengths
-                  for i, d in enumerate(config.depths)]
-    for task, n_keys in MULTIKEY_TASKS.items():
-        if task in config.tasks:
-            cases.append(multikey_case(count_tokens, longest, n_keys, config.seed))
-    if "vt" in config.tasks:
-        cases.append(variable_tracking_case(count_tokens, longest, config.seed))
+    for sample in range(config.samples):
+        seed = config.seed + sample * len(config.depths)  # the first sample's seeds are the config's own
+        if "needle" in config.tasks:
+            cases += [needle_case(count_tokens, n, d, seed + i) for n in config.lengths for i, d in enumerate(config.depths)]
+        for task, n_keys in MULTIKEY_TASKS.items():
+            if task in config.tasks:
+                cases.append(multikey_case(count_tokens, longest, n_keys, seed))
+        if "vt" in config.tasks:
+            cases.append(variable_tracking_case(count_tokens, longest, seed))
     folder = None if config.cuad_data is None else Path(config.cuad_data)
     if "cuad" in config.tasks:
         cases += cuad_cases(count_tokens, max_document_tokens, config.cuad_ids, folder)

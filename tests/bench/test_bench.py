@@ -67,6 +67,15 @@ def test_seeds_reproduce(count_tokens) -> None:
     assert multi_turn_case(count_tokens, 2000, (0.1, 0.9), 2) == multi_turn_case(count_tokens, 2000, (0.1, 0.9), 2)
 
 
+def test_samples_make_each_case_again_from_seeds_of_their_own(count_tokens) -> None:
+    config = BenchConfig(tasks=("needle", "multikey", "vt"), lengths=(1000,), depths=(0.2, 0.8), seed=5)
+    one, three = build_cases(config, count_tokens, 30_000), build_cases(replace(config, samples=3), count_tokens, 30_000)
+    assert [case.task for case in three] == ["needle", "needle", "multikey", "vt"] * 3
+    assert three[:4] == one  # the first sample is the run without samples
+    assert [case.meta["seed"] for case in three] == [5, 6, 5, 5, 7, 8, 7, 7, 9, 10, 9, 9]
+    assert len({case.answers for case in three if case.task == "vt"}) == 3
+
+
 QUESTIONS_PER_CONTRACT = {  # shortest contract first
     "cuad_todos_medical_marketing_reseller": 9, "cuad_corio_license_hosting": 9, "cuad_energous_strategic_alliance": 7,
     "cuad_buffalo_wild_wings_franchise": 6, "cuad_mrs_fields_franchise": 7,
