@@ -3,7 +3,7 @@ continuous batching of the answers.
 
 A request waits in the queue until a sequence of the shared context is free, is read and pruned
 on a context of its own (prepared.py), moves into that sequence, and from then on gets one token
-per decode step, batched with every other answer in progress.
+per decode step, batched with every other answer in progress (answers.py).
 
 Nobody waits for somebody else's long reading: up to `max_readings` requests are read at once,
 and time is shared fairly. The reading that has taken the least time so far reads next (a short
@@ -24,15 +24,16 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from kvchat.engine import Engine, Generation, KvLayout, PreparedPrompt, answer_stats
-from kvchat.errors import CancelledError, InternalError, KvchatError, PromptTooLongError
-from kvchat.events import Done, Event, Source, Token
+from kvchat.engine import Engine, KvLayout, PreparedPrompt
+from kvchat.errors import CancelledError, InternalError, KvchatError
+from kvchat.events import Done, Event, Token
 from kvchat.llama import LlamaModel, Sampler, SamplerSettings
+from kvchat.serving.answers import AnswersInProgress
 from kvchat.serving.jobs import ChatJob, QueueFull, ShuttingDown
 from kvchat.serving.background_readings import BackgroundReadings, ReadWhole, read_whole
 from kvchat.serving.prepared import prepare
 from kvchat.serving.requests import ChatRequest
-from kvchat.serving.slots import Slot, SlotDecoder
+from kvchat.serving.slots import SlotDecoder
 
 LOGGER = logging.getLogger(__name__)
 
@@ -56,17 +57,6 @@ class _JobBeingRead:
     answering: bool = False  # an answer in parts whose text has begun
 
 
-@dataclass
-class _Answer:
-    job: ChatJob
-    slot: Slot
-    prompt: PreparedPrompt
-    sampler: Sampler
-    generation: Generation
-    next_token: int
-    used_s: float = 0.0  # the time its reading and its steps took so far
-
-
 class Scheduler:
     def __init__(
         self, engine: Engine, n_slots: int, slot_cells: int, max_waiting: int = 16, threads: int | None = None,
@@ -79,7 +69,7 @@ class Scheduler:
         self._new_sampler = new_sampler
         self.decoder = new_decoder(engine.model, n_slots, slot_cells, threads, layout)
         self._waiting: queue.Queue[ChatJob] = queue.Queue(max_waiting)
-        self._answers: list[_Answer] = []
+        self._answers = AnswersInProgress(engine, self.decoder, lambda: self._stopping, clock)
         self.max_readings = max_readings  # each holds a context of its own while it reads
         self._readings: list[_JobBeingRead] = []  # in turn order: of those that took least time, the first reads next
         self._clock = clock  # what the fair share of time is measured by
@@ -149,7 +139,7 @@ class Scheduler:
             if self._readings:
                 self._answer_for(self._read_next())
             elif self._answers:
-                self._step()
+                self._answers.step()
             if busy:
                 continue
             if self._readings_on:
@@ -162,10 +152,7 @@ class Scheduler:
             else:
                 reading.events.close()  # its context is freed
                 self._end_reading(reading, ShuttingDown())
-        for answer in list(self._answers):
-            answer.job.cancel.set()
-            answer.generation.stop("cancelled")
-            self._finish(answer)
+        self._answers.cancel_all()
         while not self._waiting.empty():
             self._waiting.get_nowait().emit(ShuttingDown())
         self._readings_on.close()
@@ -221,11 +208,11 @@ class Scheduler:
         reading; a job waiting that there is room to read ends the turn."""
         started = self._clock()
         while self._answers and not self._stopping:
-            self._step()
+            self._answers.step()
             if self._room_to_admit():
                 return
             behind = (bool(self._readings and self._answers)
-                      and min(a.used_s for a in self._answers) < min(r.used_s for r in self._readings))
+                      and self._answers.least_used_s() < min(r.used_s for r in self._readings))
             if self._clock() - started >= read_s and not behind:
                 return
 
@@ -257,21 +244,10 @@ class Scheduler:
             return InternalError(f"internal error: {error}", "see the server's log file")
         return error
 
-    def _load(self, job: ChatJob, prepared: PreparedPrompt) -> Slot:
-        """Move the prepared cells into a free sequence (emptied again if llama.cpp refuses them)."""
-        slot = self.decoder.free_slot()
-        assert slot is not None  # only this thread takes slots, and each reading has one reserved
-        try:
-            self.decoder.load(slot, prepared.kept.state, prepared.kept.positions)
-        except Exception:
-            self.decoder.release(slot)
-            raise
-        return slot
-
     def _start(self, reading: _JobBeingRead, prepared: PreparedPrompt | Done) -> None:
-        """Move a prepared prompt into a free sequence and take its first token; a question
-        answered in parts while it was read is done. The document is read whole later where the
-        answer says so (read_whole_after)."""
+        """Move a prepared prompt into a free sequence, where it answers; a question answered in
+        parts while it was read is done. The document is read whole later where the answer says so
+        (read_whole_after)."""
         job = reading.job
         if isinstance(prepared, Done):
             reading.sampler.close()
@@ -279,75 +255,8 @@ class Scheduler:
                 self._readings_on.add(job.request)
             return job.emit(prepared)
         try:
-            if len(prepared.kept.positions) + 1 > self.decoder.slot_cells:
-                raise PromptTooLongError(
-                    f"the kept prompt is {len(prepared.kept.positions):,} tokens; a sequence holds {self.decoder.slot_cells:,}",
-                    "use kv_method snapkv with a smaller kv_budget, or a shorter conversation",
-                )
-            slot = self._load(job, prepared)
+            self._answers.start(job, prepared, reading.sampler, reading.used_s)
         except Exception as error:
             return self._end_reading(reading, self._failure(error))
         if prepared.read_whole_after:
             self._readings_on.add(job.request)
-        generation = Generation(self.engine.model, job.request.settings.max_tokens)
-        answer = _Answer(job, slot, prepared, reading.sampler, generation, prepared.first_token, reading.used_s)
-        self._answers.append(answer)
-        self._advance(answer, prepared.first_token)
-
-    def _step(self) -> None:
-        """One decode step for every answer in progress, then sample each one's next token."""
-        answers = list(self._answers)
-        started, clock_started = time.perf_counter(), self._clock()
-        try:
-            self.decoder.step([a.slot for a in answers], [a.next_token for a in answers])
-        except Exception as error:  # the answers in progress fail; the server goes on
-            LOGGER.exception("a decode step failed")
-            return self._fail_answers(InternalError(f"decoding failed: {error}", "see the server's log file"))
-        elapsed, used = time.perf_counter() - started, self._clock() - clock_started
-        for row, answer in enumerate(answers):
-            answer.generation.count_step(elapsed)
-            answer.used_s += used
-            self._advance(answer, answer.sampler.sample(self.decoder.ctx.handle, row))
-
-    def _advance(self, answer: _Answer, token: int) -> None:
-        """The answer takes its next token (the engine's Generation decides what ends it)."""
-        generation = answer.generation
-        if text := generation.add(token):
-            answer.job.emit(Token(text))
-        if not generation.over and (answer.job.cancel.is_set() or self._stopping):
-            generation.stop("cancelled")
-        if not generation.over and self.decoder.room(answer.slot) < 1:
-            generation.stop("max_tokens")
-        if generation.over:
-            return self._finish(answer)
-        answer.next_token = token
-
-    def _finish(self, answer: _Answer) -> None:
-        generation = answer.generation
-        if tail := generation.flush():
-            answer.job.emit(Token(tail))
-        answer.sampler.close()
-        settings, prompt = answer.prompt.settings, answer.prompt.selected
-        stats = answer_stats(  # before the release: it counts the sequence's cells
-            self.engine.model, self.engine.model_name, settings, prompt, generation, answer.job.submitted, answer.slot.cells
-        )
-        self.decoder.release(answer.slot)
-        self._answers.remove(answer)
-        sources, attention = ((), ()) if generation.stop_reason == "cancelled" else self._sources(answer.prompt, generation.token_ids)
-        answer.job.emit(Done(generation.text, stats, sources, attention))
-
-    def _sources(self, prompt: PreparedPrompt, answer_tokens: list[int]) -> tuple[tuple[Source, ...], tuple[float, ...]]:
-        """The answer's sources and attention along the text; a failure to find them is logged,
-        and the answer stands without."""
-        try:
-            return self.engine.answer_sources(prompt, answer_tokens)
-        except Exception:
-            LOGGER.exception("finding an answer's sources failed")
-            return (), ()
-
-    def _fail_answers(self, error: KvchatError) -> None:
-        for answer in list(self._answers):
-            answer.sampler.close()
-            self.decoder.release(answer.slot)
-            self._answers.remove(answer)
-            answer.job.emit(error)
