@@ -98,8 +98,9 @@ class Conversation:
         starts = document_starts(self.document)
         if not starts:
             return None
-        at = part.text.find(self._prompt_text.text)  # a bundle's: its text, unmarked (prompt_text.py)
-        cuts = [at + start - 1 for start in starts] + [at + len(self._prompt_text.text) + 1]
+        held = self._prompt_text  # the bundle's text with its pages' marks (prompt_text.py)
+        at = part.text.find(held.text)
+        cuts = [at + held.offset_of(start) - 1 for start in starts] + [at + len(held.text) + 1]
         if any(part.text[cut - 1] != "\n" for cut in cuts[1:]) or part.text[cuts[0]] != "\n":
             raise ValueError("several documents need a line break around each")
         return part.token_runs(self.model, cuts)

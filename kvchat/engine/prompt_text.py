@@ -1,8 +1,9 @@
 """A document's text as its prompt holds it: a PDF's or an EPUB's every page after a line that names
 it ("[p. 3]", "[ch. 2]"), so that passages read apart from the rest (a reading the question
-chooses) still say where they stand, as a retrieval tool's chunks carry their page, and an answer
-can name it. Other documents are held as they are; so is a bundle of several, whose headings name
-each of them.
+chooses) still say where they stand, as a retrieval tool's chunks carry their page and file, and
+an answer can name it. In a bundle of several documents every page's line names its document too
+("[a.pdf, p. 3]"; "[notes.txt]" for a document without pages), as sources do. Other documents are
+held as they are.
 
 A mark holds none of the document's characters: `to_document` maps the prompt's text back to the
 document's, and a token that reads only a mark covers an empty range of it (document_text.py).
@@ -15,14 +16,18 @@ from dataclasses import dataclass
 import numpy as np
 
 from kvchat.documents import Document
-from kvchat.documents.model import page_label
+from kvchat.documents.bundle import BUNDLE_KIND
+from kvchat.documents.model import Page, page_label
 
 MARKED_KINDS = ("pdf", "epub")
 
 
-def page_mark(kind: str, number: int) -> str:
-    """The line before a page's text in the prompt."""
-    return f"[{page_label(kind, number)}]\n"
+def page_mark(document: Document, page: Page) -> str | None:
+    """The line before `page`'s text in `document`'s prompt; None where its kind has no pages
+    and it is not in a bundle."""
+    if document.kind == BUNDLE_KIND:
+        return f"[{page.source}, {page_label(page.kind, page.number)}]\n" if page.kind in MARKED_KINDS else f"[{page.source}]\n"
+    return f"[{page_label(document.kind, page.number)}]\n" if document.kind in MARKED_KINDS else None
 
 
 @dataclass(frozen=True)
@@ -34,6 +39,13 @@ class PromptText:
     text: str
     to_document: np.ndarray | None = None
     in_mark: np.ndarray | None = None
+
+    def offset_of(self, document_offset: int) -> int:
+        """Where the document's character at `document_offset` stands in `text`."""
+        if self.to_document is None or self.in_mark is None:
+            return document_offset
+        in_text = np.append(~self.in_mark, True)  # to_document maps one past the end too
+        return int(np.flatnonzero((self.to_document == document_offset) & in_text)[0])
 
     def document_ranges(self, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """[starts, ends) ranges of `text` as ranges of the document's text (a mark's: empty)."""
@@ -50,16 +62,15 @@ class PromptText:
 
 
 def prompt_text(document: Document) -> PromptText:
-    """`document`'s text with its pages' marks, where its kind has pages (MARKED_KINDS)."""
-    if document.kind not in MARKED_KINDS or not document.pages:
+    """`document`'s text with its pages' marks (page_mark), where it has any."""
+    marked = [(page, mark) for page in document.pages
+              if page.end > page.start and (mark := page_mark(document, page)) is not None]  # an empty page has no text to name
+    if not marked:
         return PromptText(document.text)
     pieces: list[str] = []
     to_document: list[np.ndarray] = []
     at = 0
-    for page in document.pages:
-        if page.end <= page.start:  # an empty page has no text to name
-            continue
-        mark = page_mark(document.kind, page.number)
+    for page, mark in marked:
         pieces += [document.text[at : page.start], mark]
         to_document += [np.arange(at, page.start), np.full(len(mark), page.start)]
         at = page.start

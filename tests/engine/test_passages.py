@@ -154,6 +154,26 @@ def test_a_pages_mark_holds_none_of_the_documents_text(tiny_model) -> None:
     assert "".join(pieces[i] for i in text_tokens) == PAGED.text
 
 
+def test_in_a_bundle_each_chosen_passage_is_read_after_its_documents_name_and_page(tiny_model) -> None:
+    from kvchat.documents import bundle
+    from kvchat.documents.model import Page
+    from kvchat.engine.prompt_text import prompt_text
+
+    notes = Document(Path("notes.txt"), "text", _paragraph("harbour ferries"), [Page(1, 0, len(_paragraph("harbour ferries")))])
+    pair = bundle([PAGED, notes])
+    held = prompt_text(pair)
+    assert [line for line in held.text.split("\n") if line.startswith("[")] == [
+        "[topics.pdf, p. 1]", "[topics.pdf, p. 2]", "[topics.pdf, p. 3]", "[topics.pdf, p. 4]", "[notes.txt]"]
+    settings = AskSettings(method=SnapKV(budget=BUDGET, window=WINDOW), max_tokens=4, threads=2, sources=False, read="retrieval")
+    conversation = Conversation(tiny_model, "tiny", pair, settings)
+    passages, pieces = conversation._text.passages, tiny_model.pieces_text(conversation.document_tokens)
+    chosen = np.array([int(np.argmax(passages.bm25("Which law governs this?"))),
+                       len(passages.starts) - 1])  # governing law on page 1 of the PDF; the notes' last passage
+    read = passages.tokens_of(chosen, passages.n_tokens)
+    inside = "".join(pieces[i] for i in read[(read >= passages.mark_starts[0]) & (read < passages.ends[-1])])
+    assert inside == "[topics.pdf, p. 1]\n" + passages.texts[chosen[0]] + "[notes.txt]\n" + passages.texts[chosen[1]]
+
+
 def test_a_plain_text_document_is_held_as_it_is() -> None:
     from kvchat.engine.prompt_text import prompt_text
 
