@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -122,9 +123,8 @@ def _table(summary: list[dict]) -> Table:
     return table
 
 
-def _run(model: str, config: BenchConfig, console: Console, draft: str | None = None) -> list[dict]:
-    """Every record of one model's run, with a progress bar."""
-    records = []
+def _run(model: str, config: BenchConfig, console: Console, keep: Callable[[dict], None], draft: str | None = None) -> None:
+    """One model's run, with a progress bar; `keep` takes each record as it comes."""
     with Engine(model, gpu_layers=config.gpu_layers, use_cache=False, draft=draft) as engine, Progress(
         TextColumn("bench {task.fields[model]}", markup=False), BarColumn(), MofNCompleteColumn(), TextColumn("answers"),
         TimeElapsedColumn(), console=console, transient=True,
@@ -133,8 +133,7 @@ def _run(model: str, config: BenchConfig, console: Console, draft: str | None = 
         for done, total, record in run_bench(engine, config):
             progress.update(task, completed=done, total=total)
             if record is not None:
-                records.append(record)
-    return records
+                keep(record)
 
 
 @with_settings("draft", "gpu_layers", "flash_attn")
@@ -176,8 +175,14 @@ def bench_command(
     console = Console(stderr=True)
     warn_about_gpu_layers(user.gpu_layers, console)
     records: list[dict] = []
+
+    def keep(record: dict) -> None:
+        records.append(record)
+        if json_path is not None:  # a run stopped midway keeps what it measured
+            write_json(json_path, models, asdict(config), records, complete=False)
+
     for name in models:
-        records += _run(name, config, console, drafts[name])
+        _run(name, config, console, keep, drafts[name])
     summary = summarize(records)
     output = Console()
     if not output.is_terminal:

@@ -1,7 +1,8 @@
 """Bench results: a summary per variant with ratios against the full cache, and the JSON file.
 
 JSON schema (version 2): {"schema": "kvchat-bench/2", "models": [str...], "config": {...},
-"records": [record...], "summary": [summary...]}. A record is one variant of one model on one
+"complete": bool, "records": [record...], "summary": [summary...]}. The file is written again after
+every record, "complete" false until the run ends, so a run stopped midway keeps what it measured. A record is one variant of one model on one
 case: model, task, meta, method, variant, budget, accuracy (0..1, by the task's scoring: RULER's
 substring match, cuad's normalized match, L-Eval's metrics, the share of clauses quoted), answer, golds, prompt_tokens, kept_tokens,
 compression, kv_bytes_full, kv_bytes_kept, prefill_tokens_per_s, decode_tokens_per_s, ttft_s,
@@ -66,9 +67,9 @@ def summarize(records: list[dict]) -> list[dict]:
     return summary
 
 
-def write_json(path: Path, models: list[str], config: dict, records: list[dict]) -> None:
-    """Write the results atomically (temp file + rename)."""
-    document = {"schema": SCHEMA, "models": models, "config": config, "records": records,
+def write_json(path: Path, models: list[str], config: dict, records: list[dict], complete: bool = True) -> None:
+    """Write the results atomically (temp file + rename); `complete`: the run has ended."""
+    document = {"schema": SCHEMA, "models": models, "config": config, "complete": complete, "records": records,
                 "summary": summarize(records)}
     with atomic_file(path, "w") as out:
         json.dump(document, out, indent=1)

@@ -424,7 +424,7 @@ def test_bench_command_compares_two_models_and_writes_json_and_plots(tiny_model_
     )
     assert result.returncode == 0, result.stderr
     document = json.loads((tmp_path / "out.json").read_text())
-    assert document["schema"] == SCHEMA and document["models"] == [str(tiny_model_path), str(other)]
+    assert document["schema"] == SCHEMA and document["models"] == [str(tiny_model_path), str(other)] and document["complete"]
     rows = {(row["model"], row["method"]) for row in document["summary"]}
     methods = {"full", "snapkv", "streamingllm", "snapstream"}
     assert rows == {(model, method) for model in document["models"] for method in methods}

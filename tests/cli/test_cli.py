@@ -509,6 +509,33 @@ def test_plotting_without_matplotlib_is_refused_before_the_run(monkeypatch, caps
                               "(hint: pip install 'kvchat[bench]')")
 
 
+def test_a_bench_stopped_midway_keeps_the_records_it_measured(monkeypatch, capsys, tmp_path: Path) -> None:
+    from contextlib import nullcontext
+
+    from kvchat.cli import bench
+
+    def record(case: int) -> dict:
+        return {"model": "m.gguf", "task": "needle", "meta": {"case": case}, "method": "snapkv", "variant": "snapkv@96",
+                "budget": 96, "accuracy": 1.0, "compression": 2.0, "kv_bytes_full": 2, "kv_bytes_kept": 1,
+                "decode_tokens_per_s": 9.0, "ttft_s": 1.0, "read_s": 1.0, "snapkv_overhead": 0.1}
+
+    def stopped_after_two(engine, config):
+        yield 0, 3, None
+        yield 1, 3, record(0)
+        yield 2, 3, record(1)
+        raise KeyboardInterrupt  # Ctrl-C during the third
+
+    monkeypatch.setattr(bench, "resolve_model", lambda name: name)
+    monkeypatch.setattr(bench, "Engine", lambda *args, **kwargs: nullcontext())
+    monkeypatch.setattr(bench, "run_bench", stopped_after_two)
+    out = tmp_path / "out.json"
+    code, stdout, stderr = run_main(["bench", "--quick", "--methods", "snapkv", "--json", str(out)], monkeypatch, capsys)
+    assert code == 130 and stdout == "" and stderr.strip().splitlines()[-1] == "kvchat: stopped"
+    document = json.loads(out.read_text())
+    assert document["complete"] is False and [r["meta"]["case"] for r in document["records"]] == [0, 1]
+    assert document["summary"][0]["cases"] == 2
+
+
 # ---- conventions shared with llama.cpp and llm -------------------------------------------------------
 
 
