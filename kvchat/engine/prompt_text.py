@@ -26,8 +26,12 @@ def page_mark(document: Document, page: Page) -> str | None:
     """The line before `page`'s text in `document`'s prompt; None where its kind has no pages
     and it is not in a bundle."""
     if document.kind == BUNDLE_KIND:
-        return f"[{page.source}, {page_label(page.kind, page.number)}]\n" if page.kind in MARKED_KINDS else f"[{page.source}]\n"
-    return f"[{page_label(document.kind, page.number)}]\n" if document.kind in MARKED_KINDS else None
+        names = [page.source, page_label(page.kind, page.number)] if page.kind in MARKED_KINDS else [page.source]
+    elif document.kind in MARKED_KINDS:
+        names = [page_label(document.kind, page.number)]
+    else:
+        return None
+    return f"[{', '.join(names)}]\n"
 
 
 @dataclass(frozen=True)
@@ -42,10 +46,11 @@ class PromptText:
 
     def offset_of(self, document_offset: int) -> int:
         """Where the document's character at `document_offset` stands in `text`."""
-        if self.to_document is None or self.in_mark is None:
+        if self.to_document is None:
             return document_offset
-        in_text = np.append(~self.in_mark, True)  # to_document maps one past the end too
-        return int(np.flatnonzero((self.to_document == document_offset) & in_text)[0])
+        # to_document never decreases, and a mark maps to its page's first character and comes
+        # before it: of the places that map to an offset, the document's own character is the last
+        return int(np.searchsorted(self.to_document, document_offset, side="right")) - 1
 
     def document_ranges(self, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """[starts, ends) ranges of `text` as ranges of the document's text (a mark's: empty)."""
