@@ -8,6 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 from kvchat.documents import Document, Page
@@ -130,7 +131,7 @@ class _PartAnswerer:
         self.document = document
         self.settings = settings
         self.source_finder = None  # its Done names its source itself
-        self.run = SimpleNamespace(cache=SimpleNamespace(answer_attention=lambda _kept: None))
+        self.run = SimpleNamespace(cache=SimpleNamespace(positions=np.arange(100)))  # the kept prompt alone: no attention to read
         _PartAnswerer.told.append(settings)
 
     def open(self, question=None, *, cancel=None):

@@ -11,6 +11,8 @@ import pytest
 from kvchat.documents import Document, Page, bundle, load_document
 from kvchat.engine import AskSettings, Engine
 from kvchat.engine.kvcache.cache import KvCache
+from kvchat.engine.answering import from_kept
+from kvchat.engine.answering.attention import answer_attention
 from kvchat.engine.answering.document_text import token_char_ranges
 from kvchat.engine.prompt import document_part
 from kvchat.engine.prompt_text import prompt_text
@@ -220,7 +222,7 @@ def test_a_failure_to_find_sources_is_a_notice_and_the_answer_stands(tiny_model_
     def failing(cache: KvCache, n_prompt_cells: int) -> None:
         raise DecodeError("llama.cpp rejected the batch as invalid", "")
 
-    monkeypatch.setattr(KvCache, "answer_attention", failing)
+    monkeypatch.setattr(from_kept, "answer_attention", failing)
     with Engine(str(tiny_model_path), use_cache=False) as engine:
         events = list(engine.ask(load_document(path), "Which law governs it?", AskSettings(method=FULL, max_tokens=6, threads=2)))
     assert [e.text for e in events if isinstance(e, Notice)] == ["no sources for this answer: llama.cpp rejected the batch as invalid"]
@@ -234,7 +236,7 @@ def test_reading_the_answer_again_leaves_the_cache_as_it_was(tiny_model) -> None
     for cache in caches:
         cache.decode(tokens)
     positions, token_ids = caches[0].positions.copy(), caches[0].tokens.copy()
-    found = caches[0].answer_attention(280)
+    found = answer_attention(caches[0], 280)
     assert found is not None
     cell_positions, scores = found
     assert np.array_equal(cell_positions, np.arange(280)) and scores.shape == (280,)

@@ -10,6 +10,7 @@ import threading
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 
+from kvchat.engine.answering.attention import answer_attention
 from kvchat.engine.answering.from_kept import sources_of
 from kvchat.engine.answering.sources import SourceFinder
 from kvchat.engine.kvcache.cache import KvCache, SavedCells
@@ -84,7 +85,7 @@ def answer_sources(
     cache = KvCache(LlamaContext(model, context))
     with cache.ctx:
         cache.restore(kept)
-        attention = cache.answer_attention(len(kept.positions), answer_tokens)
+        attention = answer_attention(cache, len(kept.positions), answer_tokens)
     if attention is None:
         return (), ()
     return sources_of(prompt.finder, attention)

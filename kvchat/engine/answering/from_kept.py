@@ -1,6 +1,6 @@
 """An answer from the entries a question keeps of the conversation's reading: the prompt
 selected (Conversation.select), the answer decoded on the conversation's context, then its
-sources (sources.py) from the attention the answer's tokens paid to the kept cells.
+sources (sources.py) from the attention the answer's tokens paid (attention.py) to the kept cells.
 """
 
 from __future__ import annotations
@@ -10,8 +10,7 @@ import threading
 from collections.abc import Callable, Generator
 from dataclasses import replace
 
-import numpy as np
-
+from kvchat.engine.answering.attention import Attention, answer_attention
 from kvchat.engine.answering.sources import SourceFinder
 from kvchat.engine.conversation import Conversation
 from kvchat.engine.settings import AskSettings
@@ -19,8 +18,6 @@ from kvchat.errors import KvchatError
 from kvchat.events import Done, Event, Notice, Source
 
 LOGGER = logging.getLogger(__name__)
-
-Attention = tuple[np.ndarray, np.ndarray]  # the prompt positions the cells hold, and the attention each drew
 
 
 def answer_from_kept(
@@ -31,7 +28,7 @@ def answer_from_kept(
     `settings` turn them off; returns that Done."""
     selected = yield from conversation.select(question, cancel, settings)
     def attention() -> Attention | None:
-        return conversation.run.cache.answer_attention(selected.kept)
+        return answer_attention(conversation.run.cache, selected.kept)
 
     done = None
     for event in conversation.decode(selected, settings, cancel):

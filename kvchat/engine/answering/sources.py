@@ -1,10 +1,7 @@
 """Where an answer came from: the passages of the document that its tokens attended to.
 
-After an answer, its tokens are decoded once more over the prompt's cells with the attention
-probe on (KvCache.answer_attention): one batch, like the question's observation window, so the
-streamed answer is not slowed, and either probe, so flash attention works too. A prompt token's
-score is the attention it drew, summed over the upper half of the layers (answer_scores), the
-heads and the answer's tokens. A passage is
+A prompt token's score is the attention the answer's tokens paid it (attention.py: read once more
+after the answer, one batch, either probe, so flash attention works too). A passage is
 a sentence or a line of the document's text, a long one cut at a space; its score is its share of
 the attention the answer paid to the document's text, and the best ones are the sources. The
 template, the question and earlier turns are not the document's text, so they are never a source.
@@ -112,23 +109,6 @@ def passages(text: str) -> list[tuple[int, int]]:
                 continue
         joined.append((start, end))
     return joined
-
-
-def answer_scores(votes: np.ndarray, origins: np.ndarray, head_origins: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """(tokens, scores): the prompt tokens the cells hold (their indices in the prompt) and each
-    one's score from the answer's votes (n_layer, n_head, cells), summed over heads and the upper
-    half of the layers, which found the experts' clause most often
-    (docs/how-it-works.md, "Where an answer came from").
-    In a cache kept per head, a cell holds a token per layer and KV head
-    (`head_origins`, (n_layer, n_head_kv, cells)), and each head's attention goes to its own."""
-    upper = votes[votes.shape[0] // 2 :]
-    n_cells = upper.shape[-1]
-    if head_origins is None:
-        return origins[:n_cells], upper.sum(axis=(0, 1), dtype=np.float64)
-    held = head_origins[votes.shape[0] // 2 : votes.shape[0], :, :n_cells]
-    per_kv_head = upper.reshape(len(upper), held.shape[1], -1, n_cells).sum(axis=2, dtype=np.float64)
-    tokens, index = np.unique(held, return_inverse=True)
-    return tokens, np.bincount(index.ravel(), weights=per_kv_head.ravel(), minlength=len(tokens))
 
 
 class SourceFinder:

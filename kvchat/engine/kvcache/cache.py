@@ -20,7 +20,6 @@ import numpy as np
 
 from kvchat.errors import KvchatError, SettingsError, raise_if_cancelled
 from kvchat.engine.kvcache.pruning import plan_cells
-from kvchat.engine.answering.sources import answer_scores
 from kvchat.events import Progress, Pruned
 from kvchat.llama import ContextSettings, LlamaContext, StateBytes
 from kvchat.policy import Method, PrunePlan, merge_runs
@@ -151,31 +150,6 @@ class KvCache:
         started = time.perf_counter()
         self.apply(plan)
         return time.perf_counter() - started
-
-    def answer_attention(
-        self, n_prompt_cells: int, decoded_elsewhere: list[int] | None = None
-    ) -> tuple[np.ndarray, np.ndarray] | None:
-        """What the answer in the cells after the first `n_prompt_cells` (the kept prompt)
-        attended to: (origins, scores) of the prompt's cells (their tokens' indices in the prompt),
-        each score the attention it drew from the answer's tokens (at most a batch of them: the
-        first), as sources.answer_scores sums it. None when no answer token is in the cache, or
-        the ring evicted some (the rest then do not follow the prompt's positions).
-
-        `decoded_elsewhere`: the answer's tokens, decoded on another context (the server's batch)
-        while this cache holds the kept prompt alone; they are read after it with the probe on."""
-        if decoded_elsewhere is not None:
-            if not decoded_elsewhere or self.cells != n_prompt_cells:
-                return None
-            votes = self.observe(decoded_elsewhere[: self.ctx.settings.n_batch])[..., :n_prompt_cells]
-            return answer_scores(votes, self.origins.copy(), self.head_origins)
-        answer = self.positions[n_prompt_cells:]
-        if not len(answer) or not n_prompt_cells:
-            return None
-        follows = np.arange(self.positions[n_prompt_cells - 1] + 1, self.positions[n_prompt_cells - 1] + 1 + len(answer))
-        if not np.array_equal(answer, follows):
-            return None
-        votes = self.reobserve(n_prompt_cells, min(len(answer), self.ctx.settings.n_batch))
-        return answer_scores(votes, self.origins.copy(), self.head_origins)
 
     def reobserve(self, first_cell: int, count: int) -> np.ndarray:
         """Decode the cells from `first_cell` on once more, the first `count` of them with the
