@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from statistics import median
 
 import httpx
 import pytest
@@ -132,6 +133,7 @@ def test_memory_stays_flat_over_twenty_readings_whose_clients_leave(tiny_model_p
             # one sequence: "hi" is read once the reading left behind stopped and freed it
             assert httpx.post(f"{served.url}/v1/chat/completions", json=hi, headers=auth, timeout=60).status_code == 200
             rss.append(_rss_mib(served.process.pid))
-    # the least of the first and of the last five: a reading still being let go of when RSS is read
-    # shows as a lone spike (~17 MiB); a leak grows round after round
-    assert min(rss[-5:]) - min(rss[:5]) < FLAT_MARGIN_MIB, [round(value) for value in rss]
+    # the median of the first and of the last five: a reading still being let go of when RSS is read
+    # shows as a lone spike (~17 MiB), memory the allocator gives back as a lone dip (~25 MiB, seen
+    # once in the first five); a leak grows round after round
+    assert median(rss[-5:]) - median(rss[:5]) < FLAT_MARGIN_MIB, [round(value) for value in rss]
