@@ -27,9 +27,14 @@ def stats_line(stats: Stats) -> str:
     return read + (
         f"prompt {stats.prompt_tokens:,} tok · kept {stats.kept_tokens:,} ({stats.compression:.1f}x) · "
         f"KV {stats.kv_bytes_full / MIB:.1f} → {stats.kv_bytes_kept / MIB:.1f} MiB · "
-        f"prefill {stats.prefill_tokens_per_s:.0f} tok/s · decode {stats.decode_tokens_per_s:.1f} tok/s · "
+        f"prefill {stats.prefill_tokens_per_s:.0f} tok/s · decode {_decode_speed(stats)} · "
         f"TTFT {stats.ttft_s:.2f} s · peak {stats.peak_cells:,} cells"
     )
+
+
+def _decode_speed(stats: Stats) -> str:
+    """Tokens a second after the first, or "–" (as the chat shows it) for an answer of one token."""
+    return f"{stats.decode_tokens_per_s:.1f} tok/s" if stats.decode_tokens_per_s else "–"
 
 
 def json_record(done: Done, kept_by_document: tuple[tuple[str, int], ...]) -> dict[str, object]:

@@ -226,7 +226,7 @@ function answerDetails(message) {
   const mib = (bytes) => (bytes / 2 ** 20).toFixed(1);
   const stats = [`read ${kv.read}`, `prompt ${kv.prompt_tokens.toLocaleString()} tok`, `kept ${kv.kept_tokens.toLocaleString()}`,
     `KV ${mib(kv.kv_bytes_full)} → ${mib(kv.kv_bytes_kept)} MiB`, `TTFT ${kv.ttft_s.toFixed(2)} s`,
-    `decode ${kv.decode_tokens_per_s.toFixed(1)} tok/s`];
+    `decode ${kv.decode_tokens_per_s ? `${kv.decode_tokens_per_s.toFixed(1)} tok/s` : "–"}`];  // none after a one-token answer
   if (kv.loaded_tokens) stats.push(`${kv.loaded_tokens.toLocaleString()} loaded from the saved reading`);
   parts.push(element("div", stats.join(" · "), "stats muted"));
   if (message.documentIds && message.documentIds.length) {

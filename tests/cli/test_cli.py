@@ -10,6 +10,7 @@ import re
 import subprocess
 import sys
 import typing
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,9 @@ import typer
 
 from kvchat.cli import app as cli_app
 from kvchat.cli.options import check_draft, draft_for
+from kvchat.cli.render import stats_line
 from kvchat.errors import SettingsError
+from kvchat.events import Stats
 from tests.documents.test_documents import BAD_DOCUMENTS
 
 JSON_KEYS = {
@@ -744,3 +747,14 @@ def test_a_commands_help_is_prose_that_the_terminal_wraps(path) -> None:
     help_text = dict(_commands())[path].help  # type: ignore[attr-defined]
     assert help_text and all("\n" not in paragraph for paragraph in help_text.split("\n\n"))
     assert "  " not in help_text
+
+
+def test_the_stats_line_says_each_figure_and_no_speed_for_an_answer_of_one_token() -> None:
+    stats = Stats("m", "snapkv", 1024, 7176, 1115, 0, 2, 205_700_000, 32_000_000, 671.4, 12.34, 10.714, 11.0, 1116, "eos",
+                  read="bm25 and the opening, 5 passages")
+    assert stats_line(stats) == (
+        "read bm25 and the opening, 5 passages · prompt 7,176 tok · kept 1,115 (6.4x) · KV 196.2 → 30.5 MiB · "
+        "prefill 671 tok/s · decode 12.3 tok/s · TTFT 10.71 s · peak 1,116 cells"
+    )
+    one_token = replace(stats, generated_tokens=1, decode_tokens_per_s=0.0)
+    assert "· decode – · TTFT" in stats_line(one_token)
