@@ -1,10 +1,11 @@
 """Bench results: a summary per variant with ratios against the full cache, and the JSON file.
 
 JSON schema (version 2): {"schema": "kvchat-bench/2", "models": [str...], "config": {...},
-"complete": bool, "records": [record...], "summary": [summary...]}. The file is written again after
-every record, "complete" false until the run ends, so a run stopped midway keeps what it measured. A record is one variant of one model on one
-case: model, task, meta, method, variant, budget, accuracy (0..1, by the task's scoring: RULER's
-substring match, cuad's normalized match, L-Eval's metrics, the share of clauses quoted), answer, golds, prompt_tokens, kept_tokens,
+"complete": bool, "records": [record...], "summary": [summary...]}. The file is written again
+after every record, "complete" false until the run ends, so a run stopped midway keeps what it
+measured. A record is one variant of one model on one case: model, task, meta, method, variant,
+budget, accuracy (0..1, by the task's scoring: RULER's substring match, cuad's normalized match,
+L-Eval's metrics, the share of clauses quoted), answer, golds, prompt_tokens, kept_tokens,
 compression, kv_bytes_full, kv_bytes_kept, prefill_tokens_per_s, decode_tokens_per_s, ttft_s,
 read_s (the prompt's reading time), snapkv_overhead (observe + compact time / reading time),
 peak_cells, peak_rss_mib. A summary is one variant of one model over all cases: model, variant,
