@@ -19,7 +19,6 @@ from __future__ import annotations
 import struct
 
 import numpy as np
-from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from kvchat.llama.state import HEADER, STATE_MAGIC, cell_table
 
@@ -30,8 +29,8 @@ def composite_state(state: bytes, sources: np.ndarray, positions: np.ndarray) ->
     """A one-sequence state of B cells from `state`: cell i holds, in layer l and KV head h, what
     the state's cell `sources[l, h, i]` held there. `sources` is (n_layer, n_head_kv, B) cell
     indices, `positions` the B new cells' positions (increasing). Raises ValueError for a state
-    laid out otherwise (several streams, an M-RoPE cell table, a recurrent part, a K or V type
-    whose blocks straddle two heads)."""
+    laid out otherwise (several streams, an M-RoPE cell table, a recurrent part); a quantized type
+    whose blocks would straddle two heads never gets here (context.py refuses it)."""
     magic, seq, n_stream, _ = HEADER.unpack_from(state, 0)
     if magic != STATE_MAGIC or n_stream != 1:
         raise ValueError("not a one-stream llama.cpp sequence state")
@@ -59,19 +58,10 @@ def composite_state(state: bytes, sources: np.ndarray, positions: np.ndarray) ->
     return b"".join(out)
 
 
-def _head_width(type_id: int, elements: int, n_head_kv: int) -> None:
-    """Refuse a type whose quantization blocks would straddle two heads' elements."""
-    block = GGML_QUANT_SIZES[GGMLQuantizationType(type_id)][0]
-    if elements % n_head_kv or (elements // n_head_kv) % block:
-        raise ValueError(f"{GGMLQuantizationType(type_id).name} blocks do not split into {n_head_kv} heads")
-
-
 def _rows(data: np.ndarray, offset: int, n_cells: int, sources: np.ndarray, out: list[bytes]) -> int:
     """One layer stored as a row per cell: row i of the result takes head h's bytes of row sources[h, i]."""
-    type_id, row_bytes = struct.unpack_from("<iQ", data, offset)
+    _, row_bytes = struct.unpack_from("<iQ", data, offset)
     n_head_kv = len(sources)
-    block, block_bytes = GGML_QUANT_SIZES[GGMLQuantizationType(type_id)]
-    _head_width(type_id, row_bytes // block_bytes * block, n_head_kv)
     rows = data[offset + 12 : offset + 12 + n_cells * row_bytes].reshape(n_cells, n_head_kv, -1)
     out += [data[offset : offset + 12].tobytes(), rows[sources.T, np.arange(n_head_kv)].tobytes()]
     return offset + 12 + n_cells * row_bytes
@@ -80,9 +70,8 @@ def _rows(data: np.ndarray, offset: int, n_cells: int, sources: np.ndarray, out:
 def _columns(data: np.ndarray, offset: int, n_cells: int, sources: np.ndarray, out: list[bytes]) -> int:
     """One transposed V layer: for each dimension one element per cell; head h's dimensions take
     their elements from the cells sources[h]."""
-    type_id, element_bytes, n_embd = struct.unpack_from("<iII", data, offset)
+    _, element_bytes, n_embd = struct.unpack_from("<iII", data, offset)
     n_head_kv = len(sources)
-    _head_width(type_id, n_embd, n_head_kv)
     size = n_embd * n_cells * element_bytes
     columns = data[offset + 12 : offset + 12 + size].reshape(n_head_kv, n_embd // n_head_kv, n_cells, element_bytes)
     gathered = columns[np.arange(n_head_kv)[:, None], :, sources]  # (n_head_kv, B, head_dim, element)

@@ -6,6 +6,7 @@ import ctypes
 from dataclasses import dataclass
 
 import numpy as np
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from kvchat.errors import DecodeError, KvCacheFullError, ModelError, SettingsError
 from kvchat.llama._lib import raw
@@ -40,6 +41,20 @@ class ContextSettings:
 
     def batch_thread_count(self) -> int:
         return self.threads_batch or self.thread_count()
+
+
+def _check_cache_type(cache_type: str, head_dim: int) -> None:
+    """Refuse a quantized cache whose blocks would straddle two attention heads: llama.cpp then
+    scores each head from the wrong values on the CPU (the tiny test model's 16-wide heads in
+    q8_0's 32-value blocks) and aborts on CUDA (`GGML_ASSERT(d_64 != 0)`)."""
+    if cache_type not in CACHE_TYPE_BYTES:
+        raise SettingsError(f"unknown cache type {cache_type!r}", "use f16 or q8_0")
+    block = GGML_QUANT_SIZES[GGMLQuantizationType(CACHE_TYPE_BYTES[cache_type][0])][0]
+    if head_dim % block:
+        raise SettingsError(
+            f"a {cache_type} KV cache needs attention heads a multiple of {block} values wide; this model's are {head_dim}",
+            "use f16 for `cache_type_k` and `cache_type_v`",
+        )
 
 
 class LlamaContext:
@@ -80,8 +95,7 @@ class LlamaContext:
             raw.LLAMA_FLASH_ATTN_TYPE_ENABLED if settings.flash_attn else raw.LLAMA_FLASH_ATTN_TYPE_DISABLED
         )
         for cache_type in (settings.type_k, settings.type_v):
-            if cache_type not in CACHE_TYPE_BYTES:
-                raise SettingsError(f"unknown cache type {cache_type!r}", "use f16 or q8_0")
+            _check_cache_type(cache_type, self.model.shape.head_dim)
         params.type_k = CACHE_TYPE_BYTES[settings.type_k][0]
         params.type_v = CACHE_TYPE_BYTES[settings.type_v][0]
         params.no_perf = True

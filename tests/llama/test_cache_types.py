@@ -18,9 +18,25 @@ from kvchat.llama import ContextSettings, LlamaContext
 from kvchat.llama.state import cell_keys
 from kvchat.policy import SnapKV
 
+from tests.conftest import TINY_GPU_LAYERS
 from tests.inspect_helpers import last_logits
+from tests.tiny_gguf import write_tiny_gguf
 
 POLICY = SnapKV(budget=96, window=16, spans="none")
+
+
+@pytest.fixture(scope="module")
+def wide_model_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny model with heads 32 wide, which q8_0's 32-value blocks fit (the usual one's are 16)."""
+    return write_tiny_gguf(tmp_path_factory.mktemp("wide") / "tiny-wide.gguf", n_embd=128)
+
+
+@pytest.fixture(scope="module")
+def wide_model(wide_model_path: Path):
+    from kvchat.llama import LlamaModel
+
+    with LlamaModel(wide_model_path, gpu_layers=TINY_GPU_LAYERS) as model:
+        yield model
 
 
 @pytest.fixture
@@ -38,8 +54,17 @@ def _pruned(model, tokens: list[int], **context: object) -> KvCache:
     return cache
 
 
-def test_a_quantized_key_cache_prunes_compacts_and_round_trips(tiny_model, prompt: list[int]) -> None:
-    _round_trip(tiny_model, prompt, {"type_k": "q8_0"})
+def test_a_quantized_key_cache_prunes_compacts_and_round_trips(wide_model, prompt: list[int]) -> None:
+    _round_trip(wide_model, prompt, {"type_k": "q8_0"})
+
+
+def test_a_quantized_cache_whose_blocks_straddle_two_heads_is_refused(tiny_model) -> None:
+    """q8_0 with the tiny model's 16-wide heads: wrong logits on the CPU, an abort on CUDA."""
+    for context in ({"type_k": "q8_0"}, {"type_v": "q8_0", "flash_attn": True}):
+        with pytest.raises(SettingsError) as refused:
+            LlamaContext(tiny_model, ContextSettings(n_ctx=256, threads=2, **context))
+        assert str(refused.value) == "a q8_0 KV cache needs attention heads a multiple of 32 values wide; this model's are 16"
+        assert refused.value.hint == "use f16 for `cache_type_k` and `cache_type_v`"
 
 
 @pytest.mark.real_model
@@ -83,10 +108,10 @@ def _keys_read_back(model, tokens: list[int], type_k: str) -> np.ndarray:
         return cell_keys(ctx.state_bytes(), model.shape.n_layer, model.shape.head_dim)
 
 
-def test_quantized_keys_read_back_from_a_state_match_the_f16_ones(tiny_model, prompt: list[int]) -> None:
+def test_quantized_keys_read_back_from_a_state_match_the_f16_ones(wide_model, prompt: list[int]) -> None:
     """Layer 0 only: in a random-weight model the quantization error of one layer's keys grows
     through the next layers (0.95 at layer 1), while layer 0's keys come from the same input."""
-    f16_keys, q8_keys = (_keys_read_back(tiny_model, prompt, type_k) for type_k in ("f16", "q8_0"))
+    f16_keys, q8_keys = (_keys_read_back(wide_model, prompt, type_k) for type_k in ("f16", "q8_0"))
     assert q8_keys.shape == f16_keys.shape
     assert np.corrcoef(f16_keys[0].ravel(), q8_keys[0].ravel())[0, 1] > 0.9999
 
@@ -112,10 +137,10 @@ def test_a_quantized_v_cache_needs_flash_attention() -> None:
     assert AskSettings(layout=KvLayout(True, "q8_0", "q8_0")).layout.type_v == "q8_0"
 
 
-def test_readings_of_each_cache_type_are_saved_apart_and_reloaded(tiny_model_path: Path, tmp_path: Path) -> None:
+def test_readings_of_each_cache_type_are_saved_apart_and_reloaded(wide_model_path: Path, tmp_path: Path) -> None:
     document = tmp_path / "notes.txt"
     document.write_text("The boat was named the Grey Heron. " * 80, encoding="utf-8")
-    with Engine(str(tiny_model_path)) as engine:
+    with Engine(str(wide_model_path)) as engine:
         notices = []
         for cache_type_k in ("f16", "q8_0", "q8_0"):
             settings = AskSettings(method=SnapKV(budget=64, window=16), max_tokens=4, layout=KvLayout(type_k=cache_type_k))
