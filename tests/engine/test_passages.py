@@ -3,6 +3,9 @@ attention ranking them, and the model reading the chosen ones alone (tiny model)
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +18,8 @@ from kvchat.engine.settings import FastSettings
 from kvchat.engine.answering import route
 from kvchat.events import Done, Pruned
 from kvchat.policy import SnapKV
+
+from tests.conftest import REPO_DIR
 
 TOPICS = ["orchard apples", "harbour ferries", "governing law", "violin strings", "glacier ice", "copper mines",
           "desert owls", "paper lanterns", "river otters", "clock towers", "salt marshes", "tea gardens"]
@@ -179,3 +184,20 @@ def test_a_plain_text_document_is_held_as_it_is() -> None:
 
     held = prompt_text(DOCUMENT)
     assert held.text == DOCUMENT.text and held.to_document is None and not held.touches_mark(np.array([0]), np.array([5])).any()
+
+
+def test_bm25s_is_imported_without_jax_and_jax_still_imports_afterwards(tmp_path: Path) -> None:
+    """bm25s runs JAX at import where it is installed (on a GPU machine, 75 % of the GPU's memory);
+    a JAX planted on the path records each import of it."""
+    (tmp_path / "jax").mkdir()
+    (tmp_path / "jax" / "__init__.py").write_text(
+        "import pathlib\npathlib.Path(__file__).parent.parent.joinpath('imported').touch()\n", encoding="utf-8")
+    (tmp_path / "jax" / "lax.py").write_text("def top_k(scores, k):\n    return scores[:k], list(range(k))\n", encoding="utf-8")
+    script = ("import sys\nimport kvchat.engine.reading.passages as p\n"
+              "print(p.bm25s.selection.JAX_IS_AVAILABLE, 'jax' in sys.modules)\n"
+              "import jax.lax\nprint(jax.lax.__name__)\n")
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO_DIR)])}
+    run = subprocess.run([sys.executable, "-c", script], env=environment, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split() == ["False", "False", "jax.lax"]  # bm25s chose numpy; the program's own import works
+    assert (tmp_path / "imported").exists()  # by that import alone: kvchat's never ran it

@@ -10,16 +10,34 @@ scoring, English stop words removed, Snowball stems), over the passages' own tex
 
 from __future__ import annotations
 
+import importlib
 import logging
+import sys
 from dataclasses import dataclass
 from functools import cached_property
+from types import ModuleType
 
-import bm25s
 import numpy as np
 import Stemmer
 
 from kvchat.policy.spans import spans_from_pieces
 
+
+def _without_jax(name: str) -> ModuleType:
+    """Import `name` as if JAX were not installed, unless the program already imported JAX.
+    bm25s imports JAX where it finds it and runs a top-k with it at once: JAX then starts on the
+    GPU and takes most of its memory (XLA preallocates 75 %), and on an H200 llama.cpp could no
+    longer load the draft model. kvchat uses bm25s's numpy scores only."""
+    if "jax" in sys.modules:
+        return importlib.import_module(name)
+    sys.modules["jax"] = None  # type: ignore[assignment]  # `import jax.lax` raises ImportError, as bm25s expects
+    try:
+        return importlib.import_module(name)
+    finally:
+        del sys.modules["jax"]
+
+
+bm25s = _without_jax("bm25s")
 logging.getLogger("bm25s").setLevel(logging.WARNING)  # bm25s sets its logger to DEBUG: a line per index built
 
 PASSAGE_TOKENS = 250  # a passage grows by whole sentences (of at most 48 tokens) up to this many tokens
