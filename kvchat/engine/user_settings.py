@@ -106,11 +106,13 @@ class UserSettings(BaseModel):
         panel=None)
     max_tokens: int = _setting(DEFAULT_MAX_TOKENS, "Most tokens per answer.", form="max tokens", ge=1)
     read: Literal["auto", "full", "fast", "retrieval"] = _setting(
-        "auto", "How a new document's first question reads it. auto: fast when the model has a draft installed (the "
-        "default model: small) and the document is long enough, full otherwise; full: every layer reads the whole "
-        "document; fast: a cheap pass (a draft's first layers, or the model's own) chooses the tokens and the whole "
-        "model reads only those; retrieval: the passages the question's words choose (BM25) are read alone. "
-        "Follow-ups are selected from a whole reading (docs/how-it-works.md: Reading fast).", served=True)
+        "auto", "How a new document's first question reads it. auto: where the model has a draft installed (the "
+        "default model: small) and the document is long enough, the passages the question's words choose (BM25) and "
+        "the document's opening are read alone (the draft's attention chooses where no word matches), full "
+        "otherwise; full: every layer reads the whole document; fast: a cheap pass (a draft's first layers, or the "
+        "model's own) chooses the tokens and the whole model reads only those; retrieval: the passages the "
+        "question's words choose are read alone. Follow-ups are selected from a whole reading "
+        "(docs/how-it-works.md: Reading what the question chooses).", served=True)
     in_parts: Literal["auto", "on", "off"] = _setting(
         "auto", "Which questions are answered from every part of the document in turn, the answer each part's (a "
         "summary, every clause of a kind, a comparison). auto: those whose wording asks about the whole document "
