@@ -18,6 +18,7 @@ from kvchat.llama.shape_limits import checked
 # Bytes per element of the KV cache types kvchat offers (ggml_type ids).
 CACHE_TYPE_BYTES = {"f16": (1, 2.0), "q8_0": (8, 34 / 32), "f32": (0, 4.0)}  # ggml type id, bytes per element
 CACHE_TYPES = tuple(CACHE_TYPE_BYTES)
+LOAD_ERROR = "error loading model: "  # llama.cpp's log line that says why a model did not load
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,16 @@ def gpu_offload_supported() -> bool:
     return bool(raw.llama_supports_gpu_offload())
 
 
+def _load_error(path: Path, load_log: list[str], gpu_layers: int) -> ModelError:
+    """llama.cpp's own reason, from its log ("error loading model: …"): a file cut short, an
+    architecture it does not know, a GPU buffer it could not allocate."""
+    reasons = [line.split(LOAD_ERROR, 1)[1] for line in load_log if LOAD_ERROR in line]
+    message = f"{path}: llama.cpp could not load this model" + (f": {reasons[-1]}" if reasons else "")
+    if gpu_layers > 0:
+        return ModelError(message, "is it a complete GGUF file, and do its `gpu_layers` fit the GPU's free memory?")
+    return ModelError(message, "is it a complete GGUF file?")
+
+
 class LlamaModel:
     """Owns a `llama_model`; free it with close() (or use as a context manager)."""
 
@@ -58,7 +69,7 @@ class LlamaModel:
         # MiB of weights per buffer type llama.cpp chose (CPU_Mapped, CPU_REPACK, CUDA0, ...).
         self.weight_buffers = weight_buffers(load_log)
         if not self._model:
-            raise ModelError(f"{self.path}: llama.cpp could not load this model", "is it a complete GGUF file?")
+            raise _load_error(self.path, load_log, gpu_layers)
         self._vocab = raw.llama_model_get_vocab(self._model)
         self._piece_texts: dict[int, str] = {}
         self._piece_lengths: dict[int, int] = {}

@@ -10,8 +10,9 @@ from kvchat.engine.reading.sizing import context_size
 from kvchat.engine.reading.prompt_run import PromptRun
 from kvchat.engine.kvcache.cache import KvCache
 from kvchat.engine.prompt import chat_tokens
+from kvchat.errors import ModelError
 from kvchat.events import Done, Pruned
-from kvchat.llama import ContextSettings, LlamaContext
+from kvchat.llama import ContextSettings, LlamaContext, LlamaModel
 from kvchat.policy import SnapKV
 
 from tests.inspect_helpers import RowMassProbe, drop_runs, last_logits, seq_pos_range
@@ -184,3 +185,17 @@ def test_chat_template_comes_from_the_gguf(tiny_model) -> None:
     tokens = tiny_model.tokenize(rendered, special=True)
     assert tokens[0] == tiny_model.tokenize("<|im_start|>", special=True)[0]
     assert len(tiny_model.tokenize("<|im_start|>", special=True)) == 1
+
+
+@pytest.mark.parametrize("gpu_layers, hint", [
+    (0, "is it a complete GGUF file?"),
+    (99, "is it a complete GGUF file, and do its `gpu_layers` fit the GPU's free memory?"),
+])
+def test_a_model_cut_short_is_refused_with_llama_cpps_reason(tiny_model_path, tmp_path, gpu_layers, hint) -> None:
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(tiny_model_path.read_bytes()[:300_000])  # the header whole, the last tensors missing
+    with pytest.raises(ModelError) as refused:
+        LlamaModel(cut, gpu_layers=gpu_layers)
+    assert refused.value.message == (f"{cut}: llama.cpp could not load this model: tensor 'blk.1.attn_q.weight' data "
+                                     "is not within the file bounds, model is corrupted or incomplete")
+    assert refused.value.hint == hint
