@@ -86,6 +86,20 @@ def tiny_model(tiny_model_path: Path):
         yield model
 
 
+@pytest.fixture(scope="session")
+def wide_model_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny model with heads 32 wide, which q8_0's 32-value blocks fit (the usual one's are 16)."""
+    return write_tiny_gguf(tmp_path_factory.mktemp("wide") / "tiny-wide.gguf", n_embd=128)
+
+
+@pytest.fixture(scope="session")
+def wide_model(wide_model_path: Path):
+    from kvchat.llama import LlamaModel
+
+    with LlamaModel(wide_model_path, gpu_layers=TINY_GPU_LAYERS) as model:
+        yield model
+
+
 @pytest.fixture
 def contexts_made(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """The n_ctx of every llama.cpp context made from now on (a context grown is made anew)."""

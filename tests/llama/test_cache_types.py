@@ -18,25 +18,9 @@ from kvchat.llama import ContextSettings, LlamaContext
 from kvchat.llama.state import cell_keys
 from kvchat.policy import SnapKV
 
-from tests.conftest import TINY_GPU_LAYERS
 from tests.inspect_helpers import last_logits
-from tests.tiny_gguf import write_tiny_gguf
 
 POLICY = SnapKV(budget=96, window=16, spans="none")
-
-
-@pytest.fixture(scope="module")
-def wide_model_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The tiny model with heads 32 wide, which q8_0's 32-value blocks fit (the usual one's are 16)."""
-    return write_tiny_gguf(tmp_path_factory.mktemp("wide") / "tiny-wide.gguf", n_embd=128)
-
-
-@pytest.fixture(scope="module")
-def wide_model(wide_model_path: Path):
-    from kvchat.llama import LlamaModel
-
-    with LlamaModel(wide_model_path, gpu_layers=TINY_GPU_LAYERS) as model:
-        yield model
 
 
 @pytest.fixture

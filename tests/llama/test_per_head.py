@@ -17,11 +17,11 @@ from kvchat.engine.reading.prompt_run import PromptRun
 from kvchat.engine.answering import route
 from kvchat.errors import SettingsError
 from kvchat.events import Evicted, Pruned
-from kvchat.llama import ContextSettings, LlamaContext, LlamaModel
+from kvchat.llama import ContextSettings, LlamaContext
 from kvchat.policy import SnapKV
 
 from tests.inspect_helpers import OutputProbe, cell_values, last_logits, returned
-from tests.tiny_gguf import N_HEAD, N_HEAD_KV, N_LAYER, write_tiny_gguf
+from tests.tiny_gguf import N_HEAD, N_HEAD_KV, N_LAYER
 
 POLICY = SnapKV(budget=96, window=16, spans="none")
 LAYOUTS = {"flash attention off": {}, "flash attention on": {"flash_attn": True}}
@@ -128,23 +128,22 @@ def test_heads_keeping_their_own_tokens_attend_as_the_full_cache_masked_to_them(
     assert not np.allclose(own_votes, full_votes[:, np.r_[own_cells[0, 0], n_cells]], atol=1e-3)
 
 
-def test_a_quantized_key_cache_keeps_tokens_per_head(tmp_path: Path) -> None:
+def test_a_quantized_key_cache_keeps_tokens_per_head(wide_model) -> None:
     """q8_0 keeps 32 values per block: heads 32 wide split whole blocks (narrower heads are
     refused, test_cache_types.py)."""
-    path = write_tiny_gguf(tmp_path / "tiny-wide.gguf", n_embd=128)
-    with LlamaModel(path) as model:
-        tokens = chat_tokens(model, [{"role": "user", "content": "the cat sat on 42 mats then " * 30}])
-        own_cells = _own_cells(len(tokens) - 1, 48, seed=2)
-        cache = _read(model, tokens, type_k="q8_0")
-        with cache.ctx as ctx:
-            cache.keep_per_head(own_cells)
-            state = ctx.state_bytes(0)
-            cache.decode(tokens[-1:], want_logits=True)
-            expected = last_logits(ctx)
-        with LlamaContext(model, ContextSettings(n_ctx=2048, threads=2, type_k="q8_0")) as copy:
-            copy.load_state(state, 0)
-            copy.decode(tokens[-1:], len(tokens) - 1)
-            np.testing.assert_allclose(last_logits(copy), expected, atol=1e-5)
+    model = wide_model
+    tokens = chat_tokens(model, [{"role": "user", "content": "the cat sat on 42 mats then " * 30}])
+    own_cells = _own_cells(len(tokens) - 1, 48, seed=2)
+    cache = _read(model, tokens, type_k="q8_0")
+    with cache.ctx as ctx:
+        cache.keep_per_head(own_cells)
+        state = ctx.state_bytes(0)
+        cache.decode(tokens[-1:], want_logits=True)
+        expected = last_logits(ctx)
+    with LlamaContext(model, ContextSettings(n_ctx=2048, threads=2, type_k="q8_0")) as copy:
+        copy.load_state(state, 0)
+        copy.decode(tokens[-1:], len(tokens) - 1)
+        np.testing.assert_allclose(last_logits(copy), expected, atol=1e-5)
 
 
 PER_HEAD = AskSettings(method=SnapKV(budget=96, window=16, heads="per-head"), max_tokens=6, threads=2)
