@@ -270,7 +270,7 @@ class FakeEngine:
         step_s: float = 0.0, reads_fast: bool = False,
     ) -> None:
         self.states = object() if saves_readings else None  # whole readings are only done where they are saved
-        self.reads_fast = reads_fast  # a first question about a document is read fast (plan())
+        self.reads_fast = reads_fast  # a question about a document being read is read fast (plan())
         self.whole_chunks = whole_chunks
         self.whole_allowed = threading.Semaphore(0)  # each chunk of a whole reading waits for a release
         self.order: Log[str] = Log()  # "prepare Q", "whole Q 1 after 3 steps" … "whole Q closed", in order
@@ -361,8 +361,8 @@ class FakeEngine:
         return PreparedPrompt(kept, answer[0] if answer else END, selected, request.settings, read_whole_after=script.unread)
 
     def plan(self, _document: object, _settings: object) -> SimpleNamespace:
-        """Engine.plan's stand-in: only whether a first question reads fast."""
-        return SimpleNamespace(reads_fast=self.reads_fast)
+        """Engine.plan's stand-in: only whether a question reads fast before the rest of the reading."""
+        return SimpleNamespace(reads_fast_before_the_rest=lambda _read: self.reads_fast)
 
     def read_whole(self, _engine: object, request: ChatRequest) -> Iterator[Event]:
         """reading_on.read_whole's stand-in: `whole_chunks` chunks, each once whole_allowed is

@@ -91,7 +91,7 @@ class FakeSession:
         if cancel.is_set():  # stopped before the answer began: the engine raises
             raise CancelledError("stopped", "")
         if self.turns or self.read_on_upto:
-            yield from self._read_on(question, cancel, paced=False)  # a follow-up is selected from the whole reading
+            yield from self._read_on(question, cancel, paced=False)  # a follow-up for which the rest is sooner than a fast reading
         else:
             self.unread = settings.read == "fast"
         yield self.pruned

@@ -5,7 +5,8 @@ with its sources, is the answering route's (answering/route.py).
 How the document comes into the cache is the conversation's way of reading (reading/way.py,
 chosen by reading/registry.py): whole, streamed within the budget (a streaming method, or a
 document too long to read whole unless the method was named: reading/sizing.py), put together
-from several documents' readings, or fast for the first question and whole for the follow-ups.
+from several documents' readings, or fast for the questions asked before the document is read
+whole (select(): while that is sooner than the rest of the reading) and whole for those after.
 What each answer is chosen from is its Selection (selections/): by default every question
 selects anew from the document's reading, with the earlier turns pinned. Several documents come
 as one bundle (documents/bundle.py).
@@ -26,7 +27,7 @@ from kvchat.engine.kvcache.in_progress import ReadingsInProgress, WholeReadingDo
 from kvchat.engine.kvcache.states import DocumentStates
 from kvchat.engine.prompt import PromptPart, Turn, chat_messages, document_part, split_rendered
 from kvchat.engine.prompt_text import prompt_text
-from kvchat.engine.reading.cheap_pass import CheapPass, pays, reread_tokens, speed_kind
+from kvchat.engine.reading.cheap_pass import CheapPass, fast_is_sooner, fast_reading_s, pays, reread_tokens, speed_kind
 from kvchat.engine.reading.passages import Question
 from kvchat.engine.reading.prompt_run import PromptRun
 from kvchat.engine.reading.ways.registry import reading_for
@@ -86,7 +87,7 @@ class Conversation:
         self.prompt_tokens: list[int] = []  # the last question's whole prompt
         self._reading_s = 0.0
         self.opened = False  # open() (done) or skip_reading() was called
-        self._unread = False  # the reading was left to the first question (a fast reading) or a follow-up
+        self._unread = False  # the whole reading was deferred: questions read fast meanwhile (select())
         self._text = DocumentText(model, document, self._prompt_text, part.text, self.document_tokens)
 
     def _document_runs(self, part: PromptPart) -> list[list[int]] | None:
@@ -136,14 +137,14 @@ class Conversation:
         if self._notice:
             yield Notice(self._notice)
         if self.reading.defers(self.saved):
-            self.opened = self._unread = True  # the first question reads fast; a follow-up reads the document first
+            self.opened = self._unread = True  # questions read fast until the document is read whole (select())
             return
         yield from self._read(cancel, question)
         self.opened = True
 
     def skip_reading(self) -> None:
         """Open without reading: the first question is answered without this reading (in parts);
-        a follow-up reads the document first."""
+        a follow-up reads fast or the document whole, as after a fast answer (select())."""
         self.opened = self._unread = True
 
     def _read(self, cancel: threading.Event | None, question: str | None = None) -> Iterator[Event]:
@@ -186,9 +187,10 @@ class Conversation:
         return self._unread
 
     def read_on(self, cancel: threading.Event | None = None) -> Iterator[Event]:
-        """After a fast first answer, read the whole document (and save it): a follow-up is
+        """After a fast answer, read the whole document (and save it): the questions after it are
         selected from that reading. The chat and the server run it in the background; stopped by
-        `cancel`, it goes on from where it stopped at the next call or follow-up. While another
+        `cancel`, it goes on from where it stopped at the next call, or for a question that waits
+        for it because the rest is sooner than a fast reading (select()). While another
         process reads the document, its reading is awaited and loaded (in_progress.read_alone)."""
         if not self._unread:
             return
@@ -220,7 +222,10 @@ class Conversation:
         """The entries `question`'s answer is chosen from: the run's cache then holds the kept
         prompt and the last token's logits (decode() answers from them, or the server moves them
         to a sequence of its own); `self.prompt_tokens` is the whole prompt. Returns the run's
-        Selected. A prompt that does not fit is refused first, before the context grows for it."""
+        Selected. A prompt that does not fit is refused first, before the context grows for it.
+        Before the document is read whole, a question (a follow-up too, its earlier turns read
+        with it) is answered from a fast reading of its own, unless the rest of the whole reading
+        is sooner: then, and where a fast reading does not pay, the rest is read first."""
         settings = self.settings_for(settings)
         _, earlier, question_part = self._split(question)
         earlier_tokens = earlier.tokens(self.model)
@@ -231,17 +236,17 @@ class Conversation:
         reading_s = 0.0 if self.turns else self._reading_s
         if self._unread:
             with_draft = self._cheap_pass.drafted
-            if settings.reads_fast(with_draft) and not self.turns:  # a whole reading under way waits for it
-                if pays(len(tokens), settings, with_draft):
-                    self.prompt_tokens = tokens
-                    asked = Question(question, self._text.passages)
-                    selected = yield from self._text.with_kept_text(self.run.read_fast(tokens, settings, cancel, asked))
-                    if self.speeds is not None:
-                        self.speeds.record(speed_kind(settings), len(tokens), time.perf_counter() - selected.started)
-                    return selected
+            if settings.reads_fast(with_draft) and not pays(len(tokens), settings, with_draft):
                 if settings.read != "auto":  # asked for by name: say why not (auto reads in full quietly)
                     reread = reread_tokens(settings, with_draft)
                     yield Notice(f"read in full: a fast reading would re-read {reread:,} of this prompt's {len(tokens):,} tokens")
+            elif settings.reads_fast(with_draft) and self._fast_is_sooner(len(tokens), settings):
+                self.prompt_tokens = tokens
+                asked = Question(question, self._text.passages, len(earlier_tokens))
+                selected = yield from self._text.with_kept_text(self.run.read_fast(tokens, settings, cancel, asked))
+                if self.speeds is not None:
+                    self.speeds.record(speed_kind(settings), len(tokens), time.perf_counter() - selected.started)
+                return selected
             started = time.perf_counter()
             yield from self.read_on(cancel)
             reading_s = time.perf_counter() - started
@@ -251,6 +256,13 @@ class Conversation:
         selected = yield from self._text.with_kept_text(selection)
         self.prompt_tokens = tokens
         return selected
+
+    def _fast_is_sooner(self, n_prompt: int, settings: AskSettings) -> bool:
+        """Whether a fast reading of the `n_prompt`-token prompt is sooner than the rest of the
+        document's whole reading (each at its last measured speed here)."""
+        speed = self.speeds.tokens_per_s(self.reading.speed) if self.speeds is not None else None
+        left_s = (len(self.document_tokens) - self.run.whole_read_upto) / speed if speed else None
+        return fast_is_sooner(fast_reading_s(n_prompt, settings, self.speeds), left_s)
 
     def decode(self, selected: Selected, settings: AskSettings, cancel: threading.Event | None) -> Iterator[Event]:
         """The answer to the prompt select() kept, decoded on this context with `settings` (as

@@ -1,13 +1,13 @@
 """Documents uploaded or answered from a fast reading, read whole on the model thread while it has
 nothing else to do, and saved: a follow-up about the document then loads that reading and is
-selected from it, as after a full reading (the first answer comes from a fast reading, the rest as
-before).
+selected from it, as after a full reading (the answers before it come from fast readings).
 
 The scheduler reads one batch at a time, only while no answer is in progress and no request is
-read or waits (a new request is admitted before the next batch). A first question about a document
-whose reading is under way is read fast as it chooses, where a fast reading pays, and the whole
-reading goes on after it; any other request first reads the rest of it, taking turns with the
-other readings as its own reading would, then loads it. Without saved readings (`--no-cache`) there
+read or waits (a new request is admitted before the next batch). A question about a document whose
+reading is under way (a follow-up too) is read fast as it chooses, where a fast reading pays and is
+sooner than the rest of that reading, and the whole reading goes on after it; any other request
+first reads the rest of it, taking turns with the other readings as its own reading would, then
+loads it. Without saved readings (`--no-cache`) there
 is nowhere to keep a reading for a later request, and none is started.
 """
 
@@ -71,15 +71,22 @@ class BackgroundReadings:
 
     def rest_of(self, request: ChatRequest, cancel: threading.Event) -> Iterator[Event]:
         """Before `request` is prepared: the rest of its document's reading, if one is under way,
-        an event at a time, unless the request's own reading comes first (a first question read
-        fast, as the question chooses: the whole reading goes on after it). Stops when `cancel` is
+        an event at a time, unless the request's own reading comes first (a question read fast,
+        as it chooses: the whole reading goes on after it). Stops when `cancel` is
         set (the request's: its client went, or the server stops)."""
         key = _key(request)
-        if key in self._pending and not request.turns and self.engine.plan(request.document, request.settings).reads_fast:
+        if key in self._pending and self._fast_is_sooner(request, key):
             return
         while key in self._pending and not cancel.is_set():
             if (event := self._advance(key, self._pending[key])) is not None:
                 yield event
+
+    def _fast_is_sooner(self, request: ChatRequest, key: DocumentKey) -> bool:
+        """Whether `request` reads fast (as the question chooses) before the rest of its
+        document's reading: where a fast reading pays and is sooner than that rest."""
+        assert request.document is not None
+        read = int(self._read[key]["done"])  # type: ignore[call-overload]
+        return self.engine.plan(request.document, request.settings).reads_fast_before_the_rest(read)
 
     def close(self) -> None:
         """Drop the readings not done (their contexts are freed)."""

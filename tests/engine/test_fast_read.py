@@ -16,6 +16,7 @@ from kvchat.engine import AskSettings, Conversation, Engine
 from kvchat.engine.answering import route
 from kvchat.engine.kvcache.cache import KvCache
 from kvchat.engine.reading.cheap_pass import CheapPass, fast_select, last_read_layer
+from kvchat.engine.reading.speeds import ReadingSpeeds
 from kvchat.engine.settings import FastSettings
 from kvchat.errors import CancelledError, SettingsError
 from kvchat.events import Done, Notice, Progress, Pruned
@@ -220,22 +221,53 @@ def test_a_fast_reading_stops_between_batches_of_the_model_reading_the_chosen_to
         assert cache.cells == 256  # one batch of n_batch read, the second never begun
 
 
-def test_a_conversation_reads_fast_first_and_the_whole_document_for_a_follow_up(tiny_model_path: Path, tmp_path: Path) -> None:
+def test_a_follow_up_before_the_whole_reading_reads_fast_with_its_earlier_turns_kept(tiny_model_path: Path, tmp_path: Path) -> None:
+    path = tmp_path / "notes.txt"
+    path.write_text("The boat was named the Grey Heron. The radio failed on day four. " * 40)
+    settings = AskSettings(method=SnapKV(budget=64, window=16), max_tokens=4, read="fast", threads=2,
+                           fast=FastSettings(reread=400))  # more than the budget: the question's attention keeps 64
+    with Engine(str(tiny_model_path)) as engine:
+        conversation = engine.conversation(load_document(path), settings)
+        n_document = len(conversation.document_tokens)
+        try:
+            assert list(conversation.open()) == []  # nothing read before the question
+            first = [e for e in engine.answer(conversation, "What was the boat called?") if isinstance(e, Done)][0]
+            second = [e for e in engine.answer(conversation, "What failed?") if isinstance(e, Done)][0]
+            held = set(conversation.run.cache.origins.tolist())
+            n_second = len(conversation.prompt_tokens)
+            read_whole = list(conversation.read_on())
+            third = [e for e in engine.answer(conversation, "On which day?") if isinstance(e, Done)][0]
+        finally:
+            conversation.close()
+        again = [e for e in engine.ask(load_document(path), "Boat?", settings) if isinstance(e, Done)][0]
+    assert first.stats.read.startswith("fast 1/2 layers, ") and second.stats.read.startswith("fast 1/2 layers, ")
+    assert second.stats.prompt_tokens == n_second > first.stats.prompt_tokens  # the first turn is in the follow-up's prompt
+    n_turn = second.stats.kept_tokens - first.stats.kept_tokens  # kept beside the budget's, as from a whole reading
+    assert n_turn > 20 and set(range(n_document, n_document + n_turn)) <= held  # the tokens right after the document's
+    assert first.read_whole_after and second.read_whole_after and read_whole[-1].done == n_document
+    assert third.stats.read == "full" and third.stats.loaded_tokens == 0 and not third.read_whole_after
+    assert again.stats.read == "full" and again.stats.loaded_tokens > 1500  # the saved reading, not a fast one
+
+
+@pytest.mark.parametrize(("whole_s", "read"), [(0.01, "full"), (1000.0, "fast 1/2 layers")])
+def test_a_follow_up_awaits_the_rest_of_the_whole_reading_where_that_is_sooner(
+    tiny_model_path: Path, tmp_path: Path, whole_s: float, read: str,
+) -> None:
     path = tmp_path / "notes.txt"
     path.write_text("The boat was named the Grey Heron. The radio failed on day four. " * 40)
     settings = AskSettings(method=SnapKV(budget=64, window=16), max_tokens=4, read="fast", threads=2)
     with Engine(str(tiny_model_path)) as engine:
         conversation = engine.conversation(load_document(path), settings)
+        conversation.speeds = ReadingSpeeds(tmp_path / "speeds.json", "tiny")
+        conversation.speeds.record("read", 1000, whole_s)  # a whole reading's last measured speed here
         try:
-            assert list(conversation.open()) == []  # nothing read before the question
-            first = [e for e in engine.answer(conversation, "What was the boat called?") if isinstance(e, Done)][0]
-            second = [e for e in engine.answer(conversation, "What failed?") if isinstance(e, Done)][0]
+            list(conversation.open())
+            [e for e in engine.answer(conversation, "What was the boat called?") if isinstance(e, Done)]
+            conversation.speeds.record("fast", 1000, 1.0)  # a fast reading: 1,000 tokens/s
+            follow_up = [e for e in engine.answer(conversation, "What failed?") if isinstance(e, Done)][0]
         finally:
             conversation.close()
-        again = [e for e in engine.ask(load_document(path), "Boat?", settings) if isinstance(e, Done)][0]
-    assert first.stats.read == "fast 1/2 layers" and first.stats.kept_tokens == 64 and first.stats.loaded_tokens == 0
-    assert second.stats.read == "full" and second.stats.loaded_tokens == 0  # read whole (and saved)
-    assert again.stats.read == "full" and again.stats.loaded_tokens > 1500  # the saved reading, not a fast one
+    assert follow_up.stats.read == read  # the rest (~1,600 tokens) in 0.016 s, or in 1,600 s, against 1.6 s fast
 
 
 def test_a_prompt_the_re_reading_would_mostly_cover_is_read_in_full(tiny_model_path: Path, tmp_path: Path) -> None:

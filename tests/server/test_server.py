@@ -507,12 +507,13 @@ def test_a_request_may_ask_for_a_fast_reading_of_a_new_document(server, client) 
     turns = [{"role": "user", "content": "How many bolts did crate 3 hold?"}, {"role": "assistant", "content": "21"},
              {"role": "user", "content": "And crate 4?"}]
     follow_up = client.chat.completions.create(model=MODEL, messages=turns, max_tokens=4, extra_body={**about, "kv_read": "fast"})
-    assert follow_up.model_extra["kv"]["read"] == "full"  # a follow-up reads the whole document
+    kv = follow_up.model_extra["kv"]
+    assert kv["read"] == "fast 1/2 layers" and kv["prompt_tokens"] > first["prompt_tokens"]  # read fast, with its turns
     refused = httpx.post(f"{url}/v1/chat/completions", json={"model": MODEL, "messages": turns, **about, "kv_read": "skim"})
     assert refused.status_code == 400
 
 
-def test_after_a_fast_answer_the_server_reads_the_document_whole_and_a_follow_up_loads_that_reading(tiny_model_path: Path) -> None:
+def test_after_a_fast_answer_the_server_reads_the_document_whole_and_a_follow_up_where_sooner_loads_that_reading(tiny_model_path: Path) -> None:
     readings: list[Reading] = []
     text = b" ".join(b"Crate %d held %d bolts." % (i, 7 * i) for i in range(150))
     with running_server(tiny_model_path, use_cache=True, new_scheduler=recording(readings), budget=64, max_tokens=4,
@@ -521,6 +522,8 @@ def test_after_a_fast_answer_the_server_reads_the_document_whole_and_a_follow_up
         about = {"document_id": httpx.post(f"{url}/v1/documents", files={"file": ("crates.txt", text)}).json()["id"], "kv_read": "fast"}
         turns = [{"role": "user", "content": "How many bolts did crate 3 hold?"}]
         first = client.chat.completions.create(model=MODEL, messages=turns, max_tokens=4, extra_body=about)
+        service.engine.speeds.record("read", 100_000, 0.1)  # the rest of the whole reading: sooner than reading fast
+        service.engine.speeds.record("fast", 1_000, 100.0)
         turns += [{"role": "assistant", "content": "21"}, {"role": "user", "content": "And crate 4?"}]
         follow_up = client.chat.completions.create(model=MODEL, messages=turns, max_tokens=4, extra_body=about)
         assert service.scheduler.load["reading_on"] == 0

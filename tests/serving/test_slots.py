@@ -16,7 +16,7 @@ import pytest
 from tests.fake_engine import WAIT_S, Emitted, FakeEngine, Script
 from tests.inspect_helpers import last_logits, returned
 from kvchat.documents import Document
-from kvchat.engine import AskSettings, Engine, KvLayout
+from kvchat.engine import AskSettings, Engine, KvLayout, Turn
 from kvchat.engine.prompt import chat_tokens
 from kvchat.engine.reading.prompt_run import PromptRun
 from kvchat.errors import CancelledError, InternalError, KvchatError, PromptTooLongError, SettingsError
@@ -354,13 +354,15 @@ def test_a_request_about_a_document_being_read_whole_reads_the_rest_of_it_first(
                                 "whole Boat? closed", "prepare Radio?"]
 
 
-def test_an_upload_is_read_whole_while_idle_and_a_first_question_read_fast_goes_before_the_rest() -> None:
+@pytest.mark.parametrize("turns", [(), (Turn("Radio?", "It failed on day four."),)], ids=["first question", "follow-up"])
+def test_an_upload_is_read_whole_while_idle_and_a_question_read_fast_goes_before_the_rest(turns: tuple[Turn, ...]) -> None:
     fake = FakeEngine({"Boat?": Script("")}, saves_readings=True, reads_fast=True)
     with running(fake) as scheduler:
         scheduler.read_later(ChatRequest(FAKE_SETTINGS, document=NOTES))  # as an upload does
         fake.whole_allowed.release()
         fake.order.wait_for(lambda items: "whole  1 after 0 steps" in items)
-        boat = _ask_about(scheduler, "Boat?")  # while the reading's second chunk waits
+        boat = Emitted()  # while the reading's second chunk waits
+        scheduler.submit(ChatJob(ChatRequest(FAKE_SETTINGS, document=NOTES, question="Boat?", turns=turns), boat))
         fake.whole_allowed.release()
         _done(boat)  # prepared after that chunk, without waiting for the rest of the reading
         fake.whole_allowed.release()

@@ -32,7 +32,7 @@ from kvchat.engine.conversation import Conversation
 from kvchat.engine.kvcache.foreground import Foreground
 from kvchat.engine.kvcache.in_progress import InProgress
 from kvchat.engine.prompt import Turn
-from kvchat.engine.reading.cheap_pass import speed_kind
+from kvchat.engine.reading.cheap_pass import fast_is_sooner, fast_reading_s
 from kvchat.engine.settings import AskSettings
 from kvchat.errors import raise_if_cancelled
 from kvchat.events import Done, Event, Notice
@@ -141,6 +141,5 @@ def _sooner_to_wait(conversation: Conversation, reading: InProgress) -> bool:
         return False
     if not conversation.reads_fast_first():
         return True
-    speeds = conversation.speeds
-    fast_speed = speeds.measured(speed_kind(conversation.settings)) if speeds is not None else None  # tokens/s, measured here
-    return reading.left_s is not None and fast_speed is not None and reading.left_s < len(conversation.document_tokens) / fast_speed
+    fast_s = fast_reading_s(len(conversation.document_tokens), conversation.settings, conversation.speeds)
+    return not fast_is_sooner(fast_s, reading.left_s)

@@ -34,6 +34,7 @@ import numpy as np
 from kvchat.engine.kvcache.cache import KvCache
 from kvchat.engine.reading.passages import Question
 from kvchat.engine.reading.selected import Selected
+from kvchat.engine.reading.speeds import ReadingSpeeds
 from kvchat.engine.settings import AskSettings
 from kvchat.events import Event, Progress
 from kvchat.llama import LlamaContext, LlamaModel
@@ -62,6 +63,20 @@ def reread_tokens(settings: AskSettings, with_draft: bool) -> int:
 def pays(n_prompt: int, settings: AskSettings, with_draft: bool) -> bool:
     """Whether a fast reading of `n_prompt` tokens is faster than reading them all."""
     return reread_tokens(settings, with_draft) < PAYS_BELOW * n_prompt
+
+
+def fast_reading_s(n_prompt: int, settings: AskSettings, speeds: ReadingSpeeds | None) -> float | None:
+    """How long a fast reading of `n_prompt` tokens takes here, at its last measured speed; None
+    before one was measured."""
+    speed = speeds.measured(speed_kind(settings)) if speeds is not None else None  # tokens/s
+    return n_prompt / speed if speed else None
+
+
+def fast_is_sooner(fast_s: float | None, left_s: float | None) -> bool:
+    """Whether a fast reading taking `fast_s` answers sooner than awaiting the `left_s` seconds a
+    whole reading under way still needs (then selecting from it); sooner when either is not known
+    (a fast reading takes seconds where a whole one takes minutes)."""
+    return fast_s is None or left_s is None or left_s >= fast_s
 
 
 def speed_kind(settings: AskSettings) -> str:
@@ -104,7 +119,8 @@ def fast_select(
     """Into an empty `cache`: the kept prompt of `tokens` as a fast reading chooses it, and the
     last token's logits. Progress over the cheap pass (if any), then over the model's reading of
     the chosen tokens, then Pruned; returns the Selected. `cancel` is seen after each batch of
-    either. `question`: its text and the document's passages, for a choice by its words."""
+    either. `question`: its text and the document's passages, for a choice by its words, and the
+    earlier turns, read and kept whatever the method keeps."""
     started = time.perf_counter()
     ctx, n_prompt = cache.ctx, len(tokens)
     reread = reread_tokens(settings, cheap_pass.drafted)
@@ -115,7 +131,8 @@ def fast_select(
     window = tokens[window_start:]
     compact_s = 0.0
     if reread > settings.method.budget and len(body) + len(window) > settings.method.budget:
-        compact_s = cache.keep_chosen_by(window, settings.method)  # the question's attention over the re-reading keeps the budget's
+        turns = _cells_of(body, question.earlier_turns) if question is not None and question.n_earlier else None
+        compact_s = cache.keep_chosen_by(window, settings.method, turns)  # the question's attention over the re-reading keeps the budget's
         read += f", {len(body) + len(window):,} re-read"
     else:
         cache.decode(window, want_logits=True)
@@ -132,12 +149,14 @@ def _choose(
 ) -> Generator[Event, None, tuple[np.ndarray, str]]:
     """The prompt's tokens before the question's window that the model reads (sorted), and how they
     were chosen: by a cheap pass's attention, or (bm25) by the question's words where it shares
-    some with the document's passages, else by the cheap pass's attention over those passages."""
+    some with the document's passages, else by the cheap pass's attention over those passages.
+    The earlier turns of a conversation are read whatever chooses."""
     fast = settings.fast_reading
     passages = question.passages if question is not None else None
     if passages is None or not len(passages.starts) or fast.choose == "attention":
         origins, kept, _, layers = yield from _cheap_pass(cache, tokens, None, window_start, settings, reread, cheap_pass, cancel)
-        return _before(origins[kept], window_start), f"{cheap_pass.label} {layers} layers"
+        turns = question.earlier_turns if question is not None else np.zeros(0, dtype=np.int64)
+        return np.union1d(_before(origins[kept], window_start), turns), f"{cheap_pass.label} {layers} layers"
     words = passages.bm25(question.text)
     if (words > 0).any():
         chosen = passages.top(words, reread, fast.opening)
@@ -148,6 +167,13 @@ def _choose(
     attention = passages.attention(scores, origins[: len(scores)])
     chosen = passages.top(np.where(np.isfinite(attention), attention, -np.inf), reread, fast.opening)
     return passages.tokens_of(chosen, window_start), f"{cheap_pass.label} {layers} layers, {len(chosen)} passages"
+
+
+def _cells_of(body: np.ndarray, turns: np.ndarray) -> tuple[int, int]:
+    """The [start, end) cells the earlier `turns` (consecutive prompt indices, all in the sorted
+    `body`) are read into."""
+    start = int(np.searchsorted(body, turns[0]))
+    return start, start + len(turns)
 
 
 def _before(indices: np.ndarray, window_start: int) -> np.ndarray:

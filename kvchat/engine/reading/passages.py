@@ -141,11 +141,19 @@ class Passages:
 
 @dataclass(frozen=True)
 class Question:
-    """What a question-chosen reading needs of the question: its text, and the passages of the
-    document it is about."""
+    """What a question-chosen reading needs of the question: its text, the passages of the
+    document it is about, and how many tokens of earlier turns come between the document's and the
+    question's in the prompt (a follow-up's: read and kept whatever chooses)."""
 
     text: str
     passages: Passages
+    n_earlier: int = 0
+
+    @property
+    def earlier_turns(self) -> np.ndarray:
+        """The prompt indices of the earlier turns' tokens."""
+        start = self.passages.n_tokens
+        return np.arange(start, start + self.n_earlier, dtype=np.int64)
 
 
 def _words(texts: list[str] | tuple[str, ...]) -> list[list[str]]:

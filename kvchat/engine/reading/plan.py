@@ -10,7 +10,7 @@ from kvchat.documents import Document
 from kvchat.engine.prompt import document_part
 from kvchat.engine.prompt_text import prompt_text
 from kvchat.engine.settings import AskSettings
-from kvchat.engine.reading.cheap_pass import pays, speed_kind
+from kvchat.engine.reading.cheap_pass import fast_is_sooner, fast_reading_s, pays
 from kvchat.engine.reading.sizing import reading_settings
 from kvchat.engine.reading.speeds import ReadingSpeeds
 from kvchat.llama import LlamaModel
@@ -30,6 +30,12 @@ class ReadingPlan:
     reads_fast: bool = False
     est_fast_s: float | None = None  # that fast reading, at the last measured speed of one
 
+    def reads_fast_before_the_rest(self, read: int) -> bool:
+        """Whether a question about the document reads fast rather than awaiting the rest of its
+        whole reading under way, `read` of its tokens read (cheap_pass.fast_is_sooner)."""
+        left_s = None if self.est_read_s is None else self.est_read_s * (1 - read / max(self.tokens, 1))
+        return self.reads_fast and fast_is_sooner(self.est_fast_s, left_s)
+
     def as_json(self) -> dict[str, object]:
         return asdict(self)
 
@@ -42,7 +48,7 @@ def reading_plan(
     read_with, _ = reading_settings(model, tokens, settings)
     speed = speeds.tokens_per_s("stream" if read_with.method.streams else "read") if speeds else None
     reads_fast = read_with.reads_fast(with_draft) and pays(tokens, read_with, with_draft)
-    fast_speed = speeds.measured(speed_kind(read_with)) if speeds and reads_fast else None
+    fast_s = fast_reading_s(tokens, read_with, speeds) if reads_fast else None
     return ReadingPlan(
         path=str(document.path),
         format=document.kind,
@@ -53,5 +59,5 @@ def reading_plan(
         method=read_with.method.name,
         est_read_s=round(tokens / speed, 1) if speed else None,
         reads_fast=reads_fast,
-        est_fast_s=round(tokens / fast_speed, 1) if fast_speed else None,
+        est_fast_s=round(fast_s, 1) if fast_s is not None else None,
     )

@@ -206,6 +206,14 @@ class PromptRun:
         self.holds_fast_answer = True
         return selected
 
+    @property
+    def whole_read_upto(self) -> int:
+        """How far the whole reading has got: while the cache holds a fast answer, what is set
+        aside for it."""
+        if not self.holds_fast_answer:
+            return self.read_upto
+        return self._aside[1] if self._aside is not None else 0
+
     def back_to_reading(self) -> None:
         """After a fast answer: the cache holds again what the whole reading had read before it
         (nothing, if none had begun), for the reading to go on from there."""
