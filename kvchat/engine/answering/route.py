@@ -52,7 +52,7 @@ def answer(
     in_parts = parts is not None and answers_in_parts(settings.in_parts, question)
     if not conversation.opened:
         if in_parts:
-            conversation.skip_reading()  # the parts are read on their own; a follow-up reads the document first
+            conversation.skip_reading()  # the parts are read on their own; a follow-up reads fast or whole (select())
         else:
             yield from _await_if_sooner(conversation, cancel)
     with foreground.answering() if foreground is not None else contextlib.nullcontext():
