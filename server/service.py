@@ -121,8 +121,9 @@ class ChatService:
 
     def read_later(self, stored: StoredDocument) -> None:
         """Read an upload whole in the background, with the server's system prompt and cache
-        layout, as soon as the model has nothing else to do: its first question is answered
-        meanwhile from a fast reading, the ones after it load the whole reading."""
+        layout, as soon as the model has nothing else to do: a question asked meanwhile is answered
+        from a fast reading where that is sooner than the rest, the ones after it load the whole
+        reading."""
         settings = AskSettings(threads=self.threads, layout=self.limits.layout, system=self.limits.defaults.system)
         self.scheduler.read_later(ChatRequest(settings, document=stored.document))
 

@@ -271,6 +271,7 @@ class FakeEngine:
     ) -> None:
         self.states = object() if saves_readings else None  # whole readings are only done where they are saved
         self.reads_fast = reads_fast  # a question about a document being read is read fast (plan())
+        self.asked_after_reading: list[int] = []  # how far the whole reading had got, each time plan() was asked
         self.whole_chunks = whole_chunks
         self.whole_allowed = threading.Semaphore(0)  # each chunk of a whole reading waits for a release
         self.order: Log[str] = Log()  # "prepare Q", "whole Q 1 after 3 steps" … "whole Q closed", in order
@@ -362,7 +363,11 @@ class FakeEngine:
 
     def plan(self, _document: object, _settings: object) -> SimpleNamespace:
         """Engine.plan's stand-in: only whether a question reads fast before the rest of the reading."""
-        return SimpleNamespace(reads_fast_before_the_rest=lambda _read: self.reads_fast)
+        def reads_fast_before_the_rest(read: int) -> bool:
+            self.asked_after_reading.append(read)
+            return self.reads_fast
+
+        return SimpleNamespace(reads_fast_before_the_rest=reads_fast_before_the_rest)
 
     def read_whole(self, _engine: object, request: ChatRequest) -> Iterator[Event]:
         """reading_on.read_whole's stand-in: `whole_chunks` chunks, each once whole_allowed is

@@ -136,7 +136,7 @@ class KvchatApp(Dialogs, BackgroundReading):
     @work(thread=True, group="model", exit_on_error=False)
     def _ask(self, session: ChatSession, question: str, settings: AskSettings, cancel: threading.Event) -> None:
         try:
-            self.reading_on_idle.wait()  # ask_question() stopped it; the answer reads on from there
+            self.reading_on_idle.wait()  # ask_question() stopped it; the answer reads fast or on from there
             for event in session.ask(question, settings, cancel):
                 self.post_message(EngineEvent(event))
             self._end(JobEnded("answering", "done"))

@@ -3,7 +3,9 @@ so that the follow-ups are selected from it (Conversation.read_on), as after a f
 
 It runs in a worker of its own while the user reads the answer. A question, a new document, Esc
 or quitting stops it first (`stop_reading_on`, on the UI thread); a worker that uses the model
-next waits for `reading_on_idle`, and a question goes on with the reading from where it stopped.
+next waits for `reading_on_idle`. A question is answered from a fast reading of its own, or goes
+on with the reading from where it stopped where the rest is sooner (Conversation.select); after
+its answer the reading starts again from there.
 The side panel shows how far it got.
 """
 
@@ -36,7 +38,8 @@ class BackgroundReading(App[None]):
         self._read_on(session, self._reading_on_cancel)
 
     def stop_reading_on(self, taken_over: bool = False) -> None:
-        """Stop the background reading, if one runs; `taken_over`: a question goes on with it."""
+        """Stop the background reading, if one runs; `taken_over`: for a question (which reads
+        fast, or goes on with it under its own reading bar)."""
         self._reading_on_cancel.set()
         if taken_over and not self.reading_on_idle.is_set():
             self._show_reading_on(None)  # the answer's own reading bar shows the rest

@@ -241,17 +241,20 @@ class Conversation:
                     reread = reread_tokens(settings, with_draft)
                     yield Notice(f"read in full: a fast reading would re-read {reread:,} of this prompt's {len(tokens):,} tokens")
             elif settings.reads_fast(with_draft) and self._fast_is_sooner(len(tokens), settings):
+                self._make_room(len(tokens), settings.max_tokens)  # it reads at most the prompt, its turns whole
                 self.prompt_tokens = tokens
                 asked = Question(question, self._text.passages, len(earlier_tokens))
                 selected = yield from self._text.with_kept_text(self.run.read_fast(tokens, settings, cancel, asked))
                 if self.speeds is not None:
                     self.speeds.record(speed_kind(settings), len(tokens), time.perf_counter() - selected.started)
                 return selected
+            elif settings.read != "auto" and settings.reads_fast(with_draft):
+                yield Notice("read in full: the rest of the document's whole reading comes sooner than a fast reading")
             started = time.perf_counter()
             yield from self.read_on(cancel)
             reading_s = time.perf_counter() - started
         start = self.selection.before_question(self.run, tokens, len(earlier_tokens), self.prompt_tokens if self.turns else None)
-        self._make_room(len(tokens) - self.run.read_upto, settings.max_tokens)
+        self._make_room(self.run.cache.cells + len(tokens) - self.run.read_upto, settings.max_tokens)
         selection = self.run.select(tokens, settings, start.pinned, cancel, start.prunes, reading_s)
         selected = yield from self._text.with_kept_text(selection)
         self.prompt_tokens = tokens
@@ -259,10 +262,15 @@ class Conversation:
 
     def _fast_is_sooner(self, n_prompt: int, settings: AskSettings) -> bool:
         """Whether a fast reading of the `n_prompt`-token prompt is sooner than the rest of the
-        document's whole reading (each at its last measured speed here)."""
+        document's whole reading begun on this conversation (each at its last measured speed
+        here). With none begun here, it is: nothing here is to be awaited (the server's reading
+        of an upload, the only one elsewhere in this process, was awaited or not before this
+        conversation was made: BackgroundReadings.rest_of)."""
+        read = self.run.whole_read_upto
         speed = self.speeds.tokens_per_s(self.reading.speed) if self.speeds is not None else None
-        left_s = (len(self.document_tokens) - self.run.whole_read_upto) / speed if speed else None
-        return fast_is_sooner(fast_reading_s(n_prompt, settings, self.speeds), left_s)
+        if not read or not speed:
+            return True
+        return fast_is_sooner(fast_reading_s(n_prompt, settings, self.speeds), (len(self.document_tokens) - read) / speed)
 
     def decode(self, selected: Selected, settings: AskSettings, cancel: threading.Event | None) -> Iterator[Event]:
         """The answer to the prompt select() kept, decoded on this context with `settings` (as
@@ -279,9 +287,9 @@ class Conversation:
         is read with them."""
         return self.settings if settings is None else reading_settings(self.model, len(self.document_tokens), settings)[0]
 
-    def _make_room(self, new_tokens: int, max_tokens: int) -> None:
-        """Grow the context when the conversation no longer fits (the answer may use the ring)."""
-        needed = self.run.cache.cells + new_tokens + RING_MIN
+    def _make_room(self, cells: int, max_tokens: int) -> None:
+        """Grow the context when `cells` no longer fit (the answer may use the ring)."""
+        needed = cells + RING_MIN
         if needed > self.run.n_ctx:
             limit = max(self.model.shape.n_ctx_train, needed)
             self.run.grow(min(round_up(needed + max_tokens), round_up(limit)))

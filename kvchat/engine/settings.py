@@ -147,9 +147,10 @@ class AskSettings:
         return self.method.scores and not self.method.streams and not self.method.per_head
 
     def reads_fast(self, with_draft: bool) -> bool:
-        """Whether a new document's first question is answered from a fast reading: asked for, or
-        by default (auto) with a draft model and a method that reads fast; the prompt's length
-        decides after (fast.pays)."""
+        """Whether the questions about a new document are answered from fast readings until it is
+        read whole: asked for, or by default (auto) with a draft model and a method that reads
+        fast; the prompt's length decides after (fast.pays), and for a question asked while the
+        whole reading goes on, which is sooner (Conversation.select)."""
         if self.read == "auto":  # the question's words choose, a draft's attention where they find nothing
             return with_draft and self.method_reads_fast
         return self.read in ("fast", "retrieval")

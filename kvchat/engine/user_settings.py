@@ -111,8 +111,9 @@ class UserSettings(BaseModel):
         "the document's opening are read alone (the draft's attention chooses where no word matches), full "
         "otherwise; full: every layer reads the whole document; fast: a cheap pass (a draft's first layers, or the "
         "model's own) chooses the tokens and the whole model reads only those; retrieval: the passages the "
-        "question's words choose are read alone. Follow-ups are selected from a whole reading "
-        "(docs/how-it-works.md: Reading what the question chooses).", served=True)
+        "question's words choose are read alone. Follow-ups are read the same way until the document is read "
+        "whole, then selected from that reading (docs/how-it-works.md: Reading what the question chooses).",
+        served=True)
     in_parts: Literal["auto", "on", "off"] = _setting(
         "auto", "Which questions are answered from every part of the document in turn, the answer each part's (a "
         "summary, every clause of a kind, a comparison). auto: those whose wording asks about the whole document "

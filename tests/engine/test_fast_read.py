@@ -233,7 +233,8 @@ def test_a_follow_up_before_the_whole_reading_reads_fast_with_its_earlier_turns_
             assert list(conversation.open()) == []  # nothing read before the question
             first = [e for e in engine.answer(conversation, "What was the boat called?") if isinstance(e, Done)][0]
             second = [e for e in engine.answer(conversation, "What failed?") if isinstance(e, Done)][0]
-            held = set(conversation.run.cache.origins.tolist())
+            origins = conversation.run.cache.origins.tolist()
+            held = set(origins)
             n_second = len(conversation.prompt_tokens)
             read_whole = list(conversation.read_on())
             third = [e for e in engine.answer(conversation, "On which day?") if isinstance(e, Done)][0]
@@ -244,30 +245,73 @@ def test_a_follow_up_before_the_whole_reading_reads_fast_with_its_earlier_turns_
     assert second.stats.prompt_tokens == n_second > first.stats.prompt_tokens  # the first turn is in the follow-up's prompt
     n_turn = second.stats.kept_tokens - first.stats.kept_tokens  # kept beside the budget's, as from a whole reading
     assert n_turn > 20 and set(range(n_document, n_document + n_turn)) <= held  # the tokens right after the document's
+    assert len(origins) == len(held)  # each read once
     assert first.read_whole_after and second.read_whole_after and read_whole[-1].done == n_document
     assert third.stats.read == "full" and third.stats.loaded_tokens == 0 and not third.read_whole_after
     assert again.stats.read == "full" and again.stats.loaded_tokens > 1500  # the saved reading, not a fast one
 
 
-@pytest.mark.parametrize(("whole_s", "read"), [(0.01, "full"), (1000.0, "fast 1/2 layers")])
+@pytest.mark.parametrize(("read_before", "whole_speed", "read"), [
+    (0, 1000, "fast 1/2 layers"), (256, 1000, "fast 1/2 layers"), (2048, 1000, "full"),
+    (0, 10**6, "fast 1/2 layers"),  # none begun here: nothing to await (the server's own reading decided before)
+])
 def test_a_follow_up_awaits_the_rest_of_the_whole_reading_where_that_is_sooner(
-    tiny_model_path: Path, tmp_path: Path, whole_s: float, read: str,
+    tiny_model_path: Path, tmp_path: Path, read_before: int, whole_speed: int, read: str,
 ) -> None:
     path = tmp_path / "notes.txt"
     path.write_text("The boat was named the Grey Heron. The radio failed on day four. " * 40)
-    settings = AskSettings(method=SnapKV(budget=64, window=16), max_tokens=4, read="fast", threads=2)
+    settings = AskSettings(method=SnapKV(budget=64, window=16), max_tokens=4, read="fast", threads=2, n_batch=256)
     with Engine(str(tiny_model_path)) as engine:
         conversation = engine.conversation(load_document(path), settings)
         conversation.speeds = ReadingSpeeds(tmp_path / "speeds.json", "tiny")
-        conversation.speeds.record("read", 1000, whole_s)  # a whole reading's last measured speed here
+        n_document, stop = len(conversation.document_tokens), threading.Event()
         try:
             list(conversation.open())
             [e for e in engine.answer(conversation, "What was the boat called?") if isinstance(e, Done)]
-            conversation.speeds.record("fast", 1000, 1.0)  # a fast reading: 1,000 tokens/s
-            follow_up = [e for e in engine.answer(conversation, "What failed?") if isinstance(e, Done)][0]
+            conversation.speeds.record("read", whole_speed, 1.0)  # as measured here: a whole reading 1,000 tokens/s,
+            conversation.speeds.record("fast", 2000, 1.0)  # a fast one 2,000 (the prompt's ~2,600 in 1.3 s)
+            if read_before:
+                with pytest.raises(CancelledError):
+                    for event in conversation.read_on(stop):
+                        if event.done >= read_before:
+                            stop.set()  # the chat's background reading, stopped for the follow-up
+            events = list(engine.answer(conversation, "What failed?"))
         finally:
             conversation.close()
-    assert follow_up.stats.read == read  # the rest (~1,600 tokens) in 0.016 s, or in 1,600 s, against 1.6 s fast
+    follow_up = [e for e in events if isinstance(e, Done)][0]
+    assert 2048 < n_document < 2048 + 1300  # the rest after 2,048 read comes in less than 1.3 s, after 256 in more
+    assert follow_up.stats.read == read
+    waited = [e.text for e in events if isinstance(e, Notice)] == [
+        "read in full: the rest of the document's whole reading comes sooner than a fast reading"]
+    assert waited == (read == "full")
+    if read == "full":
+        assert [e.done for e in events if isinstance(e, Progress)][0] == read_before  # went on from there
+
+
+def test_a_fast_reading_stopped_midway_leaves_the_whole_reading_set_aside(tiny_model_path: Path, tmp_path: Path) -> None:
+    path = tmp_path / "notes.txt"
+    path.write_text("The boat was named the Grey Heron. The radio failed on day four. " * 40)
+    settings = AskSettings(method=SnapKV(budget=64, window=16), max_tokens=4, read="fast", threads=2, n_batch=256)
+    with Engine(str(tiny_model_path)) as engine:
+        conversation = engine.conversation(load_document(path), settings)
+        n_document, background, question = len(conversation.document_tokens), threading.Event(), threading.Event()
+        try:
+            list(conversation.open())
+            [e for e in engine.answer(conversation, "What was the boat called?") if isinstance(e, Done)]
+            with pytest.raises(CancelledError):
+                for event in conversation.read_on(background):
+                    if event.done >= 512:
+                        background.set()
+            with pytest.raises(CancelledError):
+                for event in engine.answer(conversation, "What failed?", cancel=question):
+                    if isinstance(event, Progress) and event.done:
+                        question.set()  # Esc, after the follow-up's fast reading read a batch
+            went_on = [e.done for e in conversation.read_on() if isinstance(e, Progress)]
+        finally:
+            conversation.close()
+        again = [e for e in engine.ask(load_document(path), "Boat?", settings) if isinstance(e, Done)][0]
+    assert went_on[0] == 512 and went_on[-1] == n_document  # from where it had stopped, nothing of the fast reading kept
+    assert again.stats.loaded_tokens == n_document
 
 
 def test_a_prompt_the_re_reading_would_mostly_cover_is_read_in_full(tiny_model_path: Path, tmp_path: Path) -> None:

@@ -369,6 +369,7 @@ def test_an_upload_is_read_whole_while_idle_and_a_question_read_fast_goes_before
         fake.order.wait_for(lambda items: "whole  closed" in items)
     assert fake.order.items == ["whole  1 after 0 steps", "whole  2 after 0 steps", "prepare Boat?", "whole  3 after 0 steps",
                                 "whole  closed"]
+    assert fake.asked_after_reading == [2]  # how far the reading had got decides
 
 
 def test_stopping_drops_an_unfinished_whole_reading_and_none_is_started_where_readings_are_not_saved() -> None:

@@ -156,7 +156,7 @@ def _choose(
     if passages is None or not len(passages.starts) or fast.choose == "attention":
         origins, kept, _, layers = yield from _cheap_pass(cache, tokens, None, window_start, settings, reread, cheap_pass, cancel)
         turns = question.earlier_turns if question is not None else np.zeros(0, dtype=np.int64)
-        return np.union1d(_before(origins[kept], window_start), turns), f"{cheap_pass.label} {layers} layers"
+        return np.union1d(_before(origins[kept], window_start), _before(turns, window_start)), f"{cheap_pass.label} {layers} layers"
     words = passages.bm25(question.text)
     if (words > 0).any():
         chosen = passages.top(words, reread, fast.opening)
@@ -170,10 +170,9 @@ def _choose(
 
 
 def _cells_of(body: np.ndarray, turns: np.ndarray) -> tuple[int, int]:
-    """The [start, end) cells the earlier `turns` (consecutive prompt indices, all in the sorted
-    `body`) are read into."""
-    start = int(np.searchsorted(body, turns[0]))
-    return start, start + len(turns)
+    """The [start, end) cells of the sorted `body` that hold the earlier `turns` (consecutive
+    prompt indices; the question's window may hold their last ones instead)."""
+    return int(np.searchsorted(body, turns[0])), int(np.searchsorted(body, turns[-1], side="right"))
 
 
 def _before(indices: np.ndarray, window_start: int) -> np.ndarray:

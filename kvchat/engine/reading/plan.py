@@ -26,7 +26,7 @@ class ReadingPlan:
     fits_context: bool
     method: str  # what the reading will use: the settings' method, or snapstream past the context
     est_read_s: float | None  # a whole reading: tokens at the last measured speed; None before any was measured
-    # the first question reads fast (cheap_pass.py), the whole reading follows in the background
+    # the questions read fast (cheap_pass.py) while the whole reading follows in the background
     reads_fast: bool = False
     est_fast_s: float | None = None  # that fast reading, at the last measured speed of one
 

@@ -201,9 +201,9 @@ class PromptRun:
         aside = self._aside if self.holds_fast_answer or not self.read_upto else (self.cache.saved(), self.read_upto)
         self.clear()
         self._aside = aside
+        self.holds_fast_answer = True  # from here on, even if it is stopped: back_to_reading() takes the reading back
         selected = yield from fast_select(self.cache, tokens, settings, cancel, self.cheap_pass, question)
         self.read_upto = len(tokens)
-        self.holds_fast_answer = True
         return selected
 
     @property

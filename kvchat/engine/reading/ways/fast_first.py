@@ -1,5 +1,6 @@
-"""The first question about a new document reads fast (cheap_pass.py: a cheap pass chooses what the
-model reads); the document is read whole, with another way, for the follow-ups (Conversation.read_on)."""
+"""The questions about a new document read fast (cheap_pass.py: the question chooses what the model
+reads) until the document is read whole, with another way, for the questions after
+(Conversation.read_on; Conversation.select says when a question waits for that instead)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from kvchat.events import Event
 class FastFirst(Reading):
     name = "fast"
 
-    whole: Reading = WholeReading()  # how the document is read whole after the first answer
+    whole: Reading = WholeReading()  # how the document is read whole after the first fast answer
 
     def defers(self, saved: bool) -> bool:
         return not saved  # a saved reading is loaded at once: nothing to read fast

@@ -34,8 +34,8 @@ class Reading:
     speed: ClassVar[str] = "read"  # what its measured speed is remembered as (speeds.py)
 
     def defers(self, saved: bool) -> bool:
-        """Whether open() leaves the reading to the first question (`saved`: a reading of the
-        document is saved)."""
+        """Whether open() leaves the reading to the questions, which read fast meanwhile
+        (`saved`: a reading of the document is saved)."""
         return False
 
     def read(

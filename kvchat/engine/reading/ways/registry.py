@@ -11,8 +11,8 @@ from kvchat.engine.settings import AskSettings
 
 
 def reading_for(settings: AskSettings, stream: StreamSettings, drafted: bool) -> Reading:
-    """Streamed for a streaming method; whole otherwise, and then its first question read fast
-    where the settings say so (`drafted`: a draft model does the cheap pass)."""
+    """Streamed for a streaming method; whole otherwise, and then its questions read fast until it
+    is read whole, where the settings say so (`drafted`: a draft model does the cheap pass)."""
     if settings.method.streams:
         return StreamedReading(stream)
     return FastFirst(WholeReading()) if settings.reads_fast(drafted) else WholeReading()
