@@ -37,6 +37,14 @@ from tests.tiny_gguf import write_tiny_gguf
 WINDOW = 16
 
 
+@pytest.fixture
+def notes(tmp_path: Path) -> Path:
+    """A text of two facts said 40 times (about 2,500 tokens)."""
+    path = tmp_path / "notes.txt"
+    path.write_text("The boat was named the Grey Heron. The radio failed on day four. " * 40)
+    return path
+
+
 def _tokens(n: int = 600) -> list[int]:
     rng = np.random.default_rng(3)
     return [int(t) for t in rng.integers(3, 250, size=n)]
@@ -221,13 +229,11 @@ def test_a_fast_reading_stops_between_batches_of_the_model_reading_the_chosen_to
         assert cache.cells == 256  # one batch of n_batch read, the second never begun
 
 
-def test_a_follow_up_before_the_whole_reading_reads_fast_with_its_earlier_turns_kept(tiny_model_path: Path, tmp_path: Path) -> None:
-    path = tmp_path / "notes.txt"
-    path.write_text("The boat was named the Grey Heron. The radio failed on day four. " * 40)
+def test_a_follow_up_before_the_whole_reading_reads_fast_with_its_earlier_turns_kept(tiny_model_path: Path, notes: Path) -> None:
     settings = AskSettings(method=SnapKV(budget=64, window=16), max_tokens=4, read="fast", threads=2,
                            fast=FastSettings(reread=400))  # more than the budget: the question's attention keeps 64
     with Engine(str(tiny_model_path)) as engine:
-        conversation = engine.conversation(load_document(path), settings)
+        conversation = engine.conversation(load_document(notes), settings)
         n_document = len(conversation.document_tokens)
         try:
             assert list(conversation.open()) == []  # nothing read before the question
@@ -240,7 +246,7 @@ def test_a_follow_up_before_the_whole_reading_reads_fast_with_its_earlier_turns_
             third = [e for e in engine.answer(conversation, "On which day?") if isinstance(e, Done)][0]
         finally:
             conversation.close()
-        again = [e for e in engine.ask(load_document(path), "Boat?", settings) if isinstance(e, Done)][0]
+        again = [e for e in engine.ask(load_document(notes), "Boat?", settings) if isinstance(e, Done)][0]
     assert first.stats.read.startswith("fast 1/2 layers, ") and second.stats.read.startswith("fast 1/2 layers, ")
     assert second.stats.prompt_tokens == n_second > first.stats.prompt_tokens  # the first turn is in the follow-up's prompt
     n_turn = second.stats.kept_tokens - first.stats.kept_tokens  # kept beside the budget's, as from a whole reading
@@ -256,13 +262,11 @@ def test_a_follow_up_before_the_whole_reading_reads_fast_with_its_earlier_turns_
     (0, 10**6, "fast 1/2 layers"),  # none begun here: nothing to await (the server's own reading decided before)
 ])
 def test_a_follow_up_awaits_the_rest_of_the_whole_reading_where_that_is_sooner(
-    tiny_model_path: Path, tmp_path: Path, read_before: int, whole_speed: int, read: str,
+    tiny_model_path: Path, tmp_path: Path, notes: Path, read_before: int, whole_speed: int, read: str,
 ) -> None:
-    path = tmp_path / "notes.txt"
-    path.write_text("The boat was named the Grey Heron. The radio failed on day four. " * 40)
     settings = AskSettings(method=SnapKV(budget=64, window=16), max_tokens=4, read="fast", threads=2, n_batch=256)
     with Engine(str(tiny_model_path)) as engine:
-        conversation = engine.conversation(load_document(path), settings)
+        conversation = engine.conversation(load_document(notes), settings)
         conversation.speeds = ReadingSpeeds(tmp_path / "speeds.json", "tiny")
         n_document, stop = len(conversation.document_tokens), threading.Event()
         try:
@@ -288,12 +292,10 @@ def test_a_follow_up_awaits_the_rest_of_the_whole_reading_where_that_is_sooner(
         assert [e.done for e in events if isinstance(e, Progress)][0] == read_before  # went on from there
 
 
-def test_a_fast_reading_stopped_midway_leaves_the_whole_reading_set_aside(tiny_model_path: Path, tmp_path: Path) -> None:
-    path = tmp_path / "notes.txt"
-    path.write_text("The boat was named the Grey Heron. The radio failed on day four. " * 40)
+def test_a_fast_reading_stopped_midway_leaves_the_whole_reading_set_aside(tiny_model_path: Path, notes: Path) -> None:
     settings = AskSettings(method=SnapKV(budget=64, window=16), max_tokens=4, read="fast", threads=2, n_batch=256)
     with Engine(str(tiny_model_path)) as engine:
-        conversation = engine.conversation(load_document(path), settings)
+        conversation = engine.conversation(load_document(notes), settings)
         n_document, background, question = len(conversation.document_tokens), threading.Event(), threading.Event()
         try:
             list(conversation.open())
@@ -309,17 +311,15 @@ def test_a_fast_reading_stopped_midway_leaves_the_whole_reading_set_aside(tiny_m
             went_on = [e.done for e in conversation.read_on() if isinstance(e, Progress)]
         finally:
             conversation.close()
-        again = [e for e in engine.ask(load_document(path), "Boat?", settings) if isinstance(e, Done)][0]
+        again = [e for e in engine.ask(load_document(notes), "Boat?", settings) if isinstance(e, Done)][0]
     assert went_on[0] == 512 and went_on[-1] == n_document  # from where it had stopped, nothing of the fast reading kept
     assert again.stats.loaded_tokens == n_document
 
 
-def test_a_prompt_the_re_reading_would_mostly_cover_is_read_in_full(tiny_model_path: Path, tmp_path: Path) -> None:
-    path = tmp_path / "notes.txt"
-    path.write_text("The boat was named the Grey Heron. The radio failed on day four. " * 40)
+def test_a_prompt_the_re_reading_would_mostly_cover_is_read_in_full(tiny_model_path: Path, notes: Path) -> None:
     settings = AskSettings(method=SnapKV(budget=64, window=16), max_tokens=4, read="fast", threads=2, fast=FastSettings(reread=2000))
     with Engine(str(tiny_model_path), use_cache=False) as engine:
-        conversation = engine.conversation(load_document(path), settings)
+        conversation = engine.conversation(load_document(notes), settings)
         try:
             list(conversation.open())
             events = list(engine.answer(conversation, "What was the boat called?"))
@@ -333,12 +333,10 @@ def test_a_prompt_the_re_reading_would_mostly_cover_is_read_in_full(tiny_model_p
     assert done.stats.read == "full" and done.stats.prompt_tokens == n_prompt and done.stats.kept_tokens == 64
 
 
-def test_after_a_fast_answer_the_whole_reading_goes_on_from_where_it_was_stopped(tiny_model_path: Path, tmp_path: Path) -> None:
-    path = tmp_path / "notes.txt"
-    path.write_text("The boat was named the Grey Heron. The radio failed on day four. " * 40)
+def test_after_a_fast_answer_the_whole_reading_goes_on_from_where_it_was_stopped(tiny_model_path: Path, notes: Path) -> None:
     settings = AskSettings(method=SnapKV(budget=64, window=16), max_tokens=4, read="fast", threads=2, n_batch=256)
     with Engine(str(tiny_model_path)) as engine:
-        conversation = engine.conversation(load_document(path), settings)
+        conversation = engine.conversation(load_document(notes), settings)
         n_document, stop = len(conversation.document_tokens), threading.Event()
         try:
             list(conversation.open())
@@ -357,18 +355,16 @@ def test_after_a_fast_answer_the_whole_reading_goes_on_from_where_it_was_stopped
             follow_up = list(engine.answer(conversation, "What failed?"))
         finally:
             conversation.close()
-        again = [e for e in engine.ask(load_document(path), "Boat?", replace(settings, read="full")) if isinstance(e, Done)][0]
+        again = [e for e in engine.ask(load_document(notes), "Boat?", replace(settings, read="full")) if isinstance(e, Done)][0]
     read_for_follow_up = [e for e in follow_up if isinstance(e, Progress)]
     assert read_for_follow_up[0].done >= n_document  # the question's own tokens only
     assert [e for e in follow_up if isinstance(e, Done)][0].stats.read == "full"
     assert again.stats.loaded_tokens == n_document  # the reading was saved
 
 
-async def test_the_chat_answers_after_the_cheap_pass_and_follow_ups_from_the_reading_it_did_meanwhile(tiny_model_path: Path, tmp_path: Path) -> None:
-    path = tmp_path / "notes.txt"
-    path.write_text("The boat was named the Grey Heron. The radio failed on day four. " * 40)
+async def test_the_chat_answers_after_the_cheap_pass_and_follow_ups_from_the_reading_it_did_meanwhile(tiny_model_path: Path, notes: Path) -> None:
     settings = AskSettings(method=SnapKV(budget=64, window=16), max_tokens=4, read="fast", threads=2)
-    app = KvchatApp(EngineSessions(str(tiny_model_path), use_cache=False), [path], settings)
+    app = KvchatApp(EngineSessions(str(tiny_model_path), use_cache=False), [notes], settings)
     async with app.run_test(size=(120, 40)) as pilot:
         read_on = next_handled(app, lambda message: isinstance(message, JobEnded) and message.job == "reading on"
                                and message.outcome == "done")  # the reading begun on opening gives way to the question
