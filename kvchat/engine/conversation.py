@@ -16,17 +16,16 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Generator, Iterable, Iterator
 from functools import cached_property
 
 from kvchat.documents import Document
-from kvchat.documents.bundle import document_starts
 from kvchat.engine.answering.document_text import DocumentText
 from kvchat.engine.answering.sources import SourceFinder
 from kvchat.engine.kvcache.in_progress import ReadingsInProgress, WholeReadingDone, read_alone
 from kvchat.engine.kvcache.states import DocumentStates
 from kvchat.engine.prompt import PromptPart, Turn, chat_messages, document_part, split_rendered
-from kvchat.engine.prompt_text import prompt_text
+from kvchat.engine.prompt_text import document_runs, prompt_text
 from kvchat.engine.reading.cheap_pass import CheapPass, fast_is_sooner, fast_reading_s, pays, reread_tokens, speed_kind
 from kvchat.engine.reading.passages import Question
 from kvchat.engine.reading.prompt_run import PromptRun
@@ -74,7 +73,7 @@ class Conversation:
         self._system = settings.system  # the conversation's: its document part (and saved reading) holds it
         self._prompt_text = prompt_text(document)  # the document's text with its pages' marks
         part = document_part(model, self._prompt_text.text, self._system)
-        runs = self._document_runs(part)
+        runs = document_runs(model, document, self._prompt_text, part)
         self.document_tokens = [token for run in runs for token in run] if runs else part.tokens(model)
         self.settings, self._notice = reading_settings(model, len(self.document_tokens), settings)
         self.states = None if self.settings.method.streams or states is None else states.for_settings(self.settings)
@@ -89,22 +88,6 @@ class Conversation:
         self.opened = False  # open() (done) or skip_reading() was called
         self._unread = False  # the whole reading was deferred: questions read fast meanwhile (select())
         self._text = DocumentText(model, document, self._prompt_text, part.text, self.document_tokens)
-
-    def _document_runs(self, part: PromptPart) -> list[list[int]] | None:
-        """Several documents: the document part's tokens as [prefix, one run per document,
-        suffix], each tokenized on its own; None for one document. A document's run is its
-        heading and text between the line breaks around them (the prompt's own before the first
-        and after the last, the separator's between two), so it is the same tokens wherever the
-        document stands among the others."""
-        starts = document_starts(self.document)
-        if not starts:
-            return None
-        held = self._prompt_text  # the bundle's text with its pages' marks (prompt_text.py)
-        at = part.text.find(held.text)
-        cuts = [at + held.offset_of(start) - 1 for start in starts] + [at + len(held.text) + 1]
-        if any(part.text[cut - 1] != "\n" for cut in cuts[1:]) or part.text[cuts[0]] != "\n":
-            raise ValueError("several documents need a line break around each")
-        return part.token_runs(self.model, cuts)
 
     @cached_property
     def run(self) -> PromptRun:
@@ -235,21 +218,9 @@ class Conversation:
         # the document's reading counts towards the TTFT of the answer it was read for
         reading_s = 0.0 if self.turns else self._reading_s
         if self._unread:
-            with_draft = self._cheap_pass.drafted
-            if settings.reads_fast(with_draft) and not pays(len(tokens), settings, with_draft):
-                if settings.read != "auto":  # asked for by name: say why not (auto reads in full quietly)
-                    reread = reread_tokens(settings, with_draft)
-                    yield Notice(f"read in full: a fast reading would re-read {reread:,} of this prompt's {len(tokens):,} tokens")
-            elif settings.reads_fast(with_draft) and self._fast_is_sooner(len(tokens), settings):
-                self._make_room(len(tokens), settings.max_tokens)  # it reads at most the prompt, its turns whole
-                self.prompt_tokens = tokens
-                asked = Question(question, self._text.passages, len(earlier_tokens))
-                selected = yield from self._text.with_kept_text(self.run.read_fast(tokens, settings, cancel, asked))
-                if self.speeds is not None:
-                    self.speeds.record(speed_kind(settings), len(tokens), time.perf_counter() - selected.started)
-                return selected
-            elif settings.read != "auto" and settings.reads_fast(with_draft):
-                yield Notice("read in full: the rest of the document's whole reading comes sooner than a fast reading")
+            if (yield from self._reads_fast_now(len(tokens), settings)):
+                return (yield from self._read_fast(Question(question, self._text.passages, len(earlier_tokens)), tokens,
+                                                   settings, cancel))
             started = time.perf_counter()
             yield from self.read_on(cancel)
             reading_s = time.perf_counter() - started
@@ -260,17 +231,37 @@ class Conversation:
         self.prompt_tokens = tokens
         return selected
 
-    def _fast_is_sooner(self, n_prompt: int, settings: AskSettings) -> bool:
-        """Whether a fast reading of the `n_prompt`-token prompt is sooner than the rest of the
-        document's whole reading begun on this conversation (each at its last measured speed
-        here). With none begun here, it is: nothing here is to be awaited (the server's reading
-        of an upload, the only one elsewhere in this process, was awaited or not before this
-        conversation was made: BackgroundReadings.rest_of)."""
-        read = self.run.whole_read_upto
-        speed = self.speeds.tokens_per_s(self.reading.speed) if self.speeds is not None else None
-        if not read or not speed:
+    def _reads_fast_now(self, n_prompt: int, settings: AskSettings) -> Generator[Event, None, bool]:
+        """Whether a question asked before the document is read whole is answered from a fast
+        reading of its `n_prompt`-token prompt: where one is asked for, pays, and is sooner than
+        the rest of the whole reading begun here, at this machine's last measured speeds. With
+        none begun here it is: the server's reading of an upload was awaited, or not, before this
+        conversation was made (BackgroundReadings.rest_of). One asked for by name says why not."""
+        with_draft = self._cheap_pass.drafted
+        if not settings.reads_fast(with_draft):
+            return False
+        read, speed = self.run.whole_read_upto, self.speeds.tokens_per_s(self.reading.speed) if self.speeds else None
+        if not pays(n_prompt, settings, with_draft):
+            why = f"a fast reading would re-read {reread_tokens(settings, with_draft):,} of this prompt's {n_prompt:,} tokens"
+        elif not read or not speed or fast_is_sooner(fast_reading_s(n_prompt, settings, self.speeds),
+                                                     (len(self.document_tokens) - read) / speed):
             return True
-        return fast_is_sooner(fast_reading_s(n_prompt, settings, self.speeds), (len(self.document_tokens) - read) / speed)
+        else:
+            why = "the rest of the document's whole reading comes sooner than a fast reading"
+        if settings.read != "auto":  # asked for by name: say why not (auto reads in full quietly)
+            yield Notice(f"read in full: {why}")
+        return False
+
+    def _read_fast(
+        self, question: Question, tokens: list[int], settings: AskSettings, cancel: threading.Event | None,
+    ) -> Generator[Event, None, Selected]:
+        """The Selected of a fast reading of the prompt `tokens` (the run's read_fast())."""
+        self._make_room(len(tokens), settings.max_tokens)  # it reads at most the prompt, its turns whole
+        self.prompt_tokens = tokens
+        selected = yield from self._text.with_kept_text(self.run.read_fast(tokens, settings, cancel, question))
+        if self.speeds is not None:
+            self.speeds.record(speed_kind(settings), len(tokens), time.perf_counter() - selected.started)
+        return selected
 
     def decode(self, selected: Selected, settings: AskSettings, cancel: threading.Event | None) -> Iterator[Event]:
         """The answer to the prompt select() kept, decoded on this context with `settings` (as

@@ -16,8 +16,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from kvchat.documents import Document
-from kvchat.documents.bundle import BUNDLE_KIND
+from kvchat.documents.bundle import BUNDLE_KIND, document_starts
 from kvchat.documents.model import Page, page_label
+from kvchat.engine.prompt import PromptPart
+from kvchat.llama import LlamaModel
 
 MARKED_KINDS = ("pdf", "epub")
 
@@ -85,3 +87,19 @@ def prompt_text(document: Document) -> PromptText:
     in_mark = np.concatenate([np.zeros(len(piece), dtype=bool) if index % 2 == 0 else np.ones(len(piece), dtype=bool)
                               for index, piece in enumerate(pieces)])
     return PromptText("".join(pieces), mapping, in_mark)
+
+
+def document_runs(model: LlamaModel, document: Document, held: PromptText, part: PromptPart) -> list[list[int]] | None:
+    """Several documents (`held`: their text with its pages' marks, in the prompt's document
+    `part`): that part's tokens as [prefix, one run per document, suffix], each tokenized on its
+    own; None for one document. A document's run is its heading and text between the line breaks
+    around them (the prompt's own before the first and after the last, the separator's between
+    two), so it is the same tokens wherever the document stands among the others."""
+    starts = document_starts(document)
+    if not starts:
+        return None
+    at = part.text.find(held.text)
+    cuts = [at + held.offset_of(start) - 1 for start in starts] + [at + len(held.text) + 1]
+    if any(part.text[cut - 1] != "\n" for cut in cuts[1:]) or part.text[cuts[0]] != "\n":
+        raise ValueError("several documents need a line break around each")
+    return part.token_runs(model, cuts)
