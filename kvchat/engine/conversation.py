@@ -241,10 +241,10 @@ class Conversation:
         if not settings.reads_fast(with_draft):
             return False
         read, speed = self.run.whole_read_upto, self.speeds.tokens_per_s(self.reading.speed) if self.speeds else None
+        left_s = (len(self.document_tokens) - read) / speed if read and speed else None  # None: nothing to await here
         if not pays(n_prompt, settings, with_draft):
             why = f"a fast reading would re-read {reread_tokens(settings, with_draft):,} of this prompt's {n_prompt:,} tokens"
-        elif not read or not speed or fast_is_sooner(fast_reading_s(n_prompt, settings, self.speeds),
-                                                     (len(self.document_tokens) - read) / speed):
+        elif fast_is_sooner(fast_reading_s(n_prompt, settings, self.speeds), left_s):
             return True
         else:
             why = "the rest of the document's whole reading comes sooner than a fast reading"
