@@ -1,12 +1,12 @@
 """Follow-ups asked while the document is still read whole, timed as the chat meets them.
 
 Usage: python bench/follow_ups.py DOCUMENT QUESTION QUESTION [QUESTION] [--model default] [--draft small]
-       [--budget 1024] [--wait S]
+       [--budget 1024] [--wait S] [--read auto|retrieval|fast]
 
 The first question is answered from a fast reading of its own; the document's whole reading then
 goes on in a background thread, as `kvchat chat` runs it; after `--wait` seconds (the user reading
 the answer) it is stopped, and the second question is asked, the first as its earlier turn. After
-that the reading goes on to its end (timed), and a third question, if given, is selected from it.
+that, if a third question is given, the reading goes on to its end (timed) and it is selected from it.
 A follow-up that waited for the rest of the reading would have come after that rest and a
 selection from it: compare the second question's time to first token with the reading's and the
 third's. One JSON line per question, then one for the reading. Use a KVCHAT_HOME where the
@@ -54,8 +54,9 @@ def main() -> None:
     parser.add_argument("--draft", default="small")
     parser.add_argument("--budget", type=int, default=1024)
     parser.add_argument("--wait", type=float, default=20.0, help="seconds of background reading before the follow-up")
+    parser.add_argument("--read", default="auto", help="how the questions before the whole reading read (kvchat ask --read)")
     args = parser.parse_args()
-    settings = AskSettings(method=SnapKV(budget=args.budget))
+    settings = AskSettings(method=SnapKV(budget=args.budget), read=args.read)
     with Engine(args.model, draft=args.draft) as engine:  # its speeds and saved readings: KVCHAT_HOME's
         conversation = engine.conversation(load_document(args.document), settings)
         try:
@@ -69,13 +70,15 @@ def main() -> None:
             reader.join()
             read_before = progress[-1] if progress else 0
             print(json.dumps({**_asked(engine, conversation, args.questions[1]), "whole_read_before": read_before}), flush=True)
-            started = time.perf_counter()
-            _read_on(conversation, threading.Event(), progress)
-            rest_s = time.perf_counter() - started
+            rest_s = None
+            if args.questions[2:]:
+                started = time.perf_counter()
+                _read_on(conversation, threading.Event(), progress)
+                rest_s = round(time.perf_counter() - started, 1)
             for question in args.questions[2:]:
                 print(json.dumps(_asked(engine, conversation, question)), flush=True)
             print(json.dumps({"document_tokens": len(conversation.document_tokens), "read_before_follow_up": read_before,
-                              "rest_of_reading_s": round(rest_s, 1)}), flush=True)
+                              "rest_of_reading_s": rest_s}), flush=True)
         finally:
             conversation.close()
 
