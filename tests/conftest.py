@@ -28,6 +28,11 @@ REPO_DIR = TESTS_DIR.parent
 # KVCHAT_TEST_GPU_LAYERS=99 runs the tiny-model mechanics with every layer on the GPU (a GPU build
 # of llama.cpp): the same exact assertions then check the offloaded path. Unset, as in CI: the CPU.
 TINY_GPU_LAYERS = int(os.environ.get("KVCHAT_TEST_GPU_LAYERS", "0"))
+# The same tokens read in other batches give the same logits to float noise. On the CPU that is
+# 1e-4. On the GPU, llama.cpp's CUDA kernels differ by batch size (a one-token decode is a
+# matrix-vector product; a batch quantizes its activations for the matrix kernels), so the H200
+# gave differences up to 5e-3 on logits of about 3: 1e-2, as the CPU-against-GPU test allows.
+OTHER_BATCHES_TOLERANCE = 1e-2 if TINY_GPU_LAYERS else 1e-4
 SYSTEM_DESELECTED = pytest.StashKey[int]()
 RUN_ALL = "python -m pytest --system"
 

@@ -196,7 +196,8 @@ def test_bm25s_is_imported_without_jax_and_jax_still_imports_afterwards(tmp_path
     script = ("import sys\nimport kvchat.engine.reading.passages as p\n"
               "print(p.bm25s.selection.JAX_IS_AVAILABLE, 'jax' in sys.modules)\n"
               "import jax.lax\nprint(jax.lax.__name__)\n")
-    environment = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO_DIR)])}
+    inherited = [os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO_DIR), *inherited])}
     run = subprocess.run([sys.executable, "-c", script], env=environment, capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
     assert run.stdout.split() == ["False", "False", "jax.lax"]  # bm25s chose numpy; the program's own import works
