@@ -38,7 +38,7 @@ def _overrides(text: str) -> tuple[tuple[str, str], ...]:
     pairs = []
     for item in _split(text):
         key, _, value = item.partition("=")
-        if key not in ("pool", "kernel", "window", "heads", "spans", "sinks", "system", "whole", *READING_OPTIONS, *LAYOUT_OPTIONS) or not value:
+        if key not in ("pool", "kernel", "window", "heads", "spans", "sinks", "words", "system", "whole", *READING_OPTIONS, *LAYOUT_OPTIONS) or not value:
             raise SettingsError(f"bad variant {item!r}", "use e.g. --variant pool=avg,kernel=5, read=fast,fast_depth=0.4, "
                                 "flash_attn=on,type_v=q8_0, system=quote or whole=2048")
         pairs.append((key, value))

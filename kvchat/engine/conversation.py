@@ -226,7 +226,8 @@ class Conversation:
             reading_s = time.perf_counter() - started
         start = self.selection.before_question(self.run, tokens, len(earlier_tokens), self.prompt_tokens if self.turns else None)
         self._make_room(self.run.cache.cells + len(tokens) - self.run.read_upto, settings.max_tokens)
-        selection = self.run.select(tokens, settings, start.pinned, cancel, start.prunes, reading_s)
+        words = self._text.passages.chosen_by_words(question, settings.method.word_tokens) if settings.method.word_tokens else None
+        selection = self.run.select(tokens, settings, start.pinned, cancel, start.prunes, reading_s, words)
         selected = yield from self._text.with_kept_text(selection)
         self.prompt_tokens = tokens
         return selected

@@ -22,5 +22,6 @@ class Full(Method):
         votes: np.ndarray | None = None,
         span_ids: np.ndarray | None = None,
         extra_pins: np.ndarray | None = None,
+        first: np.ndarray | None = None,
     ) -> PrunePlan:
         return PrunePlan(n_tokens=n_tokens, kept=np.arange(n_tokens))

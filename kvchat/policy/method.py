@@ -74,6 +74,12 @@ class Method:
         return "none"
 
     @property
+    def word_tokens(self) -> int:
+        """Tokens of the budget kept for the passages the question's words choose, before the
+        votes choose the rest (plan()'s `first`): none unless a method that scores says so."""
+        return 0
+
+    @property
     def needs_spans(self) -> bool:
         return self.span_mode != "none"
 
@@ -91,10 +97,13 @@ class Method:
         votes: np.ndarray | None = None,
         span_ids: np.ndarray | None = None,
         extra_pins: np.ndarray | None = None,
+        first: np.ndarray | None = None,
     ) -> PrunePlan:
         """Which of `n_tokens` positions to keep; the last `window` observed. `votes`
         (n_layers, n_heads, n_tokens) is given to methods that score (per KV head for a per-head
         method, per query head otherwise); `span_ids` groups tokens
         of one span (see span_mode); `extra_pins` (a conversation's earlier turns) are kept on top of
-        the budget: the budget bounds what is chosen from the document, never the conversation."""
+        the budget: the budget bounds what is chosen from the document, never the conversation.
+        `first` (the passages the question's words choose) are kept within the budget before the
+        votes choose the rest; a method that does not score ignores them."""
         raise NotImplementedError

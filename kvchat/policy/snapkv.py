@@ -34,6 +34,9 @@ class SnapKV(Method):
     pool: PoolMode = "max"
     heads: HeadReduction = HeadReduction.SUM
     spans: SpanMode = "words"
+    # Tokens of the budget given to the passages the question's words choose (BM25), where the
+    # question's attention chooses from a whole reading; 0: its attention chooses everything.
+    words: int = 0
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -44,10 +47,17 @@ class SnapKV(Method):
         if self.spans not in SPAN_MODES:
             raise SettingsError(f"spans must be one of {', '.join(SPAN_MODES)}, got {self.spans!r}",
                                 "use words (the default), sentences, chunks or none")
+        if not 0 <= self.words <= self.budget - self.window - self.sinks:
+            raise SettingsError(f"words must be 0 to the budget less the window and sinks ({self.budget - self.window - self.sinks}), "
+                                f"got {self.words}", "use words=0 (the default: attention chooses all) or a share of the budget")
 
     @property
     def span_mode(self) -> SpanMode:
         return self.spans
+
+    @property
+    def word_tokens(self) -> int:
+        return self.words
 
     @property
     def per_head(self) -> bool:
@@ -60,6 +70,7 @@ class SnapKV(Method):
         votes: np.ndarray | None = None,
         span_ids: np.ndarray | None = None,
         extra_pins: np.ndarray | None = None,
+        first: np.ndarray | None = None,
     ) -> PrunePlan:
         if votes is None:
             raise ValueError("SnapKV plans from votes")
@@ -68,6 +79,10 @@ class SnapKV(Method):
         if int((~(pinned | extra)).sum()) <= self.budget - int(pinned.sum()):
             return PrunePlan(n_tokens=n_tokens, kept=np.arange(n_tokens))
         capacity = self.budget - int(pinned.sum())
+        if first is not None:  # within the budget, before the votes: as many as it has room for
+            taken = np.flatnonzero(first.astype(bool) & ~pinned & ~extra)[:capacity]
+            pinned[taken] = True
+            capacity -= len(taken)
         pinned |= extra
         pooled = pool_scores(votes, self.kernel, self.pool)
         spans = span_ids if self.needs_spans else None

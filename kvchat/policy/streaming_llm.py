@@ -26,6 +26,7 @@ class StreamingLLM(Method):
         votes: np.ndarray | None = None,
         span_ids: np.ndarray | None = None,
         extra_pins: np.ndarray | None = None,
+        first: np.ndarray | None = None,
     ) -> PrunePlan:
         keep = np.zeros(n_tokens, dtype=bool)
         keep[: self.sinks] = True

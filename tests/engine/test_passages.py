@@ -80,6 +80,37 @@ def test_bm25_chooses_the_passages_that_share_the_questions_words(tiny_model) ->
     assert not passages.bm25("What is it, and why?").any()  # stop words only
 
 
+def test_the_words_choose_whole_passages_up_to_their_share_and_none_without_a_shared_word(tiny_model) -> None:
+    passages = _passages(tiny_model)
+    about_law = [index for index, text in enumerate(passages.texts) if "governing law" in text]
+    expected = np.concatenate([np.arange(passages.starts[index], passages.ends[index]) for index in about_law])
+    assert passages.chosen_by_words("Which law governs this?", 2 * PASSAGE_TOKENS).tolist() == expected.tolist()
+    assert len(passages.chosen_by_words("Which law governs this?", 100)) == 100  # one passage, cut to the share
+    assert len(passages.chosen_by_words("What is it, and why?", 2 * PASSAGE_TOKENS)) == 0
+    assert len(passages.chosen_by_words("Which law governs this?", 0)) == 0
+
+
+@pytest.mark.parametrize("words", [0, 2 * PASSAGE_TOKENS])
+def test_from_a_whole_reading_the_words_passages_are_kept_within_the_budget_for_a_question_and_its_follow_up(
+    tiny_model, words: int,
+) -> None:
+    settings = AskSettings(method=SnapKV(budget=3 * PASSAGE_TOKENS, window=WINDOW, words=words), max_tokens=4, threads=2,
+                           sources=False, read="full")
+    conversation = Conversation(tiny_model, "tiny", DOCUMENT, settings)
+    passages = conversation._text.passages
+    chosen = passages.chosen_by_words("Which law governs this?", 2 * PASSAGE_TOKENS)  # what the words choose
+    try:
+        list(conversation.open())
+        for question in ("Which law governs this?", "And which law governs it?"):
+            n_earlier = len(conversation._split(question)[1].tokens(tiny_model))  # the first turn, kept beside the budget
+            events = list(route.answer(conversation, question))
+            (pruned,) = [event for event in events if isinstance(event, Pruned)]
+            assert len(pruned.kept_positions) == 3 * PASSAGE_TOKENS + n_earlier
+            assert np.isin(chosen, pruned.kept_positions).all() == (words > 0)  # without words the attention chose other tokens
+    finally:
+        conversation.close()
+
+
 def test_a_retrieval_reading_reads_the_chosen_passage_alone_with_the_template_and_question(tiny_model) -> None:
     conversation = _conversation(tiny_model)
     passages = conversation._text.passages

@@ -92,6 +92,21 @@ def test_extra_pins_are_kept() -> None:
     assert set(range(500, 520)) <= set(plan.kept.tolist()) and len(plan.kept) == 100 + 20
 
 
+def test_the_positions_chosen_first_are_kept_within_the_budget_and_the_votes_choose_the_rest() -> None:
+    votes = synthetic_votes(1000)
+    votes[..., 300:310] = 1.0  # the votes' own winners
+    first = np.zeros(1000, dtype=bool)
+    first[500:540] = True
+    plan = plan_of(SnapKV(budget=100, window=16, words=40), votes, first=first)
+    kept = set(plan.kept.tolist())
+    assert len(plan.kept) == 100 and set(range(500, 540)) | set(range(300, 310)) | {0, 1, 2, 3} <= kept
+    assert set(range(984, 1000)) <= kept  # the window
+    too_many = np.zeros(1000, dtype=bool)
+    too_many[100:900] = True  # more than the budget has room for: the earliest, up to it
+    plan = plan_of(SnapKV(budget=100, window=16), votes, first=too_many)
+    assert plan.kept.tolist() == [0, 1, 2, 3, *range(100, 180), *range(984, 1000)]
+
+
 def test_merged_disjoint_runs() -> None:
     assert merge_runs(np.array([1, 2, 3, 7, 9, 10])) == [(1, 4), (7, 8), (9, 11)]
     assert merge_runs(np.array([], dtype=np.int64)) == []
@@ -141,6 +156,8 @@ def _settings_refusals() -> list:
         ("budget", SnapKV, {"budget": 8}),
         ("kernel", SnapKV, {"kernel": 4}),
         ("pool", SnapKV, {"pool": "median"}),
+        ("words", SnapKV, {"budget": 100, "window": 16, "words": 81}),
+        ("words", SnapKV, {"words": -1}),
         ("max_tokens", AskSettings, {"max_tokens": 0}),
         ("threads", AskSettings, {"threads": 0}),
         ("threads", AskSettings, {"threads": -3}),

@@ -143,10 +143,15 @@ class KvCache:
         self.peak_cells = max(self.peak_cells, before + len(window))
         return votes[..., :before]
 
-    def keep_chosen_by(self, window: list[int], method: Method, pinned: tuple[int, int] | None = None) -> float:
+    def keep_chosen_by(
+        self, window: list[int], method: Method, pinned: tuple[int, int] | None = None, first: np.ndarray | None = None,
+    ) -> float:
         """Decode the question's `window` with the attention probe on, and keep the cells `method`
-        chooses by its votes (`pinned` as in plan()). Returns the seconds the compaction took."""
-        plan = self.plan(method, len(window), self.observe(window), pinned)
+        chooses by its votes (`pinned` as in plan(); the cells of the prompt tokens `first` within
+        the budget before the votes choose). Returns the seconds the compaction took."""
+        votes = self.observe(window)
+        firsts = None if first is None else np.isin(self.origins, first)
+        plan = self.plan(method, len(window), votes, pinned, firsts)
         started = time.perf_counter()
         self.apply(plan)
         return time.perf_counter() - started
@@ -228,11 +233,12 @@ class KvCache:
     # ---- pruning: which cells are kept, and keeping them -----------------------------------------
 
     def plan(
-        self, method: Method, window: int, votes: np.ndarray | None, pinned: tuple[int, int] | None = None
+        self, method: Method, window: int, votes: np.ndarray | None, pinned: tuple[int, int] | None = None,
+        first: np.ndarray | None = None,
     ) -> PrunePlan:
         """Which cells `method` keeps (pruning.py); the last `window` cells observed and cast `votes`."""
         n_cells = self.cells if votes is None else votes.shape[-1]
-        return plan_cells(self.ctx.model, self.tokens, n_cells, method, window, votes, pinned)
+        return plan_cells(self.ctx.model, self.tokens, n_cells, method, window, votes, pinned, first)
 
     def apply(self, plan: PrunePlan) -> np.ndarray:
         """Keep what `plan` (made by plan()) keeps: the same cells in every head, or each head its

@@ -11,11 +11,12 @@ from kvchat.policy import Method, PrunePlan, spans_from_pieces
 
 def plan_cells(
     model: LlamaModel, tokens: np.ndarray, n_cells: int, method: Method, window: int, votes: np.ndarray | None,
-    pinned: tuple[int, int] | None = None,
+    pinned: tuple[int, int] | None = None, first: np.ndarray | None = None,
 ) -> PrunePlan:
     """Which of `n_cells` cells (holding `tokens`) `method` keeps; the last `window` cells observed
     and cast `votes` (None for a method that does not score). `pinned` = a [start, end) range of
-    cells kept on top of the budget (a conversation's earlier turns)."""
+    cells kept on top of the budget (a conversation's earlier turns); `first` marks the cells kept
+    within it before the votes choose (Method.plan)."""
     span_ids = None
     if votes is not None and method.per_head:  # the votes of each KV head's query heads, summed
         votes = votes.reshape(len(votes), model.shape.n_head_kv, -1, n_cells).sum(axis=2)
@@ -26,4 +27,4 @@ def plan_cells(
     if pinned is not None and pinned[1] > pinned[0]:
         extra = np.zeros(n_cells, dtype=bool)
         extra[pinned[0] : pinned[1]] = True
-    return method.plan(n_cells, window, votes, span_ids=span_ids, extra_pins=extra)
+    return method.plan(n_cells, window, votes, span_ids=span_ids, extra_pins=extra, first=first)

@@ -128,6 +128,16 @@ class Passages:
                 total += int(self.lengths[index])
         return np.sort(np.asarray(chosen, dtype=np.int64))
 
+    def chosen_by_words(self, question: str, tokens: int) -> np.ndarray:
+        """The prompt tokens of the passages `question`'s words choose (BM25), with their pages'
+        marks, at most `tokens` of them; none where it shares no word with the document."""
+        scores = self.bm25(question) if tokens > 0 else np.zeros(0)
+        if not np.any(scores > 0):
+            return np.zeros(0, dtype=np.int64)
+        chosen = self.top(np.where(scores > 0, scores, -np.inf), tokens)
+        read = self.tokens_of(chosen, self.n_tokens)
+        return np.setdiff1d(read, self.always)[:tokens]
+
     def tokens_of(self, chosen: np.ndarray, upto: int) -> np.ndarray:
         """The indices of the tokens read of a prompt that begins with the document's and whose
         question's window starts at `upto`: the `chosen` passages' with their pages' marks and the

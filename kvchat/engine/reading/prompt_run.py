@@ -231,13 +231,15 @@ class PromptRun:
         cancel: threading.Event | None = None,
         prune: bool = True,
         reading_s: float | None = None,
+        first: np.ndarray | None = None,
     ) -> Iterator[Event]:
         """From a cache holding tokens[:read_upto]: the rest of the prompt, observation and
         pruning (unless `prune` is off: the cache holds an earlier selection); the cache then
         holds the kept prompt and the last token's logits.
 
         The first `n_pinned` tokens after read_upto (a conversation's earlier turns) are kept on
-        top of the budget. The observation window never reaches back into what was already read:
+        top of the budget; the prompt tokens `first` (the passages the question's words choose) are
+        kept within it before the votes choose. The observation window never reaches back into what was already read:
         the question observes, up to `window` tokens of it. Returns the Selected that answer()
         takes; `reading_s` is the reading its TTFT counts (default: this run's reading time).
         """
@@ -250,7 +252,7 @@ class PromptRun:
         pin_start = self.cache.cells
         yield from self.cache.prefill(tokens[self.read_upto : window_start], self.read_upto, n_prompt, cancel)
         if prune and method.scores and self.cache.cells + window > method.budget:
-            compact_s = self.cache.keep_chosen_by(tokens[window_start:], method, (pin_start, pin_start + n_pinned))
+            compact_s = self.cache.keep_chosen_by(tokens[window_start:], method, (pin_start, pin_start + n_pinned), first)
             window_s = time.perf_counter() - started - compact_s
             yield self.cache.pruned(n_prompt, window_s, compact_s)
         else:
