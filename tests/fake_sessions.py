@@ -53,6 +53,7 @@ class FakeSession:
     unread: bool = False  # a fast answer came first: the whole document is still to be read
     paced_reading_on: bool = False  # each chunk of that reading waits for allow()
     read_on_upto: int = 0  # how far it got
+    follow_ups_read_fast: bool = False  # a follow-up before the whole reading is done reads fast, not the rest
     chunks_read_on: list[tuple[str, int]] = field(default_factory=list)  # (who read it: "background" or a question, where)
     _allowed: threading.Semaphore = field(default_factory=lambda: threading.Semaphore(0))
 
@@ -90,7 +91,7 @@ class FakeSession:
         self.asked.append((question, settings))
         if cancel.is_set():  # stopped before the answer began: the engine raises
             raise CancelledError("stopped", "")
-        if self.turns or self.read_on_upto:
+        if (self.turns or self.read_on_upto) and not self.follow_ups_read_fast:
             yield from self._read_on(question, cancel, paced=False)  # a follow-up for which the rest is sooner than a fast reading
         else:
             self.unread = settings.read == "fast"
@@ -128,6 +129,7 @@ class FakeSessions:
     paced_reading: bool = False
     paced_answer: bool = False
     paced_reading_on: bool = False
+    follow_ups_read_fast: bool = False
     answer: list[str] | None = None
     scanned_pages: int = 0  # pages an opened document "OCRs" before its reading
     sources: tuple[Source, ...] = ()
@@ -148,7 +150,7 @@ class FakeSessions:
         document = bundle([Document(path=path, kind="text", text=DOCUMENT_TEXT, pages=[Page(1, 0, len(DOCUMENT_TEXT))])
                            for path in paths])
         session = FakeSession(document, self.paced_reading, self.paced_answer, sources=self.sources, pruned=self.pruned,
-                              paced_reading_on=self.paced_reading_on)
+                              paced_reading_on=self.paced_reading_on, follow_ups_read_fast=self.follow_ups_read_fast)
         if self.answer is not None:
             session.answer = list(self.answer)
         self.opened.append(session)

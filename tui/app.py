@@ -215,8 +215,7 @@ class KvchatApp(Dialogs, BackgroundReading):
         else:
             stopped = message.outcome == "cancelled" or self._stopped
             await self._finish_answer("*(stopped)*" if stopped else "")
-            if message.outcome == "done" and self.session is not None and self.session.unread:
-                self.start_reading_on(self.session)
+            self.after_answer(self.session, message.outcome == "done")  # type: ignore[arg-type]
         if message.outcome == "error":
             self.notify(message.error, title="kvchat", severity="error", timeout=12, markup=False)
         self._waiting = None  # asked, or its document was not read

@@ -6,7 +6,8 @@ or quitting stops it first (`stop_reading_on`, on the UI thread); a worker that 
 next waits for `reading_on_idle`. A question is answered from a fast reading of its own, or goes
 on with the reading from where it stopped where the rest is sooner (Conversation.select); after
 its answer the reading starts again from there.
-The side panel shows how far it got.
+The side panel shows how far it got, "paused at" that while a question is answered, and "done"
+when the question read the rest itself.
 """
 
 from __future__ import annotations
@@ -30,11 +31,14 @@ class BackgroundReading(App[None]):
         self.reading_on_idle = threading.Event()  # set while no reading goes on in the background
         self.reading_on_idle.set()
         self._reading_on_cancel = threading.Event()
+        self._reading_on_at = ""  # how far the reading got ("2,560/11,062"), shown while it is paused
+        self._paused_for_question = False
 
     def start_reading_on(self, session: ChatSession) -> None:
         self.reading_on_idle.clear()
         self._reading_on_cancel = threading.Event()
-        self._show_reading_on("starting")
+        self._paused_for_question = False
+        self._show_reading_on(f"going on from {self._reading_on_at}" if self._reading_on_at else "starting")
         self._read_on(session, self._reading_on_cancel)
 
     def stop_reading_on(self, taken_over: bool = False) -> None:
@@ -42,7 +46,18 @@ class BackgroundReading(App[None]):
         fast, or goes on with it under its own reading bar)."""
         self._reading_on_cancel.set()
         if taken_over and not self.reading_on_idle.is_set():
-            self._show_reading_on(None)  # the answer's own reading bar shows the rest
+            self._paused_for_question = True
+            self._show_reading_on(f"paused at {self._reading_on_at}" if self._reading_on_at else "paused")
+
+    def after_answer(self, session: ChatSession | None, answered: bool) -> None:
+        """After a question's answer: the background reading goes on where the document is still
+        unread (not after an answer that was stopped), and is done where the question read the rest."""
+        if session is None:
+            return
+        if session.unread and answered:
+            self.start_reading_on(session)
+        elif not session.unread and self.query_one(KvPanel).figures.full_reading is not None:
+            self._show_reading_on("done")
 
     @work(thread=True, group="reading-on", exit_on_error=False)
     def _read_on(self, session: ChatSession, cancel: threading.Event) -> None:
@@ -57,12 +72,13 @@ class BackgroundReading(App[None]):
 
     async def reading_on_event(self, event: Event) -> None:
         if isinstance(event, Progress):
-            self._show_reading_on(f"{event.done:,}/{event.total:,}")
+            self._reading_on_at = f"{event.done:,}/{event.total:,}"
+            self._show_reading_on(self._reading_on_at)
         elif isinstance(event, Notice):
             await self.query_one("#transcript").mount(NoticeView(event.text, markup=False))
 
     def reading_on_ended(self, message: JobEnded) -> None:
-        if self.query_one(KvPanel).figures.full_reading is not None:  # else a question took it over
+        if not self._paused_for_question and self.query_one(KvPanel).figures.full_reading is not None:
             self._show_reading_on({"done": "done", "cancelled": "stopped"}.get(message.outcome, "failed"))
         if message.outcome == "error":
             self.notify(message.error, title="kvchat", severity="error", timeout=12, markup=False)

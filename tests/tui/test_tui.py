@@ -138,12 +138,36 @@ async def test_a_question_stops_the_background_reading_and_goes_on_from_where_it
         answered = next_handled(app, lambda message: isinstance(message, JobEnded) and message.job == "answering")
         await submit(pilot, app, "What failed?")
         await wait_for(pilot, lambda: app.busy == "answering")
+        assert panel.figures.full_reading == "paused at 500/2,000"
         session.allow()  # the background reading's next chunk sees the stop
         assert (await asyncio.wait_for(ended, 10)).outcome == "cancelled"
+        assert panel.figures.full_reading == "paused at 500/2,000"  # not "stopped": the question goes on with it
         assert (await asyncio.wait_for(answered, 10)).outcome == "done"
         assert session.chunks_read_on == [("background", 0), ("What failed?", 500), ("What failed?", 1000), ("What failed?", 1500)]
-        assert panel.figures.full_reading is None and not app.query_one(ReadingBar).display
+        assert panel.figures.full_reading == "done" and not app.query_one(ReadingBar).display  # the question read the rest
         assert app.query_one("#question", Input).border_subtitle == ""
+
+
+async def test_a_fast_follow_up_pauses_the_background_reading_which_then_goes_on_from_where_it_was() -> None:
+    sessions = FakeSessions(paced_reading_on=True, follow_ups_read_fast=True)
+    app = KvchatApp(sessions, [DOCUMENT], AskSettings(read="fast"))
+    async with app.run_test(size=SIZE) as pilot:
+        await ask(pilot, app, "What was the boat called?")
+        session, panel = sessions.opened[0], app.query_one(KvPanel)
+        session.allow()
+        await wait_for(pilot, lambda: panel.figures.full_reading == "500/2,000")
+        stopped = reading_on_ended(app)
+        answered = next_handled(app, lambda message: isinstance(message, JobEnded) and message.job == "answering")
+        await submit(pilot, app, "What failed?")
+        await wait_for(pilot, lambda: app.busy == "answering")
+        assert panel.figures.full_reading == "paused at 500/2,000"
+        session.allow()  # the background reading's next chunk sees the stop
+        assert (await asyncio.wait_for(stopped, 10)).outcome == "cancelled"
+        assert (await asyncio.wait_for(answered, 10)).outcome == "done"
+        assert panel.figures.full_reading == "going on from 500/2,000" and session.unread
+        session.allow()
+        await wait_for(pilot, lambda: panel.figures.full_reading == "1,000/2,000")
+        assert session.chunks_read_on == [("background", 0), ("background", 500)]  # the follow-up read none of it
 
 
 async def test_quitting_stops_the_background_reading_and_closes_the_engine() -> None:
