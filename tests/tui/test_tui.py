@@ -126,8 +126,11 @@ async def test_after_a_fast_answer_the_document_is_read_whole_in_the_background_
         assert [reader for reader, _ in session.chunks_read_on] == ["background"] * 4  # the follow-up read nothing
 
 
-async def test_a_question_stops_the_background_reading_and_goes_on_from_where_it_stopped() -> None:
-    sessions = FakeSessions(paced_reading_on=True)
+@pytest.mark.parametrize("follow_ups_read_fast", [False, True])
+async def test_a_question_pauses_the_background_reading_and_it_goes_on_from_where_it_stopped(follow_ups_read_fast: bool) -> None:
+    """The question goes on with the reading itself where the rest is sooner (the reading is then
+    done), or reads fast, and the background reading goes on after its answer."""
+    sessions = FakeSessions(paced_reading_on=True, follow_ups_read_fast=follow_ups_read_fast)
     app = KvchatApp(sessions, [DOCUMENT], AskSettings(read="fast"))
     async with app.run_test(size=SIZE) as pilot:
         await ask(pilot, app, "What was the boat called?")
@@ -141,29 +144,13 @@ async def test_a_question_stops_the_background_reading_and_goes_on_from_where_it
         assert panel.figures.full_reading == "paused at 500/2,000"
         session.allow()  # the background reading's next chunk sees the stop
         assert (await asyncio.wait_for(ended, 10)).outcome == "cancelled"
-        assert panel.figures.full_reading == "paused at 500/2,000"  # not "stopped": the question goes on with it
+        assert panel.figures.full_reading == "paused at 500/2,000"  # not "stopped"
         assert (await asyncio.wait_for(answered, 10)).outcome == "done"
-        assert session.chunks_read_on == [("background", 0), ("What failed?", 500), ("What failed?", 1000), ("What failed?", 1500)]
-        assert panel.figures.full_reading == "done" and not app.query_one(ReadingBar).display  # the question read the rest
-        assert app.query_one("#question", Input).border_subtitle == ""
-
-
-async def test_a_fast_follow_up_pauses_the_background_reading_which_then_goes_on_from_where_it_was() -> None:
-    sessions = FakeSessions(paced_reading_on=True, follow_ups_read_fast=True)
-    app = KvchatApp(sessions, [DOCUMENT], AskSettings(read="fast"))
-    async with app.run_test(size=SIZE) as pilot:
-        await ask(pilot, app, "What was the boat called?")
-        session, panel = sessions.opened[0], app.query_one(KvPanel)
-        session.allow()
-        await wait_for(pilot, lambda: panel.figures.full_reading == "500/2,000")
-        stopped = reading_on_ended(app)
-        answered = next_handled(app, lambda message: isinstance(message, JobEnded) and message.job == "answering")
-        await submit(pilot, app, "What failed?")
-        await wait_for(pilot, lambda: app.busy == "answering")
-        assert panel.figures.full_reading == "paused at 500/2,000"
-        session.allow()  # the background reading's next chunk sees the stop
-        assert (await asyncio.wait_for(stopped, 10)).outcome == "cancelled"
-        assert (await asyncio.wait_for(answered, 10)).outcome == "done"
+        assert not app.query_one(ReadingBar).display and app.query_one("#question", Input).border_subtitle == ""
+        if not follow_ups_read_fast:
+            assert session.chunks_read_on == [("background", 0), ("What failed?", 500), ("What failed?", 1000), ("What failed?", 1500)]
+            assert panel.figures.full_reading == "done"  # the question read the rest
+            return
         assert panel.figures.full_reading == "going on from 500/2,000" and session.unread
         session.allow()
         await wait_for(pilot, lambda: panel.figures.full_reading == "1,000/2,000")
