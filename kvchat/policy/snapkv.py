@@ -34,9 +34,9 @@ class SnapKV(Method):
     pool: PoolMode = "max"
     heads: HeadReduction = HeadReduction.SUM
     spans: SpanMode = "words"
-    # Tokens of the budget given to the passages the question's words choose (BM25), where the
+    # The share of the budget given to the passages the question's words choose (BM25), where the
     # question's attention chooses from a whole reading; 0: its attention chooses everything.
-    words: int = 0
+    words: float = 0.0
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -47,9 +47,9 @@ class SnapKV(Method):
         if self.spans not in SPAN_MODES:
             raise SettingsError(f"spans must be one of {', '.join(SPAN_MODES)}, got {self.spans!r}",
                                 "use words (the default), sentences, chunks or none")
-        if not 0 <= self.words <= self.budget - self.window - self.sinks:
-            raise SettingsError(f"words must be 0 to the budget less the window and sinks ({self.budget - self.window - self.sinks}), "
-                                f"got {self.words}", "use words=0 (the default: attention chooses all) or a share of the budget")
+        if not 0 <= self.words <= 1:
+            raise SettingsError(f"words is a share of the budget, from 0 to 1, got {self.words}",
+                                "use words=0 (attention chooses all) or a share such as 0.25")
 
     @property
     def span_mode(self) -> SpanMode:
@@ -57,7 +57,7 @@ class SnapKV(Method):
 
     @property
     def word_tokens(self) -> int:
-        return self.words
+        return min(int(self.words * self.budget), self.budget - self.window - self.sinks)
 
     @property
     def per_head(self) -> bool:

@@ -90,9 +90,9 @@ def test_the_words_choose_whole_passages_up_to_their_share_and_none_without_a_sh
     assert len(passages.chosen_by_words("Which law governs this?", 0)) == 0
 
 
-@pytest.mark.parametrize("words", [0, 2 * PASSAGE_TOKENS])
+@pytest.mark.parametrize("words", [0.0, 2 / 3])
 def test_from_a_whole_reading_the_words_passages_are_kept_within_the_budget_for_a_question_and_its_follow_up(
-    tiny_model, words: int,
+    tiny_model, words: float,
 ) -> None:
     settings = AskSettings(method=SnapKV(budget=3 * PASSAGE_TOKENS, window=WINDOW, words=words), max_tokens=4, threads=2,
                            sources=False, read="full")

@@ -97,7 +97,7 @@ def test_the_positions_chosen_first_are_kept_within_the_budget_and_the_votes_cho
     votes[..., 300:310] = 1.0  # the votes' own winners
     first = np.zeros(1000, dtype=bool)
     first[500:540] = True
-    plan = plan_of(SnapKV(budget=100, window=16, words=40), votes, first=first)
+    plan = plan_of(SnapKV(budget=100, window=16, words=0.4), votes, first=first)
     kept = set(plan.kept.tolist())
     assert len(plan.kept) == 100 and set(range(500, 540)) | set(range(300, 310)) | {0, 1, 2, 3} <= kept
     assert set(range(984, 1000)) <= kept  # the window
@@ -105,6 +105,11 @@ def test_the_positions_chosen_first_are_kept_within_the_budget_and_the_votes_cho
     too_many[100:900] = True  # more than the budget has room for: the earliest, up to it
     plan = plan_of(SnapKV(budget=100, window=16), votes, first=too_many)
     assert plan.kept.tolist() == [0, 1, 2, 3, *range(100, 180), *range(984, 1000)]
+
+
+@pytest.mark.parametrize(("budget", "words", "tokens"), [(1024, 0.25, 256), (1024, 0.0, 0), (64, 0.25, 16), (64, 1.0, 28)])
+def test_the_words_share_is_of_the_budget_and_at_most_what_the_window_and_sinks_leave(budget: int, words: float, tokens: int) -> None:
+    assert SnapKV(budget=budget, words=words).word_tokens == tokens
 
 
 def test_merged_disjoint_runs() -> None:
@@ -156,8 +161,8 @@ def _settings_refusals() -> list:
         ("budget", SnapKV, {"budget": 8}),
         ("kernel", SnapKV, {"kernel": 4}),
         ("pool", SnapKV, {"pool": "median"}),
-        ("words", SnapKV, {"budget": 100, "window": 16, "words": 81}),
-        ("words", SnapKV, {"words": -1}),
+        ("words", SnapKV, {"words": 1.5}),
+        ("words", SnapKV, {"words": -0.25}),
         ("max_tokens", AskSettings, {"max_tokens": 0}),
         ("threads", AskSettings, {"threads": 0}),
         ("threads", AskSettings, {"threads": -3}),
