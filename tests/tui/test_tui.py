@@ -152,9 +152,12 @@ async def test_a_question_pauses_the_background_reading_and_it_goes_on_from_wher
             assert panel.figures.full_reading == "done"  # the question read the rest
             return
         assert panel.figures.full_reading == "going on from 500/2,000" and session.unread
+        ended = reading_on_ended(app)
         session.allow()
         await wait_for(pilot, lambda: panel.figures.full_reading == "1,000/2,000")
         assert session.chunks_read_on == [("background", 0), ("background", 500)]  # the follow-up read none of it
+        session.allow(2)
+        assert (await asyncio.wait_for(ended, 10)).outcome == "done" and panel.figures.full_reading == "done"
 
 
 async def test_quitting_stops_the_background_reading_and_closes_the_engine() -> None:
