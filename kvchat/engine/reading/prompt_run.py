@@ -239,8 +239,8 @@ class PromptRun:
 
         The first `n_pinned` tokens after read_upto (a conversation's earlier turns) are kept on
         top of the budget; the prompt tokens `first` (the passages the question's words choose) are
-        kept within it before the votes choose. The observation window never reaches back into what was already read:
-        the question observes, up to `window` tokens of it. Returns the Selected that answer()
+        kept within it before the votes choose. The observation window never reaches back into
+        what was already read: the question observes, up to `window` tokens of it. Returns the Selected that answer()
         takes; `reading_s` is the reading its TTFT counts (default: this run's reading time).
         """
         started = time.perf_counter()
