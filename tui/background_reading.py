@@ -34,10 +34,14 @@ class BackgroundReading(App[None]):
         self._reading_on_at = ""  # how far the reading got ("2,560/11,062"), shown while it is paused
         self._paused_for_question = False
 
-    def start_reading_on(self, session: ChatSession) -> None:
+    def start_reading_on(self, session: ChatSession, going_on: bool = False) -> None:
+        """Read `session`'s document whole in the background: from its start, or `going_on` from
+        where a question paused it."""
         self.reading_on_idle.clear()
         self._reading_on_cancel = threading.Event()
         self._paused_for_question = False
+        if not going_on:
+            self._reading_on_at = ""  # a new document's: nothing read yet
         self._show_reading_on(f"going on from {self._reading_on_at}" if self._reading_on_at else "starting")
         self._read_on(session, self._reading_on_cancel)
 
@@ -55,7 +59,7 @@ class BackgroundReading(App[None]):
         if session is None:
             return
         if session.unread and answered:
-            self.start_reading_on(session)
+            self.start_reading_on(session, going_on=True)
         elif not session.unread and self.query_one(KvPanel).figures.full_reading is not None:
             self._show_reading_on("done")
 
