@@ -104,22 +104,33 @@ def _with_leval(config: BenchConfig, options: LevalOptions) -> BenchConfig:
     return replace(config, leval_data=str(folder), leval=selection)
 
 
+def _against_retrieval(row: dict) -> str:
+    """`+0.012 (-0.030…+0.050)`: the mean score over retrieval's on the same questions, and its 95% interval."""
+    against = row["against_retrieval"]
+    if against is None:
+        return "—"
+    low, high = against["interval"]
+    return f"{against['difference']:+.3f} ({low:+.3f}…{high:+.3f})"
+
+
 def _table(summary: list[dict]) -> Table:
     tasks = list(dict.fromkeys(task for row in summary for task in row["accuracy_by_task"]))
     several_models = len({row["model"] for row in summary}) > 1
+    with_retrieval = any(row["against_retrieval"] for row in summary)
     table = Table(title="kvchat bench: accuracy per task, memory and speed")
     if several_models:
         table.add_column("model", no_wrap=True)
     table.add_column("variant", no_wrap=True, min_width=12)
-    for column in tasks + ["of full", "compr.", "KV MiB", "tok/s", "speedup", "read s", "TTFT s"]:
-        table.add_column(column, justify="right")
+    for column in tasks + ["vs retrieval"] * with_retrieval + ["of full", "compr.", "KV MiB", "tok/s", "speedup", "read s", "TTFT s"]:
+        table.add_column(column, justify="right", no_wrap=column == "vs retrieval")
     for row in summary:
         speedup = "—" if row["decode_speedup"] is None else f"{row['decode_speedup']:.2f}x"
         accuracy = [f"{row['accuracy_by_task'].get(task, float('nan')):.2f}" for task in tasks]
         names = [Text(Path(row["model"]).name), Text(row["variant"])] if several_models else [Text(row["variant"])]
         of_full = "—" if row["kept_of_full"] is None else f"{row['kept_of_full']:.0%}"
-        table.add_row(*names, *accuracy, of_full, f"{row['compression']:.1f}x", f"{row['kv_bytes_kept'] / 2**20:.1f}",
-                      f"{row['decode_tokens_per_s']:.1f}", speedup, f"{row['read_s']:.1f}", f"{row['ttft_s']:.1f}")
+        table.add_row(*names, *accuracy, *[_against_retrieval(row)] * with_retrieval, of_full, f"{row['compression']:.1f}x",
+                      f"{row['kv_bytes_kept'] / 2**20:.1f}", f"{row['decode_tokens_per_s']:.1f}", speedup,
+                      f"{row['read_s']:.1f}", f"{row['ttft_s']:.1f}")
     return table
 
 
@@ -186,7 +197,7 @@ def bench_command(
     summary = summarize(records)
     output = Console()
     if not output.is_terminal:
-        output.width = 140  # files and pipes get the whole table, not 80 columns
+        output.width = 160  # files and pipes get the whole table, not 80 columns
     output.print(_table(summary))
     if json_path is not None:
         write_json(json_path, models, asdict(config), records)

@@ -7,13 +7,17 @@ measured. A record is one variant of one model on one case: model, task, meta, m
 budget, accuracy (0..1, by the task's scoring: RULER's substring match, cuad's normalized match,
 L-Eval's metrics, the share of clauses quoted), answer, golds, prompt_tokens, kept_tokens,
 compression, kv_bytes_full, kv_bytes_kept, prefill_tokens_per_s, decode_tokens_per_s, ttft_s,
-read_s (the prompt's reading time), snapkv_overhead (observe + compact time / reading time),
+read_s (the prompt's reading time), read (how it was read, in words), reading (the way asked
+for: full, retrieval, auto, fast), snapkv_overhead (observe + compact time / reading time),
 peak_cells, peak_rss_mib. A summary is one variant of one model over all cases: model, variant,
 method, budget, cases, accuracy, accuracy_by_task, kept_of_full (of the cases the full cache
 answered right, scoring 1, the share this variant answered right too: for scores that are rarely
 whole, as F1, ROUGE-L or clauses quoted, compare accuracy_by_task instead), compression, kv_bytes_kept,
 decode_tokens_per_s, decode_speedup (mean over cases of decode tok/s / full's on the same case
-and model), kv_saving (kv_bytes_full / kv_bytes_kept), ttft_s, read_s, snapkv_overhead.
+and model), kv_saving (kv_bytes_full / kv_bytes_kept), ttft_s, read_s, snapkv_overhead,
+against_retrieval (null for retrieval itself or without it: {"cases", "difference": the mean of
+this variant's score minus retrieval's at the same budget over the cases both answered,
+"interval": its 95% paired bootstrap interval}).
 """
 
 from __future__ import annotations
@@ -23,9 +27,12 @@ from collections import defaultdict
 from pathlib import Path
 from statistics import mean
 
+import numpy as np
+
 from kvchat.atomic import atomic_file
 
 SCHEMA = "kvchat-bench/2"
+RESAMPLES = 10_000  # bootstrap resamples of the paired differences
 
 
 def _case_key(record: dict) -> str:
@@ -39,7 +46,33 @@ def _kept_of_full(rows: list[dict], full_accuracy: dict[str, float]) -> float | 
     return round(mean(r["accuracy"] == 1.0 for r in full_right), 3) if full_right else None
 
 
+def _retrieval(records: list[dict]) -> tuple[set[str], dict[tuple[str, int], float]]:
+    """The baseline every other way of answering is set against, what a user of a retrieval tool
+    would get: per budget the first retrieval variant; its names, and its score per case and budget."""
+    first_variant: dict[int, str] = {}
+    scores = {}
+    for record in records:
+        if record["reading"] == "retrieval" and first_variant.setdefault(record["budget"], record["variant"]) == record["variant"]:
+            scores[_case_key(record), record["budget"]] = record["accuracy"]
+    return set(first_variant.values()), scores
+
+
+def _against_retrieval(rows: list[dict], retrieval: tuple[set[str], dict[tuple[str, int], float]]) -> dict | None:
+    """The mean of this variant's score minus retrieval's over the cases both answered, with a 95%
+    paired bootstrap interval: whether the difference outgrows how much the questions vary."""
+    names, scores = retrieval
+    differences = np.array([row["accuracy"] - scores[_case_key(row), row["budget"]] for row in rows
+                            if (_case_key(row), row["budget"]) in scores])
+    if rows[0]["variant"] in names or not len(differences):
+        return None
+    resampled = np.random.default_rng(0).choice(differences, size=(RESAMPLES, len(differences))).mean(axis=1)
+    low, high = np.percentile(resampled, [2.5, 97.5])
+    return {"cases": len(differences), "difference": round(float(differences.mean()), 3),
+            "interval": [round(float(low), 3), round(float(high), 3)]}
+
+
 def summarize(records: list[dict]) -> list[dict]:
+    retrieval = _retrieval(records)
     full_speed = {_case_key(r): r["decode_tokens_per_s"] for r in records if r["method"] == "full"}
     full_accuracy = {_case_key(r): r["accuracy"] for r in records if r["method"] == "full"}
     grouped: dict[tuple[str, str], list[dict]] = defaultdict(list)
@@ -64,6 +97,7 @@ def summarize(records: list[dict]) -> list[dict]:
             "ttft_s": round(mean(r["ttft_s"] for r in rows), 2),
             "read_s": round(mean(r["read_s"] for r in rows), 2),
             "snapkv_overhead": round(mean(r["snapkv_overhead"] for r in rows), 4),
+            "against_retrieval": _against_retrieval(rows, retrieval),
         })
     return summary
 

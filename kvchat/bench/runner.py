@@ -186,6 +186,7 @@ def _record(model: str, case: Case, variant: Variant, events: list) -> dict[str,
         "decode_tokens_per_s": round(stats.decode_tokens_per_s, 2), "ttft_s": round(stats.ttft_s, 3),
         "read_s": round(read_s, 3), "snapkv_overhead": round(overhead, 4), "peak_cells": stats.peak_cells,
         "compact_s": round(sum(e.compact_s for e in pruned), 4), "read": stats.read,
+        "reading": variant.settings(AskSettings()).read,
         "peak_rss_mib": round(_peak_rss_mib(), 1),
         "kept_histogram": _kept_histogram(pruned[-1]) if pruned else None,
     }

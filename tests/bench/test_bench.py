@@ -30,7 +30,7 @@ from kvchat.errors import SettingsError
 RECORD_KEYS = {
     "model", "read_s", "task", "meta", "method", "variant", "budget", "accuracy", "answer", "golds", "prompt_tokens", "kept_tokens",
     "compression", "kv_bytes_full", "kv_bytes_kept", "prefill_tokens_per_s", "decode_tokens_per_s", "ttft_s",
-    "snapkv_overhead", "peak_cells", "peak_rss_mib", "compact_s", "read", "kept_histogram",
+    "snapkv_overhead", "peak_cells", "peak_rss_mib", "compact_s", "read", "reading", "kept_histogram",
 }
 
 
@@ -231,7 +231,7 @@ def test_records_and_summary_on_the_tiny_model(tiny_model_path) -> None:
     assert {r["method"] for r in records} == {"full", "snapkv", "streamingllm", "snapstream"}
     for record in records:
         assert set(record) == RECORD_KEYS
-        assert record["kept_tokens"] <= record["prompt_tokens"] and record["read"] == "full"
+        assert record["kept_tokens"] <= record["prompt_tokens"] and record["read"] == record["reading"] == "full"
         if record["method"] in ("snapkv", "full"):  # the full cache is never compacted; snapkv once
             assert (record["compact_s"] > 0) == (record["method"] == "snapkv")
         if record["method"] in ("snapkv", "snapstream"):  # every kept token in one of the prompt's parts
@@ -344,12 +344,15 @@ def test_a_whole_document_variant_answers_each_case_from_the_parts(tiny_model_pa
     assert len(parts) == 1 and parts[0]["read"].startswith("in ") and parts[0]["read"].endswith(" parts")
 
 
-def test_summary_says_what_pruning_keeps_of_the_full_caches_answers() -> None:
-    def record(model: str, variant: str, case: int, accuracy: float) -> dict:
-        return {"model": model, "task": "cuad", "meta": {"id": case}, "method": variant.split("@")[0], "variant": variant,
-                "budget": 1024, "accuracy": accuracy, "compression": 1.0, "kv_bytes_full": 2, "kv_bytes_kept": 1,
-                "decode_tokens_per_s": 1.0, "ttft_s": 1.0, "read_s": 1.0, "snapkv_overhead": 0.0}
+def _summary_record(model: str, variant: str, case: int, accuracy: float, budget: int = 1024) -> dict:
+    return {"model": model, "task": "cuad", "meta": {"id": case}, "method": variant.split("@")[0], "variant": variant,
+            "reading": variant.split(" ")[1] if " " in variant else "full", "budget": budget, "accuracy": accuracy,
+            "compression": 1.0, "kv_bytes_full": 2, "kv_bytes_kept": 1, "decode_tokens_per_s": 1.0, "ttft_s": 1.0,
+            "read_s": 1.0, "snapkv_overhead": 0.0}
 
+
+def test_summary_says_what_pruning_keeps_of_the_full_caches_answers() -> None:
+    record = _summary_record
     full = {"a": [1.0, 1.0, 0.0, 1.0], "b": [0.0, 0.0, 0.0, 0.0]}  # per model, cases 0..3
     snapkv = {"a": [1.0, 0.0, 1.0, 1.0], "b": [1.0, 0.0, 0.0, 0.0]}
     records = [record(model, "full", case, value) for model, values in full.items() for case, value in enumerate(values)]
@@ -412,6 +415,21 @@ def test_the_defaults_share_the_whole_reading_where_a_fast_one_does_not_pay(
         assert all(answers[c, 0].answer == answers[c, 1].answer for c in range(2))
 
 
+def test_summary_sets_every_way_of_answering_against_retrieval_on_the_same_questions() -> None:
+    scores = {"snapkv@1024 retrieval": [0.0, 1.0, 0.0, 1.0], "snapkv@1024": [1.0, 1.0, 1.0, 1.0],
+              "snapkv@1024 auto": [1.0, 0.0, 0.0, 1.0], "snapkv@1024(read=retrieval,fast_opening=1) retrieval": [0.5, 1.0, 0.5, 1.0]}
+    records = [_summary_record("m", variant, case, value) for variant, values in scores.items() for case, value in enumerate(values)]
+    records += [_summary_record("m", "snapkv@512", case, 1.0, budget=512) for case in range(4)]  # no retrieval at 512
+    records.append(_summary_record("m", "full", 4, 1.0))  # a case retrieval did not answer
+    against = {row["variant"]: row["against_retrieval"] for row in summarize(records)}
+    assert against["snapkv@1024 retrieval"] is None and against["snapkv@512"] is None  # the baseline; none at its budget
+    assert against["full"] is None  # its one case is not retrieval's
+    assert against["snapkv@1024"] == {"cases": 4, "difference": 0.5, "interval": [0.0, 1.0]}
+    assert against["snapkv@1024(read=retrieval,fast_opening=1) retrieval"] == {"cases": 4, "difference": 0.25, "interval": [0.0, 0.5]}
+    auto = against["snapkv@1024 auto"]  # differences 1, -1, 0, 0
+    assert auto["cases"] == 4 and auto["difference"] == 0.0 and -1.0 < auto["interval"][0] < 0.0 < auto["interval"][1] < 1.0
+
+
 @pytest.mark.system
 def test_bench_command_compares_two_models_and_writes_json_and_plots(tiny_model_path, tmp_path, isolated_home) -> None:
     env = {**os.environ, "KVCHAT_HOME": str(isolated_home)}
@@ -419,7 +437,8 @@ def test_bench_command_compares_two_models_and_writes_json_and_plots(tiny_model_
     other.write_bytes(tiny_model_path.read_bytes())
     result = subprocess.run(
         [sys.executable, "-m", "kvchat.cli", "bench", "--quick", "--model", str(tiny_model_path), "--model", str(other),
-         "--lengths", "600", "--budget", "96", "--json", str(tmp_path / "out.json"), "--plot", str(tmp_path / "plots")],
+         "--lengths", "600", "--budget", "96", "--read", "full,retrieval", "--json", str(tmp_path / "out.json"),
+         "--plot", str(tmp_path / "plots")],
         capture_output=True, text=True, env=env, timeout=600,
     )
     assert result.returncode == 0, result.stderr
@@ -433,7 +452,10 @@ def test_bench_command_compares_two_models_and_writes_json_and_plots(tiny_model_
         for name in ("needle_heatmap.png", "accuracy_vs_budget.png", "decode_speed_vs_length.png"):
             assert (tmp_path / "plots" / folder / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     table = result.stdout
-    assert "snapkv@96" in table and "read s" in table and "of full" in table and table.count("other.gguf") == 4
+    assert "snapkv@96" in table and "read s" in table and "of full" in table and table.count("other.gguf") == 5
+    against = {(row["model"], row["variant"]): row["against_retrieval"] for row in document["summary"]}
+    assert all(against[model, "snapkv@96 retrieval"] is None and against[model, "full"]["cases"] == 2 for model in document["models"])  # needle, multikey
+    assert "vs retrieval" in table
     assert document["config"]["gpu_layers"] == 0 and document["config"]["layout"]["flash_attn"] is False  # auto, on the CPU
 
 
