@@ -48,13 +48,10 @@ def _kept_of_full(rows: list[dict], full_accuracy: dict[str, float]) -> float | 
 
 def _retrieval(records: list[dict]) -> tuple[set[str], dict[tuple[str, int], float]]:
     """The baseline every other way of answering is set against, what a user of a retrieval tool
-    would get: per budget the first retrieval variant; its names, and its score per case and budget."""
-    first_variant: dict[int, str] = {}
-    scores = {}
-    for record in records:
-        if record["reading"] == "retrieval" and first_variant.setdefault(record["budget"], record["variant"]) == record["variant"]:
-            scores[_case_key(record), record["budget"]] = record["accuracy"]
-    return set(first_variant.values()), scores
+    would get: `--read retrieval` at each budget, read with no variant's options (which a variant's
+    name gives in brackets); its names, and its score per case and budget."""
+    baseline = [r for r in records if r["reading"] == "retrieval" and "(" not in r["variant"]]
+    return {r["variant"] for r in baseline}, {(_case_key(r), r["budget"]): r["accuracy"] for r in baseline}
 
 
 def _against_retrieval(rows: list[dict], retrieval: tuple[set[str], dict[tuple[str, int], float]]) -> dict | None:
