@@ -519,7 +519,7 @@ def test_a_bench_stopped_midway_keeps_the_records_it_measured(monkeypatch, capsy
 
     def record(case: int) -> dict:
         return {"model": "m.gguf", "task": "needle", "meta": {"case": case}, "method": "snapkv", "variant": "snapkv@96",
-                "budget": 96, "accuracy": 1.0, "compression": 2.0, "kv_bytes_full": 2, "kv_bytes_kept": 1,
+                "budget": 96, "reading": "full", "accuracy": 1.0, "compression": 2.0, "kv_bytes_full": 2, "kv_bytes_kept": 1,
                 "decode_tokens_per_s": 9.0, "ttft_s": 1.0, "read_s": 1.0, "snapkv_overhead": 0.1}
 
     def stopped_after_two(engine, config):
