@@ -46,21 +46,20 @@ def _kept_of_full(rows: list[dict], full_accuracy: dict[str, float]) -> float | 
     return round(mean(r["accuracy"] == 1.0 for r in full_right), 3) if full_right else None
 
 
-def _retrieval(records: list[dict]) -> tuple[set[str], dict[tuple[str, int], float]]:
-    """The baseline every other way of answering is set against, what a user of a retrieval tool
-    would get: `--read retrieval` at each budget, read with no variant's options (which a variant's
-    name gives in brackets); its names, and its score per case and budget."""
-    baseline = [r for r in records if r["reading"] == "retrieval" and "(" not in r["variant"]]
-    return {r["variant"] for r in baseline}, {(_case_key(r), r["budget"]): r["accuracy"] for r in baseline}
+def _is_retrieval(record: dict) -> bool:
+    """Whether `record` is the baseline every other way of answering is set against, what a user of
+    a retrieval tool would get: `--read retrieval`, with no variant's options (which a variant's
+    name gives in brackets)."""
+    return record["reading"] == "retrieval" and "(" not in record["variant"]
 
 
-def _against_retrieval(rows: list[dict], retrieval: tuple[set[str], dict[tuple[str, int], float]]) -> dict | None:
-    """The mean of this variant's score minus retrieval's over the cases both answered, with a 95%
-    paired bootstrap interval: whether the difference outgrows how much the questions vary."""
-    names, scores = retrieval
-    differences = np.array([row["accuracy"] - scores[_case_key(row), row["budget"]] for row in rows
-                            if (_case_key(row), row["budget"]) in scores])
-    if rows[0]["variant"] in names or not len(differences):
+def _against_retrieval(rows: list[dict], retrieval: dict[tuple[str, int], float]) -> dict | None:
+    """The mean of this variant's score minus retrieval's (`retrieval`: per case and budget) over
+    the cases both answered, with a 95% paired bootstrap interval: whether the difference outgrows
+    how much the questions vary."""
+    differences = np.array([row["accuracy"] - retrieval[_case_key(row), row["budget"]] for row in rows
+                            if (_case_key(row), row["budget"]) in retrieval])
+    if _is_retrieval(rows[0]) or not len(differences):
         return None
     resampled = np.random.default_rng(0).choice(differences, size=(RESAMPLES, len(differences))).mean(axis=1)
     low, high = np.percentile(resampled, [2.5, 97.5])
@@ -69,7 +68,7 @@ def _against_retrieval(rows: list[dict], retrieval: tuple[set[str], dict[tuple[s
 
 
 def summarize(records: list[dict]) -> list[dict]:
-    retrieval = _retrieval(records)
+    retrieval = {(_case_key(r), r["budget"]): r["accuracy"] for r in records if _is_retrieval(r)}
     full_speed = {_case_key(r): r["decode_tokens_per_s"] for r in records if r["method"] == "full"}
     full_accuracy = {_case_key(r): r["accuracy"] for r in records if r["method"] == "full"}
     grouped: dict[tuple[str, str], list[dict]] = defaultdict(list)
