@@ -31,8 +31,9 @@ def _table(plans: list[ReadingPlan], model: str, n_ctx_train: int) -> Table:
         table.add_column(column, justify="right" if column in ("pages", "chars", "tokens") else "left")
     for plan in plans:
         first = f"fast, {_duration(plan.est_fast_s)}" if plan.reads_fast else "whole"
+        whole = _duration(plan.est_read_s) if plan.reads_whole_later or not plan.reads_fast else "none: every question reads fast"
         table.add_row(Text(printable(Path(plan.path).name)), plan.format, f"{plan.pages:,}", f"{plan.chars:,}", f"{plan.tokens:,}",
-                      "yes" if plan.fits_context else "no", plan.method, first, _duration(plan.est_read_s))
+                      "yes" if plan.fits_context else "no", plan.method, first, whole)
     return table
 
 

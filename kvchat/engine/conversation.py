@@ -166,8 +166,9 @@ class Conversation:
 
     @property
     def unread(self) -> bool:
-        """The document is not read whole yet: only a fast reading answered (see read_on())."""
-        return self._unread
+        """The document is still to be read whole: only a fast reading answered (see read_on());
+        never where every question reads fast (retrieval)."""
+        return self._unread and self.reading.reads_on
 
     def read_on(self, cancel: threading.Event | None = None) -> Iterator[Event]:
         """After a fast answer, read the whole document (and save it): the questions after it are

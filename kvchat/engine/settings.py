@@ -156,6 +156,13 @@ class AskSettings:
         return self.read in ("fast", "retrieval")
 
     @property
+    def reads_whole_later(self) -> bool:
+        """Whether a document whose questions read fast is read whole after them, for the
+        follow-ups to be selected from that reading (and saved): not for retrieval, whose every
+        question reads only the passages its words choose, as retrieval tools answer."""
+        return self.read != "retrieval"
+
+    @property
     def fast_reading(self) -> FastSettings:
         """How a fast reading chooses what it reads: the question's words alone for a retrieval
         reading, AUTO_READING's way by default (auto), `fast` as set otherwise."""

@@ -110,9 +110,10 @@ class UserSettings(BaseModel):
         "default model: small) and the document is long enough, the passages the question's words choose (BM25) and "
         "the document's opening are read alone (the draft's attention chooses where no word matches), full "
         "otherwise; full: every layer reads the whole document; fast: a cheap pass (a draft's first layers, or the "
-        "model's own) chooses the tokens and the whole model reads only those; retrieval: the passages the "
-        "question's words choose are read alone. Follow-ups are read the same way until the document is read "
-        "whole, then selected from that reading (docs/how-it-works.md: Reading what the question chooses).",
+        "model's own) chooses the tokens and the whole model reads only those. Follow-ups are read the same way until "
+        "the document is read whole, then selected from that reading. retrieval: every question, follow-ups too, "
+        "reads alone the passages its words choose, as retrieval tools answer, and nothing is read whole in the "
+        "background (docs/how-it-works.md: Reading what the question chooses).",
         served=True)
     in_parts: Literal["auto", "on", "off"] = _setting(
         "auto", "Which questions are answered from every part of the document in turn, the answer each part's (a "

@@ -87,6 +87,17 @@ def test_the_next_ask_loads_the_reading_a_fast_answer_left_in_the_background(doc
 
 
 @pytest.mark.system
+def test_with_retrieval_each_ask_reads_its_own_passages_and_nothing_in_the_background(document, tiny_model_path, isolated_home) -> None:
+    runs = [run_kvchat(*ask_args(document, tiny_model_path, "--read", "retrieval", "--json"), home=isolated_home) for _ in range(2)]
+    assert [run.returncode for run in runs] == [0, 0], runs[0].stderr + runs[1].stderr
+    answers = [json.loads(run.stdout) for run in runs]
+    assert [answer["read"].split(",")[0] for answer in answers] == ["bm25", "bm25"]
+    assert [answer["loaded_tokens"] for answer in answers] == [0, 0]
+    assert not any("background" in run.stderr for run in runs) and background_readers(isolated_home) == []
+    assert json.loads(run_kvchat("cache", "list", "--json", home=isolated_home).stdout) == []
+
+
+@pytest.mark.system
 def test_two_background_readings_of_one_document_read_it_once(document, tiny_model_path, isolated_home) -> None:
     settings = AskSettings(threads=1, layout=KvLayout())
     for _ in range(2):  # as two terminals asking about the same new document would

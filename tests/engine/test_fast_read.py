@@ -258,6 +258,28 @@ def test_a_follow_up_before_the_whole_reading_reads_fast_with_its_earlier_turns_
     assert again.stats.read == "full" and again.stats.loaded_tokens > 1500  # the saved reading, not a fast one
 
 
+def test_with_retrieval_a_follow_up_reads_its_own_passages_and_nothing_is_read_whole(tiny_model_path: Path, notes: Path) -> None:
+    settings = AskSettings(method=SnapKV(budget=64, window=16), max_tokens=4, read="retrieval", threads=2)
+    with Engine(str(tiny_model_path)) as engine:
+        saved = [e for e in engine.ask(load_document(notes), "Boat?", replace(settings, read="full")) if isinstance(e, Done)][0]
+        conversation = engine.conversation(load_document(notes), settings)
+        n_document = len(conversation.document_tokens)
+        try:
+            opened = list(conversation.open())
+            first, second = ([e for e in engine.answer(conversation, question) if isinstance(e, Done)][0]
+                             for question in ("What was the boat called?", "What failed?"))
+            unread = conversation.unread
+        finally:
+            conversation.close()
+        never_awaits = engine.plan(load_document(notes), settings).reads_fast_before_the_rest(n_document - 1)
+    assert saved.stats.read == "full" and opened == []  # a saved reading is there, and left unloaded
+    assert first.stats.read.startswith("bm25, ") and second.stats.read.startswith("bm25, ")
+    assert first.stats.loaded_tokens == second.stats.loaded_tokens == 0 and second.stats.prompt_tokens > first.stats.prompt_tokens
+    assert second.stats.kept_tokens > first.stats.kept_tokens  # the first turn is read whole beside the follow-up's passages
+    assert not first.read_whole_after and not second.read_whole_after and not unread
+    assert never_awaits  # a whole reading under way, all but done, is not awaited: it would not be loaded
+
+
 @pytest.mark.parametrize(("read_before", "whole_speed", "read"), [
     (0, 1000, "fast 1/2 layers"), (256, 1000, "fast 1/2 layers"), (2048, 1000, "full"),
     (0, 10**6, "fast 1/2 layers"),  # none begun here: nothing to await (the server's own reading decided before)
@@ -363,9 +385,29 @@ def test_after_a_fast_answer_the_whole_reading_goes_on_from_where_it_was_stopped
     assert again.stats.loaded_tokens == n_document  # the reading was saved
 
 
+class ReadingOnAwaitsTheQuestion(EngineSessions):
+    """The first whole reading in the background reads nothing until a question stops it, as a long
+    document's would: the tiny model reads these notes whole in under a second, and where that ends
+    before the question comes (a loaded machine), the question is selected from it instead."""
+
+    def open(self, *args, **kwargs):
+        session = super().open(*args, **kwargs)
+        read_on, first = session.read_on, threading.Event()
+
+        def read_on_after_the_question(cancel: threading.Event):
+            if first.is_set():
+                return read_on(cancel)
+            first.set()
+            assert cancel.wait(60), "no question stopped the reading"
+            raise CancelledError("stopped for the question")
+
+        session.read_on = read_on_after_the_question
+        return session
+
+
 async def test_the_chat_answers_after_the_cheap_pass_and_follow_ups_from_the_reading_it_did_meanwhile(tiny_model_path: Path, notes: Path) -> None:
     settings = AskSettings(method=SnapKV(budget=64, window=16), max_tokens=4, read="fast", threads=2)
-    app = KvchatApp(EngineSessions(str(tiny_model_path), use_cache=False), [notes], settings)
+    app = KvchatApp(ReadingOnAwaitsTheQuestion(str(tiny_model_path), use_cache=False), [notes], settings)
     async with app.run_test(size=(120, 40)) as pilot:
         read_on = next_handled(app, lambda message: isinstance(message, JobEnded) and message.job == "reading on"
                                and message.outcome == "done")  # the reading begun on opening gives way to the question
@@ -384,6 +426,22 @@ async def test_the_chat_answers_after_the_cheap_pass_and_follow_ups_from_the_rea
         await ask(pilot, app, "What failed?", timeout_s=60)
         assert panel.figures.read == "full" and progress and progress[0].done >= n_document  # the question's tokens only
     await asyncio.to_thread(app.close_engine)
+
+
+async def test_with_retrieval_the_chat_reads_nothing_whole_in_the_background(tiny_model_path: Path, notes: Path) -> None:
+    settings = AskSettings(method=SnapKV(budget=64, window=16), max_tokens=4, read="retrieval", threads=2)
+    app = KvchatApp(EngineSessions(str(tiny_model_path), use_cache=False), [notes], settings)
+    started: list[object] = []
+    async with app.run_test(size=(120, 40)) as pilot:
+        app.message_signal.subscribe(app, lambda message: started.append(message) if isinstance(message, JobEnded)
+                                     and message.job == "reading on" else None, immediate=True)
+        for question in ("What was the boat called?", "What failed?"):
+            await ask(pilot, app, question, timeout_s=60)
+            panel = app.query_one(KvPanel)
+            assert panel.figures.read.startswith("bm25, ") and panel.figures.full_reading is None
+            assert app.reading_on_idle.is_set() and not app.session.unread
+    await asyncio.to_thread(app.close_engine)
+    assert started == []  # no reading on began, so none ended
 
 
 @pytest.mark.system

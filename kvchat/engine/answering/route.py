@@ -135,11 +135,13 @@ def _await_if_sooner(conversation: Conversation, cancel: threading.Event | None)
 def _sooner_to_wait(conversation: Conversation, reading: InProgress) -> bool:
     """Whether awaiting another process's whole reading of the document answers sooner than this
     question's own reading: always instead of a whole reading (the other has a head start);
-    instead of a fast one when less of the other is left than the fast reading takes here. A
-    reading that waits for its turn behind others has no head start: never."""
+    instead of a fast one when less of the other is left than the fast reading takes here, unless
+    every question reads fast. A reading that waits for its turn behind others has no head start: never."""
     if reading.queued:
         return False
     if not conversation.reads_fast_first():
         return True
+    if not conversation.reading.reads_on:
+        return False  # every question reads fast (retrieval): the other's reading would not be loaded
     fast_s = fast_reading_s(len(conversation.document_tokens), conversation.settings, conversation.speeds)
     return not fast_is_sooner(fast_s, reading.left_s)

@@ -29,12 +29,14 @@ class ReadingPlan:
     # the questions read fast (cheap_pass.py) while the whole reading follows in the background
     reads_fast: bool = False
     est_fast_s: float | None = None  # that fast reading, at the last measured speed of one
+    reads_whole_later: bool = True  # False: every question reads fast (retrieval), none from a whole reading
 
     def reads_fast_before_the_rest(self, read: int) -> bool:
         """Whether a question about the document reads fast rather than awaiting the rest of its
-        whole reading under way, `read` of its tokens read (cheap_pass.fast_is_sooner)."""
+        whole reading under way, `read` of its tokens read (cheap_pass.fast_is_sooner): always
+        where every question reads fast."""
         left_s = None if self.est_read_s is None else self.est_read_s * (1 - read / max(self.tokens, 1))
-        return self.reads_fast and fast_is_sooner(self.est_fast_s, left_s)
+        return self.reads_fast and (not self.reads_whole_later or fast_is_sooner(self.est_fast_s, left_s))
 
     def as_json(self) -> dict[str, object]:
         return asdict(self)
@@ -60,4 +62,5 @@ def reading_plan(
         est_read_s=round(tokens / speed, 1) if speed else None,
         reads_fast=reads_fast,
         est_fast_s=round(fast_s, 1) if fast_s is not None else None,
+        reads_whole_later=read_with.reads_whole_later,
     )

@@ -38,6 +38,12 @@ class Reading:
         (`saved`: a reading of the document is saved)."""
         return False
 
+    @property
+    def reads_on(self) -> bool:
+        """Whether a document its questions read fast (or in parts) is read whole after them
+        (Conversation.read_on), for the questions after to be selected from that reading."""
+        return True
+
     def read(
         self, document: DocumentPrompt, run: PromptRun, settings: AskSettings, cancel: threading.Event | None,
         observer: Observer,

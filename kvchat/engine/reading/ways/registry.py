@@ -12,7 +12,10 @@ from kvchat.engine.settings import AskSettings
 
 def reading_for(settings: AskSettings, stream: StreamSettings, drafted: bool) -> Reading:
     """Streamed for a streaming method; whole otherwise, and then its questions read fast until it
-    is read whole, where the settings say so (`drafted`: a draft model does the cheap pass)."""
+    is read whole, where the settings say so (`drafted`: a draft model does the cheap pass), or
+    every question fast for retrieval."""
     if settings.method.streams:
         return StreamedReading(stream)
-    return FastFirst(WholeReading()) if settings.reads_fast(drafted) else WholeReading()
+    if not settings.reads_fast(drafted):
+        return WholeReading()
+    return FastFirst(WholeReading(), then_whole=settings.reads_whole_later)
