@@ -123,7 +123,9 @@ class ChatService:
         """Read an upload whole in the background, with the server's system prompt and cache
         layout, as soon as the model has nothing else to do: a question asked meanwhile is answered
         from a fast reading where that is sooner than the rest, the ones after it load the whole
-        reading."""
+        reading. Not where the server's questions read retrieval's way: they would never load it."""
+        if not AskSettings(read=self.limits.defaults.read).reads_whole_later:
+            return
         settings = AskSettings(threads=self.threads, layout=self.limits.layout, system=self.limits.defaults.system)
         self.scheduler.read_later(ChatRequest(settings, document=stored.document))
 

@@ -175,7 +175,13 @@ class Conversation:
         selected from that reading. The chat and the server run it in the background; stopped by
         `cancel`, it goes on from where it stopped at the next call, or for a question that waits
         for it because the rest is sooner than a fast reading (select()). While another
-        process reads the document, its reading is awaited and loaded (in_progress.read_alone)."""
+        process reads the document, its reading is awaited and loaded (in_progress.read_alone).
+        Nothing where every question reads fast (retrieval)."""
+        if self.unread:
+            yield from self._read_rest(cancel)
+
+    def _read_rest(self, cancel: threading.Event | None) -> Iterator[Event]:
+        """The rest of the whole reading (read_on()), for the front end's background or a question that waits."""
         if not self._unread:
             return
         if self.run.holds_fast_answer:
@@ -223,7 +229,7 @@ class Conversation:
                 return (yield from self._read_fast(Question(question, self._text.passages, len(earlier_tokens)), tokens,
                                                    settings, cancel))
             started = time.perf_counter()
-            yield from self.read_on(cancel)
+            yield from self._read_rest(cancel)
             reading_s = time.perf_counter() - started
         start = self.selection.before_question(self.run, tokens, len(earlier_tokens), self.prompt_tokens if self.turns else None)
         self._make_room(self.run.cache.cells + len(tokens) - self.run.read_upto, settings.max_tokens)
@@ -243,7 +249,8 @@ class Conversation:
         if not settings.reads_fast(with_draft):
             return False
         read, speed = self.run.whole_read_upto, self.speeds.tokens_per_s(self.reading.speed) if self.speeds else None
-        left_s = (len(self.document_tokens) - read) / speed if read and speed else None  # None: nothing to await here
+        awaits = read and speed and self.reading.reads_on  # retrieval awaits none: every question reads fast
+        left_s = (len(self.document_tokens) - read) / speed if awaits else None  # None: nothing to await here
         if not pays(n_prompt, settings, with_draft):
             why = f"a fast reading would re-read {reread_tokens(settings, with_draft):,} of this prompt's {n_prompt:,} tokens"
         elif fast_is_sooner(fast_reading_s(n_prompt, settings, self.speeds), left_s):

@@ -239,6 +239,31 @@ def test_a_reading_queued_behind_others_is_not_waited_for(document, tiny_model_p
         chat.close()
 
 
+@pytest.mark.parametrize(("read", "waits"), [("fast", True), ("retrieval", False)])
+def test_another_process_reading_all_but_done_is_awaited_unless_every_question_reads_fast(
+    document, tiny_model_path, tmp_path, isolated_home, read: str, waits: bool,
+) -> None:
+    """A fast reading of this prompt takes seconds here, the other process's rest a tenth of one:
+    awaiting it answers sooner, unless its reading would never be loaded (retrieval)."""
+    from kvchat.engine.answering.route import _sooner_to_wait
+    from kvchat.engine.kvcache.progress_record import InProgress
+    from kvchat.engine.reading.speeds import ReadingSpeeds
+    from kvchat.policy import SnapKV
+
+    settings = AskSettings(method=SnapKV(budget=64, window=16), read=read, max_tokens=2, threads=2)
+    with Engine(str(tiny_model_path)) as engine:
+        chat = engine.conversation(load_document(document), settings)
+        chat.speeds = ReadingSpeeds(tmp_path / "speeds.json", "tiny")
+        for kind in ("fast", "fast bm25"):
+            chat.speeds.record(kind, 1000, 10.0)  # 100 tokens/s
+        all_but_done = InProgress(chat.reading_key, str(document), "tiny", 1, done=999, total=1000, started=0.0, updated=99.9)
+        try:
+            assert chat.reads_fast_first() and all_but_done.left_s == pytest.approx(0.1)
+            assert _sooner_to_wait(chat, all_but_done) is waits
+        finally:
+            chat.close()
+
+
 @pytest.mark.system
 def test_cache_stop_leaves_a_chats_own_reading_to_the_chat(tmp_path, isolated_home) -> None:
     """The chat's reading is listed, but `cache stop` does not send its process SIGTERM (which

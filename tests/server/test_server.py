@@ -466,6 +466,18 @@ def test_uploads_over_the_memory_budget_push_out_the_least_recently_used_documen
 # ---- uploads ----------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize(("read", "read_later"), [("auto", 1), ("retrieval", 0)])
+def test_an_upload_is_read_whole_in_the_background_unless_questions_read_retrievals_way(read: str, read_later: int) -> None:
+    fake = FakeEngine(saves_readings=True)
+    service = fake.service(defaults=UserSettings(read=read))
+    asked_to_read: list[ChatRequest] = []
+    service.scheduler.read_later = asked_to_read.append
+    with serving(service) as url:
+        uploaded = httpx.post(f"{url}/v1/documents", files={"file": ("notes.txt", b"The boat was named the Grey Heron.")},
+                              timeout=WAIT_S)
+    assert uploaded.status_code == 200 and len(asked_to_read) == read_later
+
+
 @pytest.mark.parametrize(("filename", "shown"), [("..", "document"), ("/etc/../notes.txt", "notes.txt"),
                                                   ("n" * 300 + ".txt", "n" * 255), ("a\x1bb.txt", "a?b.txt")])
 def test_any_upload_name_is_taken_and_shown_safely(server, filename: str, shown: str) -> None:
