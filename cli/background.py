@@ -10,10 +10,12 @@ shows them, `kvchat cache stop` stops them, and KVCHAT_BACKGROUND_READING=off tu
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import subprocess
 import sys
+import time
 import uuid
 from dataclasses import asdict
 from pathlib import Path
@@ -25,6 +27,8 @@ from kvchat.errors import SettingsError
 
 BACKGROUND_ENV = "KVCHAT_BACKGROUND_READING"
 NICENESS = 19  # the background reading gives way to anything the user runs meanwhile
+SESSION_GROUP = Path("/proc/self/autogroup")  # Linux's scheduling group of this process's session
+_GROUP_RETRIES, _GROUP_RETRY_S = 10, 0.1  # Linux lets an unprivileged process renice a group once per 0.1 s
 _ON, _OFF = ("on", "1", "yes", "true"), ("off", "0", "no", "false")
 
 
@@ -36,6 +40,28 @@ def background_reading_on() -> bool:
     if value in _OFF:
         return False
     raise SettingsError(f"unknown {BACKGROUND_ENV} {value!r}", f"set {BACKGROUND_ENV} to on or off")
+
+
+def lower_priority() -> str | None:
+    """Lower this process to niceness 19 and, where it leads a session of its own (a detached
+    reader does), that session's scheduling group too; what could not be lowered, or None.
+
+    Linux (autogroup, on by default on most desktops) shares the CPU equally between sessions
+    first and by niceness only within one: a niced reader in a session of its own would take as
+    much CPU as the user's terminal. Renicing the group makes it give way; a process that shares
+    its caller's session leaves that session's group alone."""
+    os.nice(NICENESS)
+    if os.getsid(0) != os.getpid() or not SESSION_GROUP.exists():
+        return None
+    for _ in range(_GROUP_RETRIES):
+        try:
+            SESSION_GROUP.write_text(str(NICENESS))
+            return None
+        except OSError as error:
+            if error.errno != errno.EAGAIN:
+                return f"its session's scheduling group keeps its priority ({error.strerror})"
+        time.sleep(_GROUP_RETRY_S)  # the kernel's rate limit: nothing to await
+    return "its session's scheduling group keeps its priority (the kernel was busy renicing others)"
 
 
 def jobs_folder() -> Path:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from kvchat.cli.background import job_command, log_path, start_background_reading, write_job
+from kvchat.cli.background import NICENESS, SESSION_GROUP, job_command, log_path, start_background_reading, write_job
 from kvchat.documents import load_document
 from kvchat.engine import WAITING_FOR_TURN, AskSettings, Engine, KvLayout, readings_in_progress
 from kvchat.engine.kvcache.foreground import PAUSED_CHECK_S, Foreground
@@ -181,6 +181,35 @@ def test_a_background_reading_pauses_while_a_question_is_answered_and_then_goes_
         assert reader.wait(timeout=120) == 0
     listed = json.loads(run_kvchat("cache", "list", "--json", home=isolated_home).stdout)
     assert [(row["state"], row["document"]) for row in listed] == [("saved", str(long_document))]
+
+
+def _group_niceness(pid: int | str) -> int:
+    """The niceness of the scheduling group of process `pid`'s session (/proc/PID/autogroup:
+    "/autogroup-42 nice 19")."""
+    return int(Path(f"/proc/{pid}/autogroup").read_text().split()[-1])
+
+
+@pytest.mark.system
+@pytest.mark.skipif(not SESSION_GROUP.exists(), reason="this kernel does not group processes by session (no /proc/self/autogroup)")
+@pytest.mark.parametrize("own_session", [True, False], ids=["detached", "in-our-session"])
+def test_a_background_reading_gives_way_in_its_sessions_scheduling_group_too(tmp_path, isolated_home, own_session) -> None:
+    """Detached as `kvchat ask` starts it, the reader lowers its session's group to niceness 19:
+    Linux shares the CPU between sessions before it looks at niceness. One in our session leaves
+    our group as it was."""
+    model = write_tiny_gguf(tmp_path / "long-context.gguf", context_length=32768)
+    long_document = tmp_path / "ledger.txt"
+    long_document.write_text(" ".join(f"Item {i} costs {i * 3} dollars." for i in range(1000)))  # 29k tokens
+    job = write_job(load_document(long_document), str(model), AskSettings(threads=1), 0)
+    ours = _group_niceness("self")
+    with subprocess.Popen(job_command(job), stderr=subprocess.PIPE, text=True, start_new_session=own_session) as reader:
+        try:
+            assert reader.stderr.readline().endswith(f"reading {long_document}\n")  # it lowered its priority before
+            assert os.getpriority(os.PRIO_PROCESS, reader.pid) == NICENESS
+            assert _group_niceness(reader.pid) == (NICENESS if own_session else ours)
+            assert _group_niceness("self") == ours
+        finally:
+            reader.terminate()
+        assert reader.wait(timeout=120) == 130
 
 
 def _fast_answer(engine: Engine, path: Path):
