@@ -84,6 +84,7 @@ class LevalOptions:
     part: str | None = None
     documents: int | None = None
     questions: int | None = None
+    skip: int | None = None
 
 
 def _with_leval(config: BenchConfig, options: LevalOptions) -> BenchConfig:
@@ -167,10 +168,11 @@ def bench_command(
     leval_part: str | None = typer.Option(None, help="L-Eval: dev (the first half of each task's documents), held-out (the rest) or all (default; dev with --quick)."),
     leval_docs: int | None = typer.Option(None, min=1, help="L-Eval: the first N documents of the part, per task."),
     leval_questions: int | None = typer.Option(None, min=1, help="L-Eval: the first N questions of each document."),
+    leval_skip: int | None = typer.Option(None, min=0, help="L-Eval: leave out the part's first N documents per task (those measured before); --leval-docs counts after them."),
     user: UserSettings = UserSettings(),
 ) -> None:
     """Measure accuracy, decode speed and KV memory of each method side by side, in one run."""
-    leval = LevalOptions(leval_data, leval_part, leval_docs, leval_questions)
+    leval = LevalOptions(leval_data, leval_part, leval_docs, leval_questions, leval_skip)
     config = _config(quick, tasks, lengths, depths, budget, methods, variant, questions, cuad_data, read, leval)
     config = replace(config, samples=samples, gpu_layers=user.gpu_layers,
                      layout=ask_settings(user).layout)  # the layout: every variant's, unless it names its own

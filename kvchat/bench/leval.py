@@ -94,7 +94,8 @@ class LevalSelection:
     """Which of each task's documents and questions are asked."""
 
     part: str = "all"
-    documents: int | None = None  # the first this many documents of the part; None: all
+    skip: int = 0  # the part's first this many documents are not asked about (measured before)
+    documents: int | None = None  # the first this many documents of the part (after those skipped); None: all
     questions: int | None = None  # the first this many questions of each document; None: all
     shortest_first: bool = False  # the part's documents shortest first (the quick subset's: it reads least)
 
@@ -177,7 +178,7 @@ def leval_cases(count_tokens: CountTokens, max_document_tokens: int, names: tupl
         documents = in_part(leval_documents(folder, name), selection.part)
         if selection.shortest_first:
             documents = tuple(sorted(documents, key=lambda document: len(document.text)))
-        documents = documents[: selection.documents]
+        documents = documents[selection.skip:][: selection.documents]
         system_tokens = count_tokens(task.system)
         for document in documents:
             longest_answer = max((answer_tokens(task, reference) for _, reference in document.questions), default=0)

@@ -87,6 +87,8 @@ def test_documents_parts_prompts_and_lengths(tmp_path: Path) -> None:
     assert [(c.task, c.meta["document"]) for c in dev] == [("leval-tpo", 0)] * 4 + [("leval-tpo", 1)] * 4 + [
         ("leval-legal", 0)] * 3 + [("leval-legal", 1)] * 3
     assert [(c.meta["document"], c.meta["question"]) for c in held_out] == [(2, 0), (2, 1)]
+    after_the_first = leval_cases(count, 10_000, ("leval-tpo",), folder, LevalSelection(part="held-out", skip=1, questions=1))
+    assert [(c.meta["document"], c.meta["question"]) for c in after_the_first] == [(3, 0)]
     exam, open_ended = dev[0], dev[8]
     assert exam.question.endswith("D. all.  Please directly give the answer without any additional output or explanation")
     assert exam.system == LEVAL_TASKS["leval-tpo"].system and exam.max_tokens == EXAM_MAX_TOKENS
