@@ -28,7 +28,7 @@ from kvchat.errors import SettingsError
 BACKGROUND_ENV = "KVCHAT_BACKGROUND_READING"
 NICENESS = 19  # the background reading gives way to anything the user runs meanwhile
 SESSION_GROUP = Path("/proc/self/autogroup")  # Linux's scheduling group of this process's session
-_GROUP_RETRIES, _GROUP_RETRY_S = 10, 0.1  # Linux lets an unprivileged process renice a group once per 0.1 s
+_GROUP_RETRIES, _GROUP_RETRY_S = 10, 0.1  # unprivileged, Linux renices one group per 0.1 s, system-wide
 _ON, _OFF = ("on", "1", "yes", "true"), ("off", "0", "no", "false")
 
 
@@ -53,14 +53,15 @@ def lower_priority() -> str | None:
     os.nice(NICENESS)
     if os.getsid(0) != os.getpid() or not SESSION_GROUP.exists():
         return None
-    for _ in range(_GROUP_RETRIES):
+    for attempt in range(_GROUP_RETRIES):
+        if attempt:
+            time.sleep(_GROUP_RETRY_S)  # the kernel's rate limit: nothing to await
         try:
             SESSION_GROUP.write_text(str(NICENESS))
             return None
         except OSError as error:
             if error.errno != errno.EAGAIN:
                 return f"its session's scheduling group keeps its priority ({error.strerror})"
-        time.sleep(_GROUP_RETRY_S)  # the kernel's rate limit: nothing to await
     return "its session's scheduling group keeps its priority (the kernel was busy renicing others)"
 
 

@@ -14,7 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from kvchat.bench.cuad import cuad_contracts, cuad_ids_named
-from kvchat.bench.leval import LEVAL_TASKS, PARTS, leval_folder, task_file
+from kvchat.bench.leval import LEVAL_TASKS, PARTS, in_part, leval_documents, leval_folder, task_file
 from kvchat.bench.leval_metrics import require_rouge
 from kvchat.bench.report import summarize, write_json
 from kvchat.cli.options import check_draft, draft_for, warn_about_gpu_layers, with_settings
@@ -102,6 +102,11 @@ def _with_leval(config: BenchConfig, options: LevalOptions) -> BenchConfig:
         require_rouge()
     selection = replace(config.leval, **{key: value for key, value in asdict(options).items()
                                          if key != "data" and value is not None})
+    for task in tasks if selection.skip else ():
+        count = len(in_part(leval_documents(folder, task), selection.part))
+        if selection.skip >= count:
+            raise SettingsError(f"--leval-skip {selection.skip} leaves {task} no document of its {selection.part} part (it has {count})",
+                                "skip fewer, or leave that task out of --tasks")
     return replace(config, leval_data=str(folder), leval=selection)
 
 
@@ -166,9 +171,9 @@ def bench_command(
     quick: bool = typer.Option(False, help="A small grid that finishes in a few minutes."),
     leval_data: Path | None = typer.Option(None, help="L-Eval: its data folder (LEval-data of a clone of https://github.com/OpenLMLab/LEval)."),
     leval_part: str | None = typer.Option(None, help="L-Eval: dev (the first half of each task's documents), held-out (the rest) or all (default; dev with --quick)."),
-    leval_docs: int | None = typer.Option(None, min=1, help="L-Eval: the first N documents of the part, per task."),
+    leval_docs: int | None = typer.Option(None, min=1, help="L-Eval: the first N documents of the part (after those skipped), per task."),
     leval_questions: int | None = typer.Option(None, min=1, help="L-Eval: the first N questions of each document."),
-    leval_skip: int | None = typer.Option(None, min=0, help="L-Eval: leave out the part's first N documents per task (those measured before); --leval-docs counts after them."),
+    leval_skip: int | None = typer.Option(None, min=0, help="L-Eval: leave out the part's first N documents per task, in its order (shortest first with --quick); --leval-docs counts after them."),
     user: UserSettings = UserSettings(),
 ) -> None:
     """Measure accuracy, decode speed and KV memory of each method side by side, in one run."""

@@ -10,7 +10,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from kvchat.cli.background import lower_priority, take_job
+from kvchat.cli.background import NICENESS, lower_priority, take_job
 from kvchat.cli.files import files_named
 from kvchat.cli.interrupt import interrupt_as_cancel, signals_stop_reading
 from kvchat.cli.options import MODEL, with_settings
@@ -81,15 +81,16 @@ def read_documents(engine: Engine, documents: list[Document], settings: AskSetti
 def _read_job(job: Path) -> None:
     """A background reading that `kvchat ask` started (background.py): low priority, stopped by
     SIGTERM (`kvchat cache stop`) between batches, saving nothing then. Its stderr is the
-    background log: one line when it begins to read, one when it ends."""
-    kept_priority = lower_priority()
+    background log: one line when it begins to read, one when it ends (and one before them where
+    its session's scheduling group could not be lowered)."""
     document, model, gpu_layers, settings = take_job(job)
+    not_lowered = lower_priority()
 
     def log(line: str) -> None:
         typer.echo(f"{time.strftime('%F %T')} pid {os.getpid()}: {printable(line)}", err=True)
 
-    if kept_priority:
-        log(f"reading at niceness 19, but {kept_priority}")
+    if not_lowered:
+        log(f"reading at niceness {NICENESS}, but {not_lowered}")
 
     began = False  # "reading" is logged once, when the reading (not a wait for another's) begins
     with Engine(model, gpu_layers=gpu_layers) as engine, interrupt_as_cancel(terminate=True) as cancel:

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -89,6 +90,8 @@ def test_documents_parts_prompts_and_lengths(tmp_path: Path) -> None:
     assert [(c.meta["document"], c.meta["question"]) for c in held_out] == [(2, 0), (2, 1)]
     after_the_first = leval_cases(count, 10_000, ("leval-tpo",), folder, LevalSelection(part="held-out", skip=1, questions=1))
     assert [(c.meta["document"], c.meta["question"]) for c in after_the_first] == [(3, 0)]
+    skipped_then_taken = leval_cases(count, 10_000, ("leval-tpo",), folder, LevalSelection(skip=1, documents=2, questions=1))
+    assert [c.meta["document"] for c in skipped_then_taken] == [1, 2]
     exam, open_ended = dev[0], dev[8]
     assert exam.question.endswith("D. all.  Please directly give the answer without any additional output or explanation")
     assert exam.system == LEVAL_TASKS["leval-tpo"].system and exam.max_tokens == EXAM_MAX_TOKENS
@@ -101,6 +104,8 @@ def test_documents_parts_prompts_and_lengths(tmp_path: Path) -> None:
     (shortest,) = {case.meta["document"] for case in leval_cases(count, 10_000, ("leval-tpo",), folder, QUICK.leval)}
     dev = in_part(leval_documents(folder, "leval-tpo"), "dev")
     assert len(dev[shortest].text) == min(len(document.text) for document in dev)
+    (next_shortest,) = {case.meta["document"] for case in leval_cases(count, 10_000, ("leval-tpo",), folder, replace(QUICK.leval, skip=1))}
+    assert next_shortest != shortest and len(dev[next_shortest].text) == max(len(document.text) for document in dev)
 
 
 @pytest.mark.system
@@ -140,3 +145,7 @@ def test_leval_tasks_without_data_or_with_a_bad_part_are_refused_before_loading(
     part = subprocess.run([sys.executable, "-m", "kvchat.cli", "bench", "--tasks", "leval-tpo", "--leval-part", "test"],
                           capture_output=True, text=True, env=env, timeout=120)
     assert part.returncode == 2 and "use dev, held-out, all" in part.stderr
+    too_many = subprocess.run([sys.executable, "-m", "kvchat.cli", "bench", "--tasks", "leval-tpo,leval-legal", "--leval-data",
+                               str(write_leval_data(tmp_path / "LEval-data")), "--leval-part", "held-out", "--leval-skip", "2",
+                               "--model", "nowhere.gguf"], capture_output=True, text=True, env=env, timeout=120)
+    assert too_many.returncode == 2 and "--leval-skip 2 leaves leval-tpo no document of its held-out part (it has 2)" in too_many.stderr

@@ -75,7 +75,8 @@ def test_the_next_ask_loads_the_reading_a_fast_answer_left_in_the_background(doc
     assert fast["read"].startswith("fast") and fast["loaded_tokens"] == 0
     assert "reading the whole document in the background" in first.stderr
     await_background_readers(isolated_home)
-    assert [line.split(": ", 1)[1] for line in background_log()] == [f"reading {document}", f"{document}: read"]
+    logged = [line.split(": ", 1)[1] for line in background_log() if "keeps its priority" not in line]  # where /proc is read-only
+    assert logged == [f"reading {document}", f"{document}: read"]
     second = run_kvchat(*ask_args(document, tiny_model_path, "--read", "fast", "--json"), home=isolated_home)
     assert second.returncode == 0, second.stderr
     loaded = json.loads(second.stdout)
@@ -190,7 +191,8 @@ def _group_niceness(pid: int | str) -> int:
 
 
 @pytest.mark.system
-@pytest.mark.skipif(not SESSION_GROUP.exists(), reason="this kernel does not group processes by session (no /proc/self/autogroup)")
+@pytest.mark.skipif(not SESSION_GROUP.exists() or not SESSION_GROUP.read_text().strip(),
+                    reason="this kernel does not group processes by session (no /proc/self/autogroup)")
 @pytest.mark.parametrize("own_session", [True, False], ids=["detached", "in-our-session"])
 def test_a_background_reading_gives_way_in_its_sessions_scheduling_group_too(tmp_path, isolated_home, own_session) -> None:
     """Detached as `kvchat ask` starts it, the reader lowers its session's group to niceness 19:
@@ -203,12 +205,17 @@ def test_a_background_reading_gives_way_in_its_sessions_scheduling_group_too(tmp
     ours = _group_niceness("self")
     with subprocess.Popen(job_command(job), stderr=subprocess.PIPE, text=True, start_new_session=own_session) as reader:
         try:
-            assert reader.stderr.readline().endswith(f"reading {long_document}\n")  # it lowered its priority before
+            first = reader.stderr.readline()
+            if "keeps its priority" in first:
+                pytest.skip(f"this machine does not let a process renice its session's group: {first.strip()}")
+            assert first.endswith(f"reading {long_document}\n")  # it lowered its priority before
             assert os.getpriority(os.PRIO_PROCESS, reader.pid) == NICENESS
             assert _group_niceness(reader.pid) == (NICENESS if own_session else ours)
             assert _group_niceness("self") == ours
         finally:
             reader.terminate()
+            if _group_niceness("self") != ours:  # a reader that lowered our group (the test failed): the terminal's back
+                SESSION_GROUP.write_text(str(ours))
         assert reader.wait(timeout=120) == 130
 
 
