@@ -99,8 +99,18 @@ class Variant:
             else:
                 current = carried.get(key, getattr(METHODS[self.method](), key, value))  # typed as the option's default
                 options[key] = _typed(key, value, type(current)) if not isinstance(current, bool) else value == "true"
+        _refuse_unread_fast_options(self.overrides, read)
         return replace(base, method=method_carrying(self.method, carried, **options), read=read, fast=fast,
                        layout=replace(base.layout, **layout), system=system, in_parts=in_parts, part_tokens=part_tokens)
+
+
+def _refuse_unread_fast_options(overrides: tuple[tuple[str, str], ...], read: str) -> None:
+    """A fast reading's own options (fast_*) choose only for read=fast or retrieval: the defaults
+    (auto) read as AskSettings.fast_reading says, and a full reading chooses nothing."""
+    unread = [key for key, _ in overrides if key in READING_OPTIONS and key != "read"]
+    if unread and read not in ("fast", "retrieval"):
+        raise SettingsError(f"{unread[0]} changes nothing with read={read}: the fast_* options set a fast reading's own choice",
+                            "add read=fast (or read=retrieval) to the variant, e.g. read=fast,fast_choose=bm25,fast_opening=1")
 
 
 @dataclass(frozen=True)

@@ -279,7 +279,9 @@ def test_a_variant_sets_a_reading_option_or_a_method_option() -> None:
     assert Variant("snapkv", 512, _overrides("whole=off")).settings(AskSettings()).in_parts == "off"
     assert Variant("snapkv", 512, _overrides("whole=512")).settings(AskSettings()).part_tokens == 512
     for bad, said in (("flash_attn=yes", "bad variant value flash_attn='yes'"), ("whole=abc", "bad variant value whole='abc'"),
-                      ("kernel=big", "bad variant value kernel='big'"), ("system=wise", "unknown instruction 'wise'")):
+                      ("kernel=big", "bad variant value kernel='big'"), ("system=wise", "unknown instruction 'wise'"),
+                      ("read=auto,fast_reread=1280", "fast_reread changes nothing with read=auto"),
+                      ("fast_opening=1", "fast_opening changes nothing with read=full")):
         with pytest.raises(SettingsError, match=re.escape(said)):
             Variant("snapkv", 512, _overrides(bad)).settings(AskSettings())
 
