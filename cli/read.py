@@ -92,21 +92,23 @@ def _read_job(job: Path) -> None:
     if not_lowered:
         log(f"reading at niceness {NICENESS}, but {not_lowered}")
 
+    def paused(waits: bool) -> None:
+        log(f"paused reading {document.path} while a question is answered" if waits
+            else f"went on reading {document.path} after the question was answered")
+
     began = False  # "reading" is logged once, when the reading (not a wait for another's) begins
     with Engine(model, gpu_layers=gpu_layers) as engine, interrupt_as_cancel(terminate=True) as cancel:
         reading = engine.read_whole(document, settings, cancel, in_turn=True, stoppable=True)  # one background reading at a time
+        events = engine.foreground.giving_way(reading, cancel, paused)
         try:
             while True:
-                event = next(reading)
+                event = next(events)
                 if isinstance(event, Notice):
                     log(event.text)
                     began = began or event.text != WAITING_FOR_TURN  # a wait for another process's reading: its progress is that one's
                 elif isinstance(event, Progress) and not began:
                     log(f"reading {document.path}")
                     began = True
-                elif isinstance(event, Progress) and engine.foreground.give_way(
-                        cancel, on_pause=lambda: log(f"paused reading {document.path} while a question is answered")):
-                    log(f"went on reading {document.path} after the question was answered")
         except StopIteration as finished:
             log(f"{document.path}: {finished.value.value}")
 

@@ -16,10 +16,12 @@ knows what each sequence "samples" next.
 
 from __future__ import annotations
 
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Generic, TypeVar
 
@@ -27,6 +29,7 @@ import numpy as np
 
 from kvchat.engine import KvLayout, PreparedPrompt
 from kvchat.engine.kvcache.cache import SavedCells
+from kvchat.engine.kvcache.foreground import Foreground
 from kvchat.engine.reading.selected import Selected
 from kvchat.errors import CancelledError, KvchatError
 from kvchat.events import Done, Event, Progress, Stats, Token
@@ -38,6 +41,7 @@ from kvchat.serving.slots import Slot
 
 END = 256  # the fake's end-of-generation token; 0-255 are bytes
 WAIT_S = 10.0  # how long a test or a held fake waits for what must happen before it fails
+_FOREGROUND_ROOT = Path(tempfile.mkdtemp(prefix="kvchat-test-foreground-"))  # the fakes' questions: no real home's
 
 T = TypeVar("T")
 
@@ -267,9 +271,10 @@ class FakeEngine:
     def __init__(
         self, scripts: dict[str, Script] | None = None, default: Script = Script(), held_steps: bool = False,
         step_failures: dict[int, Exception] | None = None, saves_readings: bool = False, whole_chunks: int = 3,
-        step_s: float = 0.0, reads_fast: bool = False,
+        step_s: float = 0.0, reads_fast: bool = False, foreground: Foreground | None = None,
     ) -> None:
         self.states = object() if saves_readings else None  # whole readings are only done where they are saved
+        self.foreground = foreground or Foreground(_FOREGROUND_ROOT)  # the questions of every kvchat process
         self.reads_fast = reads_fast  # a question about a document being read is read fast (plan())
         self.asked_after_reading: list[int] = []  # how far the whole reading had got, each time plan() was asked
         self.whole_chunks = whole_chunks

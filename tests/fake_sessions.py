@@ -4,12 +4,13 @@ sets (a paced reading or answer takes each chunk or token only when the test all
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from kvchat.documents import Document, Page, PageProgress, bundle
 from kvchat.engine import AskSettings
+from kvchat.engine.kvcache.foreground import Foreground
 from kvchat.errors import CancelledError, KvchatError
 from kvchat.events import Done, Event, Notice, Progress, Pruned, Source, Stats, Token
 
@@ -55,6 +56,7 @@ class FakeSession:
     read_on_upto: int = 0  # how far it got
     follow_ups_read_fast: bool = False  # a follow-up before the whole reading is done reads fast, not the rest
     chunks_read_on: list[tuple[str, int]] = field(default_factory=list)  # (who read it: "background" or a question, where)
+    foreground: Foreground | None = None  # the questions of every process, where the test holds one
     _allowed: threading.Semaphore = field(default_factory=lambda: threading.Semaphore(0))
 
     def allow(self, steps: int = 1) -> None:
@@ -74,8 +76,10 @@ class FakeSession:
             yield Progress(done=done, total=2000, elapsed_s=done / 400)
         yield Notice("read notes.txt")
 
-    def read_on(self, cancel: threading.Event) -> Iterator[Event]:
-        yield from self._read_on("background", cancel, self.paced_reading_on)
+    def read_on(self, cancel: threading.Event, paused: Callable[[bool], None]) -> Iterator[Event]:
+        """As EngineSession's: between chunks it gives way to the questions `foreground` holds."""
+        reading = self._read_on("background", cancel, self.paced_reading_on)
+        return reading if self.foreground is None else self.foreground.giving_way(reading, cancel, paused)
 
     def _read_on(self, reader: str, cancel: threading.Event, paced: bool) -> Iterator[Event]:
         while self.unread:
@@ -130,6 +134,7 @@ class FakeSessions:
     paced_answer: bool = False
     paced_reading_on: bool = False
     follow_ups_read_fast: bool = False
+    foreground: Foreground | None = None
     answer: list[str] | None = None
     scanned_pages: int = 0  # pages an opened document "OCRs" before its reading
     sources: tuple[Source, ...] = ()
@@ -150,7 +155,8 @@ class FakeSessions:
         document = bundle([Document(path=path, kind="text", text=DOCUMENT_TEXT, pages=[Page(1, 0, len(DOCUMENT_TEXT))])
                            for path in paths])
         session = FakeSession(document, self.paced_reading, self.paced_answer, sources=self.sources, pruned=self.pruned,
-                              paced_reading_on=self.paced_reading_on, follow_ups_read_fast=self.follow_ups_read_fast)
+                              paced_reading_on=self.paced_reading_on, follow_ups_read_fast=self.follow_ups_read_fast,
+                              foreground=self.foreground)
         if self.answer is not None:
             session.answer = list(self.answer)
         self.opened.append(session)

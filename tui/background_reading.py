@@ -6,8 +6,9 @@ or quitting stops it first (`stop_reading_on`, on the UI thread); a worker that 
 next waits for `reading_on_idle`. A question is answered from a fast reading of its own, or goes
 on with the reading from where it stopped where the rest is sooner (Conversation.select); after
 its answer the reading starts again from there.
-The side panel shows how far it got, "paused at" that while a question is answered, and "done"
-when the question read the rest itself.
+The side panel shows how far it got, "paused at" that while a question is answered (here, or in
+another kvchat process: the reading waits for it between batches), and "done" when the question
+read the rest itself.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from textual import work
 from textual.app import App
 
 from kvchat.events import Event, Notice, Progress
-from kvchat.tui.messages import EngineEvent, JobEnded
+from kvchat.tui.messages import EngineEvent, JobEnded, PausedElsewhere
 from kvchat.tui.sessions import ChatSession
 from kvchat.tui.widgets import KvPanel, NoticeView
 
@@ -66,7 +67,7 @@ class BackgroundReading(App[None]):
     @work(thread=True, group="reading-on", exit_on_error=False)
     def _read_on(self, session: ChatSession, cancel: threading.Event) -> None:
         try:
-            for event in session.read_on(cancel):
+            for event in session.read_on(cancel, lambda waits: self.post_message(PausedElsewhere(waits))):
                 self.post_message(EngineEvent(event, background=True))
             ended = JobEnded("reading on", "done")
         except BaseException as error:
@@ -86,6 +87,12 @@ class BackgroundReading(App[None]):
             self._show_reading_on({"done": "done", "cancelled": "stopped"}.get(message.outcome, "failed"))
         if message.outcome == "error":
             self.notify(message.error, title="kvchat", severity="error", timeout=12, markup=False)
+
+    def on_paused_elsewhere(self, message: PausedElsewhere) -> None:
+        """While another kvchat process answers a question, the reading waits for it (posted in
+        order with the reading's events, so that `_reading_on_at` is where it waits)."""
+        at = self._reading_on_at or "the start"
+        self._show_reading_on(f"paused at {at}: a question elsewhere" if message.waits else at)
 
     def _show_reading_on(self, state: str | None) -> None:
         panel = self.query_one(KvPanel)

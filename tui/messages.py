@@ -28,6 +28,15 @@ class EngineEvent(Message):
         self.background = background
 
 
+class PausedElsewhere(Message):
+    """The background reading waits (`waits`) while another kvchat process answers a question, or
+    goes on after it."""
+
+    def __init__(self, waits: bool) -> None:
+        super().__init__()
+        self.waits = waits
+
+
 class PagesRead(Message):
     """OCR of a scanned PDF: `done` of `total` pages without a text layer are read."""
 

@@ -7,7 +7,7 @@ document and its conversation. Both are called from worker threads, never the UI
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -27,9 +27,10 @@ class ChatSession(Protocol):
     def read(self, cancel: threading.Event) -> Iterator[Event]:
         """Read (or load the saved reading of) the document."""
 
-    def read_on(self, cancel: threading.Event) -> Iterator[Event]:
+    def read_on(self, cancel: threading.Event, paused: Callable[[bool], None]) -> Iterator[Event]:
         """After a fast answer, read the whole document; stopped, the next call or question goes
-        on from there."""
+        on from there. Between batches it waits while another kvchat process answers a question,
+        calling `paused(True)` as the wait begins and `paused(False)` as it ends."""
 
     def ask(self, question: str, settings: AskSettings, cancel: threading.Event) -> Iterator[Event]:
         """Answer one question, in the light of the turns so far."""
@@ -71,8 +72,8 @@ class EngineSession:
     def read(self, cancel: threading.Event) -> Iterator[Event]:
         return self.conversation.open(cancel=cancel)
 
-    def read_on(self, cancel: threading.Event) -> Iterator[Event]:
-        return self.conversation.read_on(cancel)
+    def read_on(self, cancel: threading.Event, paused: Callable[[bool], None]) -> Iterator[Event]:
+        return self.engine.foreground.giving_way(self.conversation.read_on(cancel), cancel, paused)
 
     def ask(self, question: str, settings: AskSettings, cancel: threading.Event) -> Iterator[Event]:
         return self.engine.answer(self.conversation, question, settings, cancel=cancel)

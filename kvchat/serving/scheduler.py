@@ -12,7 +12,9 @@ each chunk of reading the answers in progress decode for as long as that chunk t
 step each), and longer while one of them has taken less time than every reading: a short
 question's answer ends before the book reads on. Each reading
 reserves the sequence it will move into, so at most as many are read as sequences are free. When
-nothing else is to do, documents that a fast reading answered are read whole (background_readings.py).
+nothing else is to do, documents that a fast reading answered are read whole (background_readings.py),
+while no other kvchat process answers a question; while this one reads or answers, it holds the
+foreground, and the background readings of the others pause (engine/kvcache/foreground.py).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from kvchat.engine import Engine, KvLayout, PreparedPrompt
+from kvchat.engine import PAUSED_CHECK_S, Engine, HeldWhileBusy, KvLayout, PreparedPrompt
 from kvchat.errors import CancelledError, InternalError, KvchatError
 from kvchat.events import Done, Event, Token
 from kvchat.llama import LlamaModel, Sampler, SamplerSettings
@@ -74,6 +76,7 @@ class Scheduler:
         self._readings: list[_JobBeingRead] = []  # in turn order: of those that took least time, the first reads next
         self._clock = clock  # what the fair share of time is measured by
         self._readings_on = BackgroundReadings(engine, read_whole)
+        self._answering = HeldWhileBusy(engine.foreground)  # the foreground, while a question is read or answered here
         self._to_read: queue.SimpleQueue[ChatRequest] = queue.SimpleQueue()  # documents uploaded, for _readings_on
         self._wake = threading.Event()
         self._stopping = False
@@ -136,16 +139,18 @@ class Scheduler:
                 self._readings_on.add(self._to_read.get_nowait())
             self._admit()
             busy = bool(self._readings or self._answers)
+            self._answering.hold(busy)  # other processes' background readings pause meanwhile
             if self._readings:
                 self._answer_for(self._read_next())
             elif self._answers:
                 self._answers.step()
             if busy:
                 continue
-            if self._readings_on:
+            if self._readings_on and not self.engine.foreground.busy():  # no other process answers now
                 self._readings_on.step()
             else:
-                self._wake.wait()
+                self._wake.wait(PAUSED_CHECK_S if self._readings_on else None)
+        self._answering.hold(False)
         for reading in list(self._readings):
             if reading.answering:  # as an answer in progress: it ends as stopped, with what it said
                 self._end_answer_in_parts(reading)

@@ -394,9 +394,9 @@ class ReadingOnAwaitsTheQuestion(EngineSessions):
         session = super().open(*args, **kwargs)
         read_on, first = session.read_on, threading.Event()
 
-        def read_on_after_the_question(cancel: threading.Event):
+        def read_on_after_the_question(cancel: threading.Event, paused):
             if first.is_set():
-                return read_on(cancel)
+                return read_on(cancel, paused)
             first.set()
             assert cancel.wait(60), "no question stopped the reading"
             raise CancelledError("stopped for the question")

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Generator
 from pathlib import Path
 
-from kvchat.engine.kvcache.foreground import Foreground
+from kvchat.engine.kvcache.foreground import Foreground, HeldWhileBusy
+from kvchat.events import Event, Notice, Progress
 
 
 def _give_way_in_thread(foreground: Foreground, cancel: threading.Event) -> tuple[threading.Event, list[bool]]:
@@ -38,3 +40,54 @@ def test_a_paused_reading_that_is_stopped_stops_waiting(tmp_path: Path) -> None:
         assert not returned.wait(0.3)
         cancel.set()
         assert returned.wait(10) and waited == [True]
+
+
+def test_a_look_tells_whether_a_question_is_answered_without_waiting(tmp_path: Path) -> None:
+    foreground = Foreground(tmp_path)
+    assert not foreground.busy()
+    with foreground.answering():
+        assert foreground.busy()
+    assert not foreground.busy()
+
+
+def test_a_reading_given_way_waits_between_its_batches_and_returns_what_it_returned(tmp_path: Path) -> None:
+    foreground, said, batches = Foreground(tmp_path), [], threading.Semaphore(0)
+
+    def reading() -> Generator[Event, None, str]:
+        yield Notice("reading notes.txt")
+        for done in (512, 1024):
+            said.append(f"batch {done}")
+            batches.release()
+            yield Progress(done, 1024, 1.0)
+        return "read"
+
+    events, returned = [], []
+
+    def run() -> None:
+        given_way = foreground.giving_way(reading(), threading.Event(), lambda waits: said.append(f"paused {waits}"))
+        while True:
+            try:
+                events.append(next(given_way))
+            except StopIteration as finished:
+                returned.append(finished.value)
+                return
+
+    with foreground.answering():
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        assert batches.acquire(timeout=10)
+        assert not batches.acquire(timeout=0.3)  # the second batch waits for the question
+    thread.join(10)
+    assert said == ["batch 512", "paused True", "paused False", "batch 1024"]
+    assert events == [Notice("reading notes.txt"), Progress(512, 1024, 1.0), Progress(1024, 1024, 1.0)]
+    assert returned == ["read"]
+
+
+def test_held_while_busy_holds_the_foreground_only_while_busy(tmp_path: Path) -> None:
+    foreground = Foreground(tmp_path)
+    held = HeldWhileBusy(Foreground(tmp_path))
+    held.hold(True)
+    held.hold(True)  # once
+    assert foreground.busy()
+    held.hold(False)
+    assert not foreground.busy()

@@ -13,10 +13,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.fake_engine import WAIT_S, Emitted, FakeEngine, Script
+from tests.fake_engine import WAIT_S, Emitted, FakeEngine, Log, Script
 from tests.inspect_helpers import last_logits, returned
 from kvchat.documents import Document
 from kvchat.engine import AskSettings, Engine, KvLayout, Turn
+from kvchat.engine.kvcache.foreground import Foreground
 from kvchat.engine.prompt import chat_tokens
 from kvchat.engine.reading.prompt_run import PromptRun
 from kvchat.errors import CancelledError, InternalError, KvchatError, PromptTooLongError, SettingsError
@@ -388,6 +389,47 @@ def test_stopping_drops_an_unfinished_whole_reading_and_none_is_started_where_re
         _done(_ask_about(scheduler, "Boat?"))
         _done(_ask_about(scheduler, "Radio?"))
     assert unsaved.order.items == ["prepare Boat?", "prepare Radio?"]
+
+
+class _Looks(Foreground):
+    """A Foreground that logs what each look (busy()) saw."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root)
+        self.looks: Log[bool] = Log()
+
+    def busy(self) -> bool:
+        busy = super().busy()
+        self.looks.append(busy)
+        return busy
+
+
+def test_an_upload_is_read_whole_only_while_no_other_kvchat_process_answers_a_question(tmp_path: Path) -> None:
+    fake, elsewhere = FakeEngine(saves_readings=True, foreground=_Looks(tmp_path)), Foreground(tmp_path)
+    with running(fake) as scheduler:
+        with elsewhere.answering():  # as `kvchat ask` in another terminal does
+            scheduler.read_later(ChatRequest(FAKE_SETTINGS, document=NOTES))
+            fake.whole_allowed.release(3)
+            fake.foreground.looks.wait_for(lambda looks: looks.count(True) >= 2)  # it looked again, and read nothing
+            assert fake.order.items == []
+        fake.order.wait_for(lambda items: "whole  closed" in items)
+    assert fake.order.items == [*(f"whole  {chunk} after 0 steps" for chunk in (1, 2, 3)), "whole  closed"]
+
+
+def test_while_a_question_is_read_or_answered_the_server_holds_the_foreground(tmp_path: Path) -> None:
+    fake, elsewhere = FakeEngine({"Boat?": Script("abc", paced=True)}, foreground=Foreground(tmp_path)), Foreground(tmp_path)
+    with running(fake) as scheduler:
+        emitted = _ask_about(scheduler, "Boat?")
+        (reading,) = fake.readings.wait_len(1)
+        assert elsewhere.busy()  # another process's background reading pauses meanwhile
+        reading.allow()
+        assert _done(emitted).answer == "abc"
+        given_up = threading.Event()
+        timer = threading.Timer(WAIT_S, given_up.set)
+        timer.start()
+        elsewhere.give_way(given_up)  # returns once the server no longer holds it
+        timer.cancel()
+        assert not given_up.is_set()
 
 
 def test_a_full_waiting_line_refuses_the_next_job() -> None:

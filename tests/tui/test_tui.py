@@ -14,6 +14,7 @@ from textual.widgets import Input, Label, Select
 
 from tests.fake_sessions import PRUNED_PER_HEAD, SOURCES, FakeSessions
 from kvchat.engine import AskSettings
+from kvchat.engine.kvcache.foreground import Foreground
 from kvchat.errors import DocumentError, ModelError
 from kvchat.tui.app import KvchatApp
 from kvchat.tui.messages import JobEnded
@@ -158,6 +159,22 @@ async def test_a_question_pauses_the_background_reading_and_it_goes_on_from_wher
         assert session.chunks_read_on == [("background", 0), ("background", 500)]  # the follow-up read none of it
         session.allow(2)
         assert (await asyncio.wait_for(ended, 10)).outcome == "done" and panel.figures.full_reading == "done"
+
+
+async def test_the_background_reading_waits_while_another_kvchat_process_answers_a_question(tmp_path: Path) -> None:
+    elsewhere = Foreground(tmp_path)  # another process's question holds it as `kvchat ask` does
+    sessions = FakeSessions(paced_reading_on=True, foreground=Foreground(tmp_path))
+    app = KvchatApp(sessions, [DOCUMENT], AskSettings(read="fast"))
+    async with app.run_test(size=SIZE) as pilot:
+        await ask(pilot, app, "What was the boat called?")
+        session, panel = sessions.opened[0], app.query_one(KvPanel)
+        with elsewhere.answering():
+            session.allow(4)  # allowed, yet after its first chunk the reading waits for the question
+            await wait_for(pilot, lambda: panel.figures.full_reading == "paused at 500/2,000: a question elsewhere")
+            assert session.chunks_read_on == [("background", 0)]
+            ended = reading_on_ended(app)
+        assert (await asyncio.wait_for(ended, 10)).outcome == "done"
+        assert panel.figures.full_reading == "done" and len(session.chunks_read_on) == 4
 
 
 async def test_quitting_stops_the_background_reading_and_closes_the_engine() -> None:
