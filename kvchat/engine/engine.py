@@ -11,7 +11,6 @@ from kvchat.documents import Document
 from kvchat.engine.answering import route
 from kvchat.engine.answering.elsewhere import PreparedPrompt, answer_sources, prepare_chat
 from kvchat.engine.conversation import Conversation
-from kvchat.engine.kvcache.foreground import Foreground
 from kvchat.engine.kvcache.in_progress import ReadingsInProgress, WholeReadingDone, read_alone
 from kvchat.engine.kvcache.states import DocumentStates
 from kvchat.engine.kvcache.store import DEFAULT_MAX_BYTES, StateStore
@@ -69,7 +68,7 @@ class Engine:
         speeds_path, speeds_key = cache_dir() / "reading-speeds.json", f"{model_sha}|gpu_layers={gpu_layers}"
         self.speeds = ReadingSpeeds(speeds_path, speeds_key) if use_cache else None
         self.in_progress = readings_in_progress()
-        self.foreground = Foreground(self.in_progress.root)  # the questions answered now: background readings pause for them
+        self.foreground = self.in_progress.foreground  # the questions answered now: background readings pause for them
 
     def conversation(
         self,

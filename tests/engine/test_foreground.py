@@ -6,7 +6,9 @@ import threading
 from collections.abc import Generator
 from pathlib import Path
 
+from tests.inspect_helpers import returned
 from kvchat.engine.kvcache.foreground import Foreground, HeldWhileBusy
+from kvchat.engine.kvcache.in_progress import ReadingsInProgress, WholeReadingDone, read_alone
 from kvchat.events import Event, Notice, Progress
 
 
@@ -91,3 +93,28 @@ def test_held_while_busy_holds_the_foreground_only_while_busy(tmp_path: Path) ->
     assert foreground.busy()
     held.hold(False)
     assert not foreground.busy()
+
+
+def test_a_question_awaiting_another_processs_whole_reading_does_not_hold_that_reading_up(tmp_path: Path) -> None:
+    key, saved = "0" * 40, threading.Event()
+    elsewhere, here = ReadingsInProgress(tmp_path), ReadingsInProgress(tmp_path)  # two processes' views
+    claim = elsewhere.claim(key, "notes.txt", "model", 1024)  # another process reads the document whole
+    assert claim is not None
+    with here.foreground.answering():
+        waiting = read_alone(here, (key, "notes.txt", "model", 1024), saved.is_set, lambda: iter(()))
+        assert next(waiting) == Notice("another kvchat process is reading notes.txt; waiting for it")
+        assert elsewhere.foreground.busy()  # the question holds the foreground until it awaits the reading
+        ended: list[WholeReadingDone] = []
+        thread = threading.Thread(target=lambda: ended.append(returned(waiting)), daemon=True)
+        thread.start()
+        given_up = threading.Event()
+        timer = threading.Timer(10, given_up.set)
+        timer.start()
+        elsewhere.foreground.give_way(given_up)  # that reading goes on while the question awaits it
+        timer.cancel()
+        assert not given_up.is_set()
+        saved.set()
+        claim.release()
+        thread.join(10)
+        assert ended == [WholeReadingDone.SAVED] and elsewhere.foreground.busy()  # held again, for its answer
+    assert not elsewhere.foreground.busy()

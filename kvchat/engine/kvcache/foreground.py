@@ -6,7 +6,9 @@ the cores the question's own reading needs, and go on when it is answered.
 The questions hold `foreground.lock` shared (flock); a background reading asks for it exclusively
 and gets it only while no question holds it. The kernel drops a lock when its process ends, so a
 question that dies never holds a reading up. flock locks belong to an open file, not a process: a
-process's own background reading pauses for its own questions too.
+process's own background reading pauses for its own questions too. A question that awaits
+another process's whole reading of its document steps aside while it waits (in_progress.read_alone),
+or the two would wait for each other.
 """
 
 from __future__ import annotations
@@ -27,24 +29,56 @@ PAUSED_CHECK_S = 0.25  # how often a paused reading looks whether the questions 
 
 
 class Foreground:
-    """The questions answered now, in every kvchat process that shares the folder `root`."""
+    """The questions answered now, in every kvchat process that shares the folder `root`. This
+    process's questions share one open lock file: the lock is held while any of them is answered,
+    unless one of them steps aside (stepping_aside)."""
 
     def __init__(self, root: Path) -> None:
         self.path = root / "foreground.lock"
+        self._guard = threading.Lock()
+        self._questions = 0  # this process's questions answered now
+        self._aside = 0  # of them, those awaiting another process's reading
+        self._fd: int | None = None  # the shared lock, while held
 
     def _open(self) -> int:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         return os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
 
+    def _update(self) -> None:
+        """Hold the shared lock while a question is answered and none steps aside (under _guard)."""
+        wanted = self._questions > 0 and self._aside == 0
+        if wanted and self._fd is None:
+            fd = self._open()
+            fcntl.flock(fd, fcntl.LOCK_SH)
+            self._fd = fd
+        elif not wanted and self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def _count(self, questions: int = 0, aside: int = 0) -> None:
+        with self._guard:
+            self._questions += questions
+            self._aside += aside
+            self._update()
+
     @contextlib.contextmanager
     def answering(self) -> Iterator[None]:
         """Held while this process reads for a question and answers it."""
-        fd = self._open()
+        self._count(questions=1)
         try:
-            fcntl.flock(fd, fcntl.LOCK_SH)
             yield
         finally:
-            os.close(fd)
+            self._count(questions=-1)
+
+    @contextlib.contextmanager
+    def stepping_aside(self) -> Iterator[None]:
+        """While a question here awaits another process's whole reading of its document: that
+        reading must not wait for this process's questions, or both would wait for ever."""
+        self._count(aside=1)
+        try:
+            yield
+        finally:
+            self._count(aside=-1)
 
     def busy(self) -> bool:
         """Whether a question is answered now (a look that never waits: the server's model thread
@@ -98,12 +132,9 @@ class HeldWhileBusy:
 
     def __init__(self, foreground: Foreground) -> None:
         self._foreground = foreground
-        self._fd: int | None = None
+        self._held = False
 
     def hold(self, busy: bool) -> None:
-        if busy and self._fd is None:
-            self._fd = self._foreground._open()
-            fcntl.flock(self._fd, fcntl.LOCK_SH)
-        elif not busy and self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        if busy != self._held:
+            self._foreground._count(questions=1 if busy else -1)
+            self._held = busy

@@ -31,6 +31,7 @@ from kvchat.atomic import atomic_file
 from kvchat.engine.kvcache.lock_files import holders, lock, remove_and_unlock
 from kvchat.engine.kvcache.progress_record import KEY_FORM, BadRecord, InProgress, read_record
 from kvchat.errors import raise_if_cancelled
+from kvchat.engine.kvcache.foreground import Foreground
 from kvchat.events import Event, Notice, Progress
 
 LOGGER = logging.getLogger(__name__)
@@ -98,6 +99,7 @@ class ReadingsInProgress:
 
     def __init__(self, root: Path) -> None:
         self.root = root
+        self.foreground = Foreground(root)  # the questions answered now: background readings pause for them
 
     def claim(self, key: str, document: str, model: str, total: int, stoppable: bool = True) -> Claim | None:
         """The lock of reading `key`, or None when another process holds it (it is reading it).
@@ -263,7 +265,8 @@ def read_alone(
             yield from read()
             return WholeReadingDone.READ
         yield Notice(f"another kvchat process is reading {claimant[1]}; waiting for it")
-        yield from readings.progress_of(key, cancel)
+        with readings.foreground.stepping_aside():  # that reading must not pause for the question awaiting it
+            yield from readings.progress_of(key, cancel)
         raise_if_cancelled(cancel)
     return WholeReadingDone.SAVED
 
