@@ -16,7 +16,10 @@ from kvchat.cli.options import (
 from kvchat.cli.render import OcrBar, render
 from kvchat.cli.files import files_named
 from kvchat.documents import SUPPORTED, Document, bundle, load_document
-from kvchat.engine import ADVANCED, Engine, StreamSettings, UserSettings, ask_settings, selection_named, selections_help, setting_names
+from kvchat.engine import (
+    ADVANCED, Engine, StreamSettings, UserSettings, ask_settings, readings_in_progress, selection_named, selections_help,
+    setting_names,
+)
 from kvchat.errors import CancelledError, DocumentError, SettingsError, printable
 
 
@@ -68,13 +71,15 @@ def ask_command(
     draft = draft_for(model, user.draft, settings.read)
     stream = StreamSettings(chunk=user.chunk, recent=user.recent)
     selection = selection_named(select)
-    document = _load(names, console)
     cache, gpu_layers = user.cache, user.gpu_layers
     in_background = cache and background_reading_on()
-    with Engine(model, gpu_layers=gpu_layers, use_cache=cache, draft=draft) as engine, interrupt_as_cancel() as cancel:
-        # closed here, whatever render() raises: the conversation's context goes before the model
-        with closing(engine.ask(document, question, settings, cancel=cancel, selection=selection, stream=stream)) as events:
-            done = render(events, as_json, console)
+    # background readings pause from now on: the document's loading and the models' are the question's too
+    with readings_in_progress().foreground.answering():
+        document = _load(names, console)
+        with Engine(model, gpu_layers=gpu_layers, use_cache=cache, draft=draft) as engine, interrupt_as_cancel() as cancel:
+            # closed here, whatever render() raises: the conversation's context goes before the model
+            with closing(engine.ask(document, question, settings, cancel=cancel, selection=selection, stream=stream)) as events:
+                done = render(events, as_json, console)
     if cancel.is_set():
         raise CancelledError("stopped", "")
     if done is not None and done.read_whole_after and in_background:

@@ -8,6 +8,7 @@ import json
 import os
 import select
 import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -182,6 +183,75 @@ def test_a_background_reading_pauses_while_a_question_is_answered_and_then_goes_
         assert reader.wait(timeout=120) == 0
     listed = json.loads(run_kvchat("cache", "list", "--json", home=isolated_home).stdout)
     assert [(row["state"], row["document"]) for row in listed] == [("saved", str(long_document))]
+
+
+@pytest.mark.system
+def test_kvchat_ask_holds_the_foreground_from_its_start_before_its_models_load(tmp_path, isolated_home) -> None:
+    """`kvchat ask` takes the foreground before it loads its document (here from standard input,
+    held open) and its models: a background reading begun meanwhile pauses after its first batch.
+    That another process took a lock is no event to await: the test looks every 50 ms."""
+    model = write_tiny_gguf(tmp_path / "long-context.gguf", context_length=16384)
+    long_document = tmp_path / "ledger.txt"
+    long_document.write_text(" ".join(f"Item {i} costs {i * 3} dollars." for i in range(300)))
+    job = write_job(load_document(long_document), str(model), AskSettings(threads=1), 0)
+    ask = [sys.executable, "-m", "kvchat.cli", *ask_args(Path("-"), model, "--no-cache")]
+    env, foreground = {**os.environ, "KVCHAT_HOME": str(isolated_home)}, Foreground(readings_in_progress().root)
+    with subprocess.Popen(ask, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) as asking:
+        looks = 0
+        while not foreground.busy() and asking.poll() is None and looks < 1200:
+            threading.Event().wait(0.05)
+            looks += 1
+        assert foreground.busy(), "kvchat ask did not hold the foreground while it waited for its document"
+        with subprocess.Popen(job_command(job), stderr=subprocess.PIPE, text=True) as reader:
+            assert reader.stderr.readline().endswith(f"reading {long_document}\n")
+            assert reader.stderr.readline().endswith(f"paused reading {long_document} while a question is answered\n")
+            _, err = asking.communicate("Item 7 costs 21 dollars.", timeout=120)  # the document, at last
+            assert asking.returncode == 0, err
+            assert reader.stderr.readline().endswith(f"went on reading {long_document} after the question was answered\n")
+            assert reader.stderr.readline().endswith(f"{long_document}: read\n")
+            assert reader.wait(timeout=120) == 0
+
+
+def _holds_shared_flock(pid: int, path: Path) -> bool:
+    """Whether process `pid` holds a shared flock on `path` (/proc/locks: "1: FLOCK ADVISORY READ
+    PID MAJ:MIN:INODE 0 EOF")."""
+    inode = path.stat().st_ino if path.exists() else -1
+    return any(fields[1] == "FLOCK" and fields[3] == "READ" and fields[4] == str(pid) and fields[5].endswith(f":{inode}")
+               for fields in (line.split() for line in Path("/proc/locks").read_text().splitlines()) if len(fields) > 5)
+
+
+@pytest.mark.system
+def test_an_ask_that_awaits_a_background_reading_of_its_document_lets_it_go_on(tmp_path, isolated_home) -> None:
+    """`kvchat ask` holds the foreground from its start, and steps aside while it awaits another
+    process's whole reading of its own document: that reading would otherwise pause for the ask
+    that waits for it, and neither would end. (A lock another process took is no event to await:
+    the test looks every 50 ms.)"""
+    model = write_tiny_gguf(tmp_path / "long-context.gguf", context_length=16384)
+    long_document = tmp_path / "ledger.txt"
+    long_document.write_text(" ".join(f"Item {i} costs {i * 3} dollars." for i in range(300)))
+    job = write_job(load_document(long_document), str(model), AskSettings(threads=1), 0)
+    foreground = Foreground(readings_in_progress().root)
+    elsewhere = foreground.answering()  # a question elsewhere holds the reader after its first batch
+    elsewhere.__enter__()
+    with subprocess.Popen(job_command(job), stderr=subprocess.PIPE, text=True) as reader:
+        try:
+            assert reader.stderr.readline().endswith(f"reading {long_document}\n")
+            assert reader.stderr.readline().endswith(f"paused reading {long_document} while a question is answered\n")
+            asking = subprocess.Popen([sys.executable, "-m", "kvchat.cli", *ask_args(long_document, model, "--read", "full")],
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            looks = 0
+            while not _holds_shared_flock(asking.pid, foreground.path) and asking.poll() is None and looks < 1200:
+                threading.Event().wait(0.05)
+                looks += 1
+        finally:
+            elsewhere.__exit__(None, None, None)
+        try:
+            _, err = asking.communicate(timeout=120)
+        finally:
+            asking.kill()  # one that waits for ever lets the reader go on as it ends
+        assert asking.returncode == 0, err
+        assert "waiting for the whole reading of this document in another kvchat process" in err
+        assert reader.wait(timeout=120) == 0
 
 
 def _group_niceness(pid: int | str) -> int:

@@ -128,7 +128,8 @@ def _await_if_sooner(conversation: Conversation, cancel: threading.Event | None)
         return
     left = f", about {reading.left_s:.0f} s left" if reading.left_s is not None else ""
     yield Notice(f"waiting for the whole reading of this document in another kvchat process{left}")
-    yield from in_progress.progress_of(key, cancel)
+    with in_progress.foreground.stepping_aside():  # `kvchat ask` holds it from its start: that reading must not pause
+        yield from in_progress.progress_of(key, cancel)
     raise_if_cancelled(cancel)
 
 

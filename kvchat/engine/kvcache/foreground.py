@@ -126,6 +126,17 @@ class Foreground:
             os.close(fd)
 
 
+_FOREGROUNDS: dict[Path, Foreground] = {}
+_FOREGROUNDS_GUARD = threading.Lock()
+
+
+def foreground_of(root: Path) -> Foreground:
+    """This process's Foreground of `root`: one for all its holders (`kvchat ask` holds it from its
+    start, before its engine's reading does; a question steps aside for all of them)."""
+    with _FOREGROUNDS_GUARD:
+        return _FOREGROUNDS.setdefault(root, Foreground(root))
+
+
 class HeldWhileBusy:
     """The foreground held across the turns of a loop that reads and answers questions among other
     work (the server's model thread): hold(True) while a question is read or answered there."""

@@ -31,7 +31,7 @@ from kvchat.atomic import atomic_file
 from kvchat.engine.kvcache.lock_files import holders, lock, remove_and_unlock
 from kvchat.engine.kvcache.progress_record import KEY_FORM, BadRecord, InProgress, read_record
 from kvchat.errors import raise_if_cancelled
-from kvchat.engine.kvcache.foreground import Foreground
+from kvchat.engine.kvcache.foreground import foreground_of
 from kvchat.events import Event, Notice, Progress
 
 LOGGER = logging.getLogger(__name__)
@@ -99,7 +99,7 @@ class ReadingsInProgress:
 
     def __init__(self, root: Path) -> None:
         self.root = root
-        self.foreground = Foreground(root)  # the questions answered now: background readings pause for them
+        self.foreground = foreground_of(root)  # the questions answered now: background readings pause for them
 
     def claim(self, key: str, document: str, model: str, total: int, stoppable: bool = True) -> Claim | None:
         """The lock of reading `key`, or None when another process holds it (it is reading it).
