@@ -9,7 +9,9 @@ the answer) it is stopped, and the second question is asked, the first as its ea
 that, if a third question is given, the reading goes on to its end (timed) and it is selected from it.
 A follow-up that waited for the rest of the reading would have come after that rest and a
 selection from it: compare the second question's time to first token with the reading's and the
-third's. One JSON line per question, then one for the reading. Use a KVCHAT_HOME where the
+third's. One JSON line per question, then one for the reading; the second question's has how
+long the background reading took to stop (`reading_stopped_after_s`), which the chat's question
+waits before its own reading. Use a KVCHAT_HOME where the
 document's reading is not saved yet (else every question loads it).
 """
 
@@ -66,10 +68,13 @@ def main() -> None:
             reader = threading.Thread(target=_read_on, args=(conversation, stop, progress))
             reader.start()
             time.sleep(args.wait)
+            stopping = time.perf_counter()
             stop.set()
-            reader.join()
+            reader.join()  # the chat's question waits for this too, before its own reading
+            stopped_s = round(time.perf_counter() - stopping, 2)
             read_before = progress[-1] if progress else 0
-            print(json.dumps({**_asked(engine, conversation, args.questions[1]), "whole_read_before": read_before}), flush=True)
+            print(json.dumps({**_asked(engine, conversation, args.questions[1]), "whole_read_before": read_before,
+                              "reading_stopped_after_s": stopped_s}), flush=True)
             rest_s = None
             if args.questions[2:]:
                 started = time.perf_counter()

@@ -2,7 +2,8 @@
 
 A KeyboardInterrupt raised inside one of llama.cpp's callbacks (the attention probe, the log
 router) would be swallowed by ctypes, so Ctrl-C only sets an event that the engine checks
-between batches and tokens. A second Ctrl-C interrupts at once.
+between tokens and batches (llama.cpp between the nodes of a reading's batch, which then stops
+part-way). A second Ctrl-C interrupts at once.
 """
 
 from __future__ import annotations

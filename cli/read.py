@@ -80,7 +80,7 @@ def read_documents(engine: Engine, documents: list[Document], settings: AskSetti
 
 def _read_job(job: Path) -> None:
     """A background reading that `kvchat ask` started (background.py): low priority, stopped by
-    SIGTERM (`kvchat cache stop`) between batches, saving nothing then. Its stderr is the
+    SIGTERM (`kvchat cache stop`) part-way through a batch, saving nothing then. Its stderr is the
     background log: one line when it begins to read, one when it ends (and one before them where
     its session's scheduling group could not be lowered)."""
     document, model, gpu_layers, settings = take_job(job)

@@ -29,7 +29,7 @@ import numpy as np
 
 from kvchat.engine import KvLayout, PreparedPrompt
 from kvchat.engine.kvcache.cache import SavedCells
-from kvchat.engine.kvcache.foreground import Foreground
+from kvchat.engine.kvcache.foreground import Foreground, batch_stop_check
 from kvchat.engine.reading.selected import Selected
 from kvchat.errors import CancelledError, KvchatError
 from kvchat.events import Done, Event, Progress, Stats, Token
@@ -279,6 +279,7 @@ class FakeEngine:
         self.asked_after_reading: list[int] = []  # how far the whole reading had got, each time plan() was asked
         self.whole_chunks = whole_chunks
         self.whole_allowed = threading.Semaphore(0)  # each chunk of a whole reading waits for a release
+        self.stop_checks: list[Callable[[], bool] | None] = []  # what would stop each chunk of it part-way
         self.order: Log[str] = Log()  # "prepare Q", "whole Q 1 after 3 steps" … "whole Q closed", in order
         self.model = FakeModel()
         self.scripts = scripts or {}
@@ -383,6 +384,7 @@ class FakeEngine:
                     raise AssertionError(f"chunk {chunk} of the whole reading was never allowed")
                 steps = 0 if self.decoder is None else len(self.decoder.steps.items)
                 self.order.append(f"whole {request.question} {chunk} after {steps} steps")
+                self.stop_checks.append(batch_stop_check())
                 yield Progress(chunk, self.whole_chunks, 0.0)
         finally:
             self.order.append(f"whole {request.question} closed")

@@ -7,8 +7,8 @@ next waits for `reading_on_idle`. A question is answered from a fast reading of 
 on with the reading from where it stopped where the rest is sooner (Conversation.select); after
 its answer the reading starts again from there.
 The side panel shows how far it got, "paused at" that while a question is answered (here, or in
-another kvchat process: the reading waits for it between batches), and "done" when the question
-read the rest itself.
+another kvchat process: the reading stops part-way through its batch and waits for it), and
+"done" when the question read the rest itself.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ installation's health (health.py). In its rooms:
 from kvchat.engine.conversation import Conversation
 from kvchat.engine.drafts import paired_draft
 from kvchat.engine.health import time_read_and_decode
-from kvchat.engine.kvcache.foreground import PAUSED_CHECK_S, HeldWhileBusy
+from kvchat.engine.kvcache.foreground import PAUSED_CHECK_S, HeldWhileBusy, batches_stop_while
 from kvchat.engine.kvcache.in_progress import WAITING_FOR_TURN, InProgress, ReadingsInProgress, Survey, WholeReadingDone
 from kvchat.engine.engine import Engine, part_store, readings_in_progress, state_store
 from kvchat.engine.answering.generate import Generation, answer_stats
@@ -38,7 +38,8 @@ __all__ = [
     "ADVANCED", "ANSWER", "DEFAULT_MAX_TOKENS", "PAUSED_CHECK_S", "SYSTEM_PROMPT", "WAITING_FOR_TURN", "SELECTIONS", "AskSettings", "Conversation",
     "Engine", "FastSettings", "Generation", "HeldWhileBusy", "InProgress", "KvLayout", "PreparedPrompt", "ReadingPlan",
     "ReadingsInProgress", "Selection", "StreamSettings", "Survey", "Turn", "UserSettings", "WholeReadingDone",
-    "about_whole", "above_most", "answer_stats", "ask_settings", "choices", "form_label", "installation", "invalid_setting",
+    "about_whole", "above_most", "answer_stats", "ask_settings", "batches_stop_while", "choices", "form_label", "installation",
+    "invalid_setting",
     "paired_draft", "panel", "part_store", "readings_in_progress", "selection_named", "selections_help", "setting_names",
     "smoke_test", "speed_kind", "state_store", "time_read_and_decode", "user_settings", "value_type",
 ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -16,6 +17,8 @@ from kvchat.llama.cpu import available_cpus
 from kvchat.llama.probe import AttentionProbe
 from kvchat.llama.query_probe import QueryProbe
 from kvchat.llama.state import cell_positions
+
+DECODE_ABORTED = 2  # llama_decode's code where the abort callback stopped it
 
 # A saved sequence state: bytes are copied into C; a writable buffer (a bytearray, or a
 # memoryview of a mapped state file) is passed without a copy.
@@ -117,6 +120,27 @@ class LlamaContext:
 
     def decode(self, tokens: list[int], start_pos: int, seq: int = 0, want_logits: bool = True) -> None:
         """Decode `tokens` at positions start_pos, start_pos+1, ... (at most n_batch at once)."""
+        self._fill_batch(tokens, start_pos, seq, want_logits)
+        self._raise_for(raw.llama_decode(self._ctx, self._batch))
+
+    def decode_unless(self, tokens: list[int], start_pos: int, stop: Callable[[], bool]) -> bool:
+        """decode() into sequence 0 without logits, unless `stop()` turns true while it runs: the CPU
+        asks between two nodes of the graph, and llama.cpp then removes the batch's cells (every
+        position from `start_pos` on) and returns. Whether the batch was read. A GPU backend does
+        not ask: its batches end."""
+        self._fill_batch(tokens, start_pos, 0, want_logits=False)
+        callback = raw.ggml_abort_callback(lambda _data: bool(stop()))
+        raw.llama_set_abort_callback(self._ctx, callback, None)
+        try:
+            code = raw.llama_decode(self._ctx, self._batch)
+        finally:
+            raw.llama_set_abort_callback(self._ctx, raw.ggml_abort_callback(), None)  # NULL: no Python call per node
+        if code == DECODE_ABORTED:
+            return False
+        self._raise_for(code)
+        return True
+
+    def _fill_batch(self, tokens: list[int], start_pos: int, seq: int, want_logits: bool) -> None:
         if len(tokens) > self.settings.n_batch:
             raise ValueError(f"batch of {len(tokens)} tokens exceeds n_batch {self.settings.n_batch}")
         batch = self._batch
@@ -129,7 +153,6 @@ class LlamaContext:
             batch.logits[index] = 0
         if want_logits:
             batch.logits[len(tokens) - 1] = 1
-        self._raise_for(raw.llama_decode(self._ctx, batch))
 
     def decode_many(self, tokens: list[int], positions: list[int], seqs: list[int]) -> None:
         """One decode step for several sequences at once (continuous batching): token i goes to
@@ -152,7 +175,7 @@ class LlamaContext:
             return
         if code == 1:
             raise KvCacheFullError("the KV cache is full", "raise `n_ctx` or lower `max_tokens`", code)
-        if code == 2:
+        if code == DECODE_ABORTED:
             raise DecodeError("decoding was aborted", "", code)
         if code == -1:
             raise DecodeError("llama.cpp rejected the batch as invalid", "this is a bug in kvchat", code)

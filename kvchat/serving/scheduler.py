@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from kvchat.engine import PAUSED_CHECK_S, Engine, HeldWhileBusy, KvLayout, PreparedPrompt
+from kvchat.engine import PAUSED_CHECK_S, Engine, HeldWhileBusy, KvLayout, PreparedPrompt, batches_stop_while
 from kvchat.errors import CancelledError, InternalError, KvchatError
 from kvchat.events import Done, Event, Token
 from kvchat.llama import LlamaModel, Sampler, SamplerSettings
@@ -147,7 +147,8 @@ class Scheduler:
             if busy:
                 continue
             if self._readings_on and not self.engine.foreground.busy():  # no other process answers now
-                self._readings_on.step()
+                with batches_stop_while(self._question_comes):  # one that comes stops its batch part-way
+                    self._readings_on.step()
             else:
                 self._wake.wait(PAUSED_CHECK_S if self._readings_on else None)
         self._answering.hold(False)
@@ -161,6 +162,10 @@ class Scheduler:
         while not self._waiting.empty():
             self._waiting.get_nowait().emit(ShuttingDown())
         self._readings_on.close()
+
+    def _question_comes(self) -> bool:
+        """Whether a request waits here, or another kvchat process answers a question."""
+        return not self._waiting.empty() or self.engine.foreground.busy()
 
     def _admit(self) -> None:
         """Start reading waiting jobs, in the order they came, while a sequence is free for each

@@ -212,26 +212,30 @@ def test_kvchat_ask_holds_the_foreground_from_its_start_before_its_models_load(t
             assert reader.wait(timeout=120) == 0
 
 
-def _holds_shared_flock(pid: int, path: Path) -> bool:
-    """Whether process `pid` holds a shared flock on `path` (/proc/locks: "1: FLOCK ADVISORY READ
-    PID MAJ:MIN:INODE 0 EOF")."""
-    inode = path.stat().st_ino if path.exists() else -1
-    return any(fields[1] == "FLOCK" and fields[3] == "READ" and fields[4] == str(pid) and fields[5].endswith(f":{inode}")
-               for fields in (line.split() for line in Path("/proc/locks").read_text().splitlines()) if len(fields) > 5)
+def _stderr_line_with(process: subprocess.Popen, text: str, timeout_s: float = 120) -> str:
+    """The first line of `process`'s stderr that holds `text` (the process is killed after
+    `timeout_s`, which ends the wait)."""
+    timer = threading.Timer(timeout_s, process.kill)
+    timer.start()
+    try:
+        for line in process.stderr:
+            if text in line:
+                return line
+        raise AssertionError(f"kvchat never said {text!r}")
+    finally:
+        timer.cancel()
 
 
 @pytest.mark.system
 def test_an_ask_that_awaits_a_background_reading_of_its_document_lets_it_go_on(tmp_path, isolated_home) -> None:
     """`kvchat ask` holds the foreground from its start, and steps aside while it awaits another
     process's whole reading of its own document: that reading would otherwise pause for the ask
-    that waits for it, and neither would end. (A lock another process took is no event to await:
-    the test looks every 50 ms.)"""
+    that waits for it, and neither would end."""
     model = write_tiny_gguf(tmp_path / "long-context.gguf", context_length=16384)
     long_document = tmp_path / "ledger.txt"
     long_document.write_text(" ".join(f"Item {i} costs {i * 3} dollars." for i in range(300)))
     job = write_job(load_document(long_document), str(model), AskSettings(threads=1), 0)
-    foreground = Foreground(readings_in_progress().root)
-    elsewhere = foreground.answering()  # a question elsewhere holds the reader after its first batch
+    elsewhere = Foreground(readings_in_progress().root).answering()  # holds the reader after its first batch
     elsewhere.__enter__()
     with subprocess.Popen(job_command(job), stderr=subprocess.PIPE, text=True) as reader:
         try:
@@ -239,18 +243,14 @@ def test_an_ask_that_awaits_a_background_reading_of_its_document_lets_it_go_on(t
             assert reader.stderr.readline().endswith(f"paused reading {long_document} while a question is answered\n")
             asking = subprocess.Popen([sys.executable, "-m", "kvchat.cli", *ask_args(long_document, model, "--read", "full")],
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            looks = 0
-            while not _holds_shared_flock(asking.pid, foreground.path) and asking.poll() is None and looks < 1200:
-                threading.Event().wait(0.05)
-                looks += 1
+            _stderr_line_with(asking, "waiting for the whole reading of this document in another kvchat process")
         finally:
-            elsewhere.__exit__(None, None, None)
+            elsewhere.__exit__(None, None, None)  # from now on only the ask could hold the reader
         try:
             _, err = asking.communicate(timeout=120)
         finally:
             asking.kill()  # one that waits for ever lets the reader go on as it ends
         assert asking.returncode == 0, err
-        assert "waiting for the whole reading of this document in another kvchat process" in err
         assert reader.wait(timeout=120) == 0
 
 

@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections.abc import Generator
 from pathlib import Path
 
-from tests.inspect_helpers import returned
-from kvchat.engine.kvcache.foreground import Foreground, HeldWhileBusy
+import numpy as np
+import pytest
+
+from tests.inspect_helpers import last_logits, returned
+from kvchat.engine.kvcache.cache import KvCache
+from kvchat.engine.kvcache.foreground import Foreground, HeldWhileBusy, batches_stop_while
 from kvchat.engine.kvcache.in_progress import ReadingsInProgress, WholeReadingDone, read_alone
+from kvchat.errors import CancelledError
 from kvchat.events import Event, Notice, Progress
+from kvchat.llama import ContextSettings, LlamaContext, LlamaModel
 
 
 def _give_way_in_thread(foreground: Foreground, cancel: threading.Event) -> tuple[threading.Event, list[bool]]:
@@ -118,3 +125,66 @@ def test_a_question_awaiting_another_processs_whole_reading_does_not_hold_that_r
         thread.join(10)
         assert ended == [WholeReadingDone.SAVED] and elsewhere.foreground.busy()  # held again, for its answer
     assert not elsewhere.foreground.busy()
+
+
+def _tokens_and_expected(model: LlamaModel) -> tuple[list[int], np.ndarray]:
+    """600 tokens, and the logits after them and one more token read straight through."""
+    tokens = model.tokenize("The boat was named the Grey Heron, and the radio failed on day four. " * 40)[:600]
+    straight = KvCache(LlamaContext(model, ContextSettings(n_ctx=1024, n_batch=256, threads=2)))
+    with straight.ctx:
+        returned(iter(straight.prefill(tokens, 0, len(tokens))))
+        straight.decode([5], want_logits=True)
+        return tokens, last_logits(straight.ctx)
+
+
+def test_a_batch_under_way_stops_part_way_for_a_question_and_is_read_again_after_it(tiny_model, tmp_path: Path) -> None:
+    tokens, expected = _tokens_and_expected(tiny_model)
+    foreground, said = Foreground(tmp_path), []
+    question = foreground.answering()
+    question.__enter__()  # comes while the first batch is read: it stops at once
+
+    def paused(waits: bool) -> None:
+        said.append(waits)
+        if waits:
+            question.__exit__(None, None, None)  # answered while the reading waits
+
+    cache = KvCache(LlamaContext(tiny_model, ContextSettings(n_ctx=1024, n_batch=256, threads=2)))
+    with cache.ctx:
+        events = list(foreground.giving_way(cache.prefill(tokens, 0, len(tokens)), threading.Event(), paused))
+        assert [event.done for event in events] == [0, 256, 512, 600] and said == [True, False]
+        cache.decode([5], want_logits=True)
+        assert np.allclose(last_logits(cache.ctx), expected, atol=1e-5, rtol=1e-5)
+
+
+def test_a_reading_stopped_while_a_batch_is_under_way_stops_part_way_through_it(tiny_model) -> None:
+    tokens = tiny_model.tokenize("The boat was named the Grey Heron. " * 40)[:600]
+    cancel, armed, asked = threading.Event(), threading.Event(), []
+
+    def check() -> bool:  # Esc, or `kvchat cache stop`, comes while the second batch is read
+        asked.append(armed.is_set())
+        if armed.is_set():
+            cancel.set()
+        return False
+
+    cache = KvCache(LlamaContext(tiny_model, ContextSettings(n_ctx=1024, n_batch=256, threads=2)))
+    with cache.ctx, batches_stop_while(check):
+        reading = cache.prefill(tokens, 0, len(tokens), cancel)
+        assert next(reading).done == 256
+        armed.set()
+        with pytest.raises(CancelledError):
+            next(reading)
+        assert asked.count(True) == 1  # the batch stopped at the next node llama.cpp asked about
+        assert cache.cells == 256 and np.array_equal(np.sort(cache.ctx.positions()), np.arange(256))
+
+
+def test_a_reading_begun_in_the_background_reads_on_for_the_question_that_takes_it_over(tiny_model, tmp_path: Path) -> None:
+    """As the server's reading of an upload, taken over by a request whose rest of it is sooner:
+    what stops a batch is the reading thread's now, not the one it began in."""
+    tokens, foreground = tiny_model.tokenize("The boat was named the Grey Heron. " * 40)[:600], Foreground(tmp_path)
+    cache = KvCache(LlamaContext(tiny_model, ContextSettings(n_ctx=1024, n_batch=256, threads=2)))
+    with cache.ctx:
+        reading = cache.prefill(tokens, 0, len(tokens))
+        with batches_stop_while(foreground.busy):
+            assert next(reading).done == 256  # in the background
+        with foreground.answering():  # the request that reads on holds the foreground
+            assert [progress.done for progress in itertools.islice(reading, 3)] == [512, 600]

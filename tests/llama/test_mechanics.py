@@ -199,3 +199,33 @@ def test_a_model_cut_short_is_refused_with_llama_cpps_reason(tiny_model_path, tm
     assert refused.value.message == (f"{cut}: llama.cpp could not load this model: tensor 'blk.1.attn_q.weight' data "
                                      "is not within the file bounds, model is corrupted or incomplete")
     assert refused.value.hint == hint
+
+
+def _stopping_at_call(call: int) -> tuple[list[int], object]:
+    """A stop() that turns true at its `call`-th question: llama.cpp asks between graph nodes."""
+    asked = [0]
+
+    def stop() -> bool:
+        asked[0] += 1
+        return asked[0] >= call
+
+    return asked, stop
+
+
+def test_a_batch_stopped_part_way_leaves_the_cache_as_before_it_and_is_read_again_alike(tiny_model, prompt) -> None:
+    half, settings = len(prompt) // 2, ContextSettings(n_ctx=1024, n_batch=512, threads=2)
+    with LlamaContext(tiny_model, settings) as straight:
+        straight.decode(prompt[:half], 0, want_logits=False)
+        straight.decode(prompt[half:half + 200], half, want_logits=False)
+        straight.decode([5], half + 200)
+        expected = last_logits(straight)
+    with LlamaContext(tiny_model, settings) as ctx:
+        ctx.decode(prompt[:half], 0, want_logits=False)
+        asked, stop = _stopping_at_call(20)
+        assert ctx.decode_unless(prompt[half:half + 200], half, stop) is False
+        assert asked[0] == 20  # asked between the graph's nodes, and stopped there, part-way
+        assert np.array_equal(np.sort(ctx.positions()), np.arange(half))  # none of the batch's cells stay
+        assert ctx.decode_unless(prompt[half:half + 200], half, lambda: False) is True
+        assert np.array_equal(np.sort(ctx.positions()), np.arange(half + 200))
+        ctx.decode([5], half + 200)
+        assert np.allclose(last_logits(ctx), expected, atol=1e-5, rtol=1e-5)

@@ -416,6 +416,18 @@ def test_an_upload_is_read_whole_only_while_no_other_kvchat_process_answers_a_qu
     assert fake.order.items == [*(f"whole  {chunk} after 0 steps" for chunk in (1, 2, 3)), "whole  closed"]
 
 
+def test_a_batch_of_a_whole_reading_in_the_background_stops_part_way_for_a_question_elsewhere(tmp_path: Path) -> None:
+    fake = FakeEngine(saves_readings=True, foreground=Foreground(tmp_path))
+    with running(fake) as scheduler:
+        scheduler.read_later(ChatRequest(FAKE_SETTINGS, document=NOTES))
+        fake.whole_allowed.release(3)
+        fake.order.wait_for(lambda items: "whole  closed" in items)
+    stops = fake.stop_checks[0]
+    assert len(fake.stop_checks) == 3 and stops is not None and not stops()  # no question now
+    with Foreground(tmp_path).answering():
+        assert stops()
+
+
 def test_while_a_question_is_read_or_answered_the_server_holds_the_foreground(tmp_path: Path) -> None:
     fake, elsewhere = FakeEngine({"Boat?": Script("abc", paced=True)}, foreground=Foreground(tmp_path)), Foreground(tmp_path)
     with running(fake) as scheduler:

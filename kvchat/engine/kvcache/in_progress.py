@@ -203,8 +203,8 @@ class ReadingsInProgress:
 
     def stop(self, survey: Survey) -> list[InProgress]:
         """Ask the process of every stoppable reading in `survey` (just taken: each of its
-        processes holds its reading's lock) to stop (SIGTERM: it stops between batches and saves
-        nothing); the readings asked. A chat's or a server's reading is its own to stop."""
+        processes holds its reading's lock) to stop (SIGTERM: it stops part-way through its batch
+        and saves nothing); the readings asked. A chat's or a server's reading is its own to stop."""
         stopped = []
         for entry in (entry for entry in survey.live if entry.stoppable):
             try:
