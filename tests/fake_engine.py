@@ -29,7 +29,7 @@ import numpy as np
 
 from kvchat.engine import KvLayout, PreparedPrompt
 from kvchat.engine.kvcache.cache import SavedCells
-from kvchat.engine.kvcache.foreground import Foreground, batch_stop_check
+from kvchat.engine.kvcache.foreground import Foreground, batch_stop
 from kvchat.engine.reading.selected import Selected
 from kvchat.errors import CancelledError, KvchatError
 from kvchat.events import Done, Event, Progress, Stats, Token
@@ -384,7 +384,7 @@ class FakeEngine:
                     raise AssertionError(f"chunk {chunk} of the whole reading was never allowed")
                 steps = 0 if self.decoder is None else len(self.decoder.steps.items)
                 self.order.append(f"whole {request.question} {chunk} after {steps} steps")
-                self.stop_checks.append(batch_stop_check())
+                self.stop_checks.append(batch_stop(None))
                 yield Progress(chunk, self.whole_chunks, 0.0)
         finally:
             self.order.append(f"whole {request.question} closed")

@@ -29,8 +29,8 @@ class ChatSession(Protocol):
 
     def read_on(self, cancel: threading.Event, paused: Callable[[bool], None]) -> Iterator[Event]:
         """After a fast answer, read the whole document; stopped, the next call or question goes
-        on from there. Between batches it waits while another kvchat process answers a question,
-        calling `paused(True)` as the wait begins and `paused(False)` as it ends."""
+        on from there. It waits while another kvchat process answers a question (its batch under way
+        stops part-way), calling `paused(True)` as the wait begins and `paused(False)` as it ends."""
 
     def ask(self, question: str, settings: AskSettings, cancel: threading.Event) -> Iterator[Event]:
         """Answer one question, in the light of the turns so far."""

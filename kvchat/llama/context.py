@@ -75,6 +75,7 @@ class LlamaContext:
             )
         self._memory = raw.llama_get_memory(self._ctx)
         self._batch = raw.llama_batch_init(settings.n_batch, 0, settings.n_seq_max)
+        self._shift_pending = False  # a shift() that the next decode applies
 
     def _new_probe(self, model: LlamaModel, settings: ContextSettings) -> AttentionProbe | QueryProbe:
         """Softmax outputs exist only with flash attention off; with it on, the scores are
@@ -122,19 +123,35 @@ class LlamaContext:
         """Decode `tokens` at positions start_pos, start_pos+1, ... (at most n_batch at once)."""
         self._fill_batch(tokens, start_pos, seq, want_logits)
         self._raise_for(raw.llama_decode(self._ctx, self._batch))
+        self._shift_pending = False
 
     def decode_unless(self, tokens: list[int], start_pos: int, stop: Callable[[], bool]) -> bool:
         """decode() into sequence 0 without logits, unless `stop()` turns true while it runs: the CPU
         asks between two nodes of the graph, and llama.cpp then removes the batch's cells (every
         position from `start_pos` on) and returns. Whether the batch was read. A GPU backend does
-        not ask: its batches end."""
+        not ask: its batches end. Nor does a decode that first applies a shift (shift()): llama.cpp
+        would apply it again to the layers it had shifted before a stop."""
+        if self._shift_pending:
+            self.decode(tokens, start_pos, want_logits=False)
+            return True
         self._fill_batch(tokens, start_pos, 0, want_logits=False)
-        callback = raw.ggml_abort_callback(lambda _data: bool(stop()))
+        failed: list[BaseException] = []  # what stop() raised: ctypes would only print it
+
+        def abort(_data: object) -> bool:
+            try:
+                return not failed and bool(stop())
+            except BaseException as error:  # raised below, once llama.cpp has returned
+                failed.append(error)
+                return False
+
+        callback = raw.ggml_abort_callback(abort)
         raw.llama_set_abort_callback(self._ctx, callback, None)
         try:
             code = raw.llama_decode(self._ctx, self._batch)
         finally:
             raw.llama_set_abort_callback(self._ctx, raw.ggml_abort_callback(), None)  # NULL: no Python call per node
+        if failed:
+            raise failed[0]
         if code == DECODE_ABORTED:
             return False
         self._raise_for(code)
@@ -168,6 +185,7 @@ class LlamaContext:
             batch.seq_id[index][0] = seq
             batch.logits[index] = 1
         self._raise_for(raw.llama_decode(self._ctx, batch))
+        self._shift_pending = False
 
     @staticmethod
     def _raise_for(code: int) -> None:
@@ -199,6 +217,7 @@ class LlamaContext:
     def shift(self, seq: int, p0: int, p1: int, delta: int) -> None:
         """Add `delta` to positions [p0, p1); K is re-rotated lazily on the next decode."""
         raw.llama_memory_seq_add(self._memory, seq, p0, p1, delta)
+        self._shift_pending = True  # llama.cpp applies it at the next decode
 
     def can_shift(self) -> bool:
         return bool(raw.llama_memory_can_shift(self._memory))

@@ -133,6 +133,12 @@ class Scheduler:
     # ---- the model thread ---------------------------------------------------------------
 
     def _run(self) -> None:
+        try:
+            self._serve()
+        finally:  # a model thread that dies does not hold the other processes' readings up
+            self._answering.hold(False)
+
+    def _serve(self) -> None:
         while not self._stopping:
             self._wake.clear()  # before looking: a submit() from now on wakes the wait below
             while not self._to_read.empty():
@@ -151,7 +157,7 @@ class Scheduler:
                     self._readings_on.step()
             else:
                 self._wake.wait(PAUSED_CHECK_S if self._readings_on else None)
-        self._answering.hold(False)
+        self._answering.hold(False)  # the shutdown's last answers are not questions to wait for
         for reading in list(self._readings):
             if reading.answering:  # as an answer in progress: it ends as stopped, with what it said
                 self._end_answer_in_parts(reading)
@@ -164,8 +170,8 @@ class Scheduler:
         self._readings_on.close()
 
     def _question_comes(self) -> bool:
-        """Whether a request waits here, or another kvchat process answers a question."""
-        return not self._waiting.empty() or self.engine.foreground.busy()
+        """Whether a request waits here, the server stops, or another kvchat process answers a question."""
+        return self._stopping or not self._waiting.empty() or self.engine.foreground.lately_busy()
 
     def _admit(self) -> None:
         """Start reading waiting jobs, in the order they came, while a sequence is free for each

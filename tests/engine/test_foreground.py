@@ -104,7 +104,8 @@ def test_held_while_busy_holds_the_foreground_only_while_busy(tmp_path: Path) ->
 
 def test_a_question_awaiting_another_processs_whole_reading_does_not_hold_that_reading_up(tmp_path: Path) -> None:
     key, saved = "0" * 40, threading.Event()
-    elsewhere, here = ReadingsInProgress(tmp_path), ReadingsInProgress(tmp_path)  # two processes' views
+    elsewhere, here = ReadingsInProgress(tmp_path), ReadingsInProgress(tmp_path)  # two processes' views (one Foreground:
+    # busy() and give_way() open the lock file anew, as another process would)
     claim = elsewhere.claim(key, "notes.txt", "model", 1024)  # another process reads the document whole
     assert claim is not None
     with here.foreground.answering():
@@ -171,9 +172,9 @@ def test_a_reading_stopped_while_a_batch_is_under_way_stops_part_way_through_it(
         reading = cache.prefill(tokens, 0, len(tokens), cancel)
         assert next(reading).done == 256
         armed.set()
-        with pytest.raises(CancelledError):
+        with pytest.raises(CancelledError):  # a batch read to its end would tell its progress first
             next(reading)
-        assert asked.count(True) == 1  # the batch stopped at the next node llama.cpp asked about
+        assert asked.count(True) == 1
         assert cache.cells == 256 and np.array_equal(np.sort(cache.ctx.positions()), np.arange(256))
 
 
@@ -188,3 +189,15 @@ def test_a_reading_begun_in_the_background_reads_on_for_the_question_that_takes_
             assert next(reading).done == 256  # in the background
         with foreground.answering():  # the request that reads on holds the foreground
             assert [progress.done for progress in itertools.islice(reading, 3)] == [512, 600]
+
+
+def test_a_question_that_could_not_take_the_lock_is_not_counted(tmp_path: Path) -> None:
+    blocker = tmp_path / "cache"
+    blocker.write_text("")  # a file where the cache folder should be
+    foreground = Foreground(blocker / "reading")
+    with pytest.raises(OSError), foreground.answering():
+        pass
+    blocker.unlink()
+    with foreground.stepping_aside():
+        pass  # recounts: a question counted in would take the lock here, and keep it
+    assert not foreground.busy()

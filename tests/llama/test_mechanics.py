@@ -229,3 +229,25 @@ def test_a_batch_stopped_part_way_leaves_the_cache_as_before_it_and_is_read_agai
         assert np.array_equal(np.sort(ctx.positions()), np.arange(half + 200))
         ctx.decode([5], half + 200)
         assert np.allclose(last_logits(ctx), expected, atol=1e-5, rtol=1e-5)
+
+
+def test_what_a_stop_raises_is_raised_once_the_batch_is_read(tiny_model, prompt) -> None:
+    def broken() -> bool:
+        raise OSError("too many open files")
+
+    with LlamaContext(tiny_model, ContextSettings(n_ctx=1024, n_batch=512, threads=2)) as ctx:
+        with pytest.raises(OSError, match="too many open files"):  # ctypes alone would print it and go on
+            ctx.decode_unless(prompt[:200], 0, broken)
+        assert np.array_equal(np.sort(ctx.positions()), np.arange(200))
+
+
+def test_a_decode_that_applies_a_shift_is_not_stopped_part_way(tiny_model, prompt) -> None:
+    """llama.cpp applies a shift at the start of the next decode, and a stop within it would leave
+    it to be applied again to the layers already shifted."""
+    with LlamaContext(tiny_model, ContextSettings(n_ctx=1024, n_batch=512, threads=2)) as ctx:
+        ctx.decode(prompt[:200], 0, want_logits=False)
+        ctx.remove(0, 0, 100)
+        ctx.shift(0, 100, 200, -100)
+        assert ctx.decode_unless(prompt[200:300], 100, lambda: True) is True
+        assert ctx.decode_unless(prompt[300:400], 200, lambda: True) is False  # the shift was applied
+        assert np.array_equal(np.sort(ctx.positions()), np.arange(200))

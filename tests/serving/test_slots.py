@@ -422,10 +422,11 @@ def test_a_batch_of_a_whole_reading_in_the_background_stops_part_way_for_a_quest
         scheduler.read_later(ChatRequest(FAKE_SETTINGS, document=NOTES))
         fake.whole_allowed.release(3)
         fake.order.wait_for(lambda items: "whole  closed" in items)
-    stops = fake.stop_checks[0]
-    assert len(fake.stop_checks) == 3 and stops is not None and not stops()  # no question now
-    with Foreground(tmp_path).answering():
-        assert stops()
+        stops = fake.stop_checks[0]
+        assert len(fake.stop_checks) == 3 and stops is not None and not stops()  # no question now
+        with Foreground(tmp_path).answering():
+            assert fake.foreground.busy() and stops()  # what stops it: the last look, remembered a moment
+    assert stops()  # nor does a batch go on while the server stops
 
 
 def test_while_a_question_is_read_or_answered_the_server_holds_the_foreground(tmp_path: Path) -> None:

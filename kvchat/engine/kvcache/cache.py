@@ -13,24 +13,17 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
 
 from kvchat.errors import KvchatError, SettingsError, raise_if_cancelled
-from kvchat.engine.kvcache.foreground import batch_stop_check
+from kvchat.engine.kvcache.foreground import batch_stop
 from kvchat.engine.kvcache.pruning import plan_cells
 from kvchat.events import Progress, Pruned
 from kvchat.llama import ContextSettings, LlamaContext, StateBytes
 from kvchat.policy import Method, PrunePlan, merge_runs
-
-
-def _stops(cancel: threading.Event | None, check: Callable[[], bool] | None) -> Callable[[], bool]:
-    """What stops a batch part-way: `cancel`, or the reading thread's `check` (looked up there, per
-    batch: llama.cpp asks from a thread of its own, and a reading begun in the background may go
-    on for a question, in another thread)."""
-    return lambda: (cancel is not None and cancel.is_set()) or (check is not None and check())
 
 
 @dataclass(frozen=True)
@@ -98,19 +91,27 @@ class KvCache:
     ) -> Iterator[Progress]:
         """decode() with progress: `done` of `total` prompt tokens were read before these. A batch
         stops part-way once `cancel` is set (CancelledError; the cache holds the batches before
-        it), or while the batch_stop_check() of the thread that reads it holds (a background reading,
-        for a question): its progress is told again, unchanged, and the batch read anew once that
-        event is taken."""
+        it), or while the check of the thread that reads it holds (foreground.batch_stop: a
+        background reading, for a question): its progress is told again, unchanged, and the batch
+        read anew once that event is taken."""
         started = time.perf_counter()
         step = self.ctx.settings.n_batch
         for offset in range(0, len(tokens), step):
             raise_if_cancelled(cancel)
             batch = tokens[offset : offset + step]
-            while not self.ctx.decode_unless(batch, self.next_pos, _stops(cancel, batch_stop_check())):
+            while not self._read_unless_stopped(batch, cancel):
                 raise_if_cancelled(cancel)
                 yield Progress(done=done + offset, total=total, elapsed_s=time.perf_counter() - started)
             self._append(batch)
             yield Progress(done=done + offset + len(batch), total=total, elapsed_s=time.perf_counter() - started)
+
+    def _read_unless_stopped(self, batch: list[int], cancel: threading.Event | None) -> bool:
+        """Read `batch` at the next positions, unless stopped part-way (prefill()); whether it was read."""
+        stop = batch_stop(cancel)  # looked up per batch: a reading begun in the background may be taken over
+        if stop is None:  # nothing can stop it: no Python call between its nodes
+            self.ctx.decode(batch, self.next_pos, want_logits=False)
+            return True
+        return self.ctx.decode_unless(batch, self.next_pos, stop)
 
     def prefill_chosen(
         self, prompt: list[int], chosen: np.ndarray, next_origin: int, cancel: threading.Event | None = None

@@ -17,6 +17,7 @@ import contextlib
 import fcntl
 import os
 import threading
+import time
 from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 from typing import TypeVar
@@ -26,6 +27,7 @@ from kvchat.events import Event, Progress
 Ended = TypeVar("Ended")  # what a reading returns
 
 PAUSED_CHECK_S = 0.25  # how often a paused reading looks whether the questions are answered, or it was stopped
+LOOK_EVERY_S = 0.02  # how often a batch under way looks whether a question came (Foreground.lately_busy)
 
 
 class Foreground:
@@ -39,6 +41,7 @@ class Foreground:
         self._questions = 0  # this process's questions answered now
         self._aside = 0  # of them, those awaiting another process's reading
         self._fd: int | None = None  # the shared lock, while held
+        self._looked = (-LOOK_EVERY_S, False)  # when busy() last looked, and what it saw
 
     def _open(self) -> int:
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -49,17 +52,28 @@ class Foreground:
         wanted = self._questions > 0 and self._aside == 0
         if wanted and self._fd is None:
             fd = self._open()
-            fcntl.flock(fd, fcntl.LOCK_SH)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH)
+            except BaseException:
+                os.close(fd)
+                raise
             self._fd = fd
         elif not wanted and self._fd is not None:
             os.close(self._fd)
             self._fd = None
 
     def _count(self, questions: int = 0, aside: int = 0) -> None:
+        """Count a question in or out (or one stepping aside), and hold the lock as they say; where
+        the lock cannot be taken, the count is as before."""
         with self._guard:
             self._questions += questions
             self._aside += aside
-            self._update()
+            try:
+                self._update()
+            except BaseException:
+                self._questions -= questions
+                self._aside -= aside
+                raise
 
     @contextlib.contextmanager
     def answering(self) -> Iterator[None]:
@@ -86,11 +100,19 @@ class Foreground:
         fd = self._open()
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return False
+            busy = False
         except BlockingIOError:
-            return True
+            busy = True
         finally:
             os.close(fd)
+        self._looked = (time.monotonic(), busy)
+        return busy
+
+    def lately_busy(self) -> bool:
+        """busy(), looked at most every LOOK_EVERY_S: llama.cpp asks between every two nodes of a
+        batch's graph (batches_stop_while), and a look is four system calls."""
+        at, busy = self._looked
+        return busy if time.monotonic() - at < LOOK_EVERY_S else self.busy()
 
     def giving_way(self, events: Generator[Event, None, Ended], cancel: threading.Event,
                    paused: Callable[[bool], None] = lambda _: None) -> Generator[Event, None, Ended]:
@@ -100,7 +122,7 @@ class Foreground:
         question comes stops part-way and is read again after it (batches_stop_while)."""
         while True:
             try:
-                with batches_stop_while(self.busy):  # a question's arrival stops the batch under way part-way
+                with batches_stop_while(self.lately_busy):  # a question's arrival stops the batch under way part-way
                     event = next(events)
             except StopIteration as finished:
                 return finished.value
@@ -117,6 +139,7 @@ class Foreground:
             while not cancel.is_set():
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    self._looked = (time.monotonic(), False)  # the batch read next need not stop at once
                     return waited
                 except BlockingIOError:
                     if not waited:
@@ -145,9 +168,14 @@ def batches_stop_while(check: Callable[[], bool]) -> Iterator[None]:
         _BATCHES.check = before
 
 
-def batch_stop_check() -> Callable[[], bool] | None:
-    """What stops the batches read in this thread part-way (batches_stop_while), or None."""
-    return getattr(_BATCHES, "check", None)
+def batch_stop(cancel: threading.Event | None) -> Callable[[], bool] | None:
+    """What stops a batch read in this thread now part-way: `cancel`, or the thread's check
+    (batches_stop_while; a reading begun in the background may go on for a question, in the
+    question's thread, where nothing stops it but its cancel); None: nothing does."""
+    check = getattr(_BATCHES, "check", None)
+    if cancel is None and check is None:
+        return None
+    return lambda: (cancel is not None and cancel.is_set()) or (check is not None and check())
 
 
 _FOREGROUNDS: dict[Path, Foreground] = {}

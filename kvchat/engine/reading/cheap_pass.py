@@ -118,8 +118,8 @@ def fast_select(
 ) -> Generator[Event, None, Selected]:
     """Into an empty `cache`: the kept prompt of `tokens` as a fast reading chooses it, and the
     last token's logits. Progress over the cheap pass (if any), then over the model's reading of
-    the chosen tokens, then Pruned; returns the Selected. `cancel` is seen after each batch of
-    either. `question`: its text and the document's passages, for a choice by its words, and the
+    the chosen tokens, then Pruned; returns the Selected. `cancel` stops either part-way through
+    its batch. `question`: its text and the document's passages, for a choice by its words, and the
     earlier turns, read and kept whatever the method keeps."""
     started = time.perf_counter()
     ctx, n_prompt = cache.ctx, len(tokens)
