@@ -132,23 +132,15 @@ class Foreground:
 
     def give_way(self, cancel: threading.Event, on_pause: Callable[[], None] = lambda: None) -> bool:
         """Wait while a question is answered (or until `cancel`), calling `on_pause` once when the
-        wait begins; whether this waited."""
-        fd = self._open()
+        wait begins; whether this waited. busy() remembers its last look, so the batch read next
+        does not stop at once (lately_busy)."""
         waited = False
-        try:
-            while not cancel.is_set():
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    self._looked = (time.monotonic(), False)  # the batch read next need not stop at once
-                    return waited
-                except BlockingIOError:
-                    if not waited:
-                        on_pause()
-                    waited = True
-                    cancel.wait(PAUSED_CHECK_S)
-            return waited
-        finally:
-            os.close(fd)
+        while not cancel.is_set() and self.busy():
+            if not waited:
+                on_pause()
+            waited = True
+            cancel.wait(PAUSED_CHECK_S)
+        return waited
 
 
 _BATCHES = threading.local()  # what stops the batches read in this thread part-way (batches_stop_while)
