@@ -11,6 +11,7 @@ from kvchat.documents import Document
 from kvchat.engine.answering import route
 from kvchat.engine.answering.elsewhere import PreparedPrompt, answer_sources, prepare_chat
 from kvchat.engine.conversation import Conversation
+from kvchat.engine.drafts import Draft, paired_draft
 from kvchat.engine.kvcache.in_progress import ReadingsInProgress, WholeReadingDone, read_alone
 from kvchat.engine.kvcache.states import DocumentStates
 from kvchat.engine.kvcache.store import DEFAULT_MAX_BYTES, StateStore
@@ -61,7 +62,11 @@ class Engine:
         draft_path = resolve_model(draft) if draft is not None else None  # a missing one is refused first
         self.model = LlamaModel(self.model_path, gpu_layers=gpu_layers)
         # who does a fast reading's cheap pass, and how deep: looked up once
-        self.cheap_pass = _draft(self.model, draft, draft_path, gpu_layers) if draft_path is not None else CheapPass(cheap_depth(model))
+        self.cheap_pass = CheapPass(cheap_depth(model))
+        if draft is not None and draft_path is not None:
+            self.cheap_pass = CheapPass(cheap_depth(draft), Draft(draft, draft_path, self.model, gpu_layers))
+            if draft != paired_draft(model):  # one the user named is loaded now, to be refused at once if it must be
+                self.cheap_pass.draft.model()
         model_sha = model_sha256(self.model_path)
         self.states = DocumentStates(state_store(), model_sha, model) if use_cache else None
         self.part_states = DocumentStates(part_store(), model_sha, model) if use_cache else None
@@ -175,12 +180,3 @@ class Engine:
     def __exit__(self, *_exc: object) -> None:
         self.close()
 
-
-def _draft(model: LlamaModel, name: str, path: Path, gpu_layers: int) -> CheapPass:
-    """The draft model loaded, once it is known to share the model's vocabulary."""
-    draft = LlamaModel(path, gpu_layers=gpu_layers)
-    if not model.same_vocabulary(draft):
-        draft.close()
-        raise SettingsError(f"the draft model {name} has another vocabulary than the model",
-                            "use a smaller model of the same family (the default model's draft is small)")
-    return CheapPass(cheap_depth(name), draft, name)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+from contextlib import closing
 from dataclasses import replace
 from pathlib import Path
 
@@ -12,8 +13,10 @@ import numpy as np
 import pytest
 
 from kvchat.documents import Document, load_document
-from kvchat.engine import AskSettings, Conversation, Engine
+from kvchat.engine import AskSettings, Conversation, Engine, drafts
+from kvchat.engine import engine as engine_module
 from kvchat.engine.answering import route
+from kvchat.engine.drafts import Draft
 from kvchat.engine.kvcache.cache import KvCache
 from kvchat.engine.reading.cheap_pass import CheapPass, fast_select, last_read_layer
 from kvchat.engine.reading.speeds import ReadingSpeeds
@@ -469,7 +472,7 @@ def draft_path(tmp_path_factory) -> Path:
 def test_a_draft_model_chooses_and_the_model_reads_only_what_it_chose(tiny_model, draft_path: Path, depth, read: str) -> None:
     tokens, method = _tokens(), SnapKV(budget=96, window=WINDOW)
     as_fast_chooses = replace(method, spans="sentences", heads=HeadReduction.MAX)
-    with LlamaModel(draft_path) as draft_model:
+    with LlamaModel(draft_path) as draft_model, closing(Draft("draft", draft_path, tiny_model)) as draft:
         assert tiny_model.same_vocabulary(draft_model) and draft_model.shape.n_layer == 2
         alone = _cache(draft_model)
         with alone.ctx:  # the draft's own choice (by its first layer, when cut), read as a plain reading
@@ -479,7 +482,7 @@ def test_a_draft_model_chooses_and_the_model_reads_only_what_it_chose(tiny_model
         cache = _cache(tiny_model)
         with cache.ctx:
             settings = AskSettings(method=method, read="fast", fast=FastSettings(depth=depth, reread=96))
-            events, selected = _run_with(cache, tokens, settings, CheapPass(DEFAULT_CHEAP_DEPTH, draft_model, "draft"))
+            events, selected = _run_with(cache, tokens, settings, CheapPass(DEFAULT_CHEAP_DEPTH, draft))
             assert selected.read == read and [e for e in events if isinstance(e, Pruned)][0].kept_tokens == 96
             assert np.array_equal(cache.origins, chosen) and np.array_equal(cache.tokens, np.asarray(tokens)[chosen])
             cache.verify()  # only the model's 96 cells: the draft read on a context of its own
@@ -493,7 +496,7 @@ def test_a_draft_model_chooses_and_the_model_reads_only_what_it_chose(tiny_model
 
 def test_a_draft_reads_with_its_share_of_layers_and_the_model_keeps_the_budget_of_four_times_it(tiny_model, draft_path: Path) -> None:
     tokens, method = _tokens(), SnapKV(budget=96, window=WINDOW)
-    with LlamaModel(draft_path) as draft_model:
+    with LlamaModel(draft_path) as draft_model, closing(Draft("draft", draft_path, tiny_model)) as draft:
         alone = _cache(draft_model)
         with alone.ctx:  # what the draft's first layer chooses at four times the budget
             alone.ctx.cut_after_layer(0)
@@ -502,7 +505,7 @@ def test_a_draft_reads_with_its_share_of_layers_and_the_model_keeps_the_budget_o
             chosen = alone.plan(as_fast_chooses, WINDOW, alone.observe(tokens[-WINDOW:])).kept
         cache = _cache(tiny_model)
         with cache.ctx:
-            _, selected = _run_with(cache, tokens, AskSettings(method=method, read="fast"), CheapPass(DEFAULT_CHEAP_DEPTH, draft_model, "draft"))
+            _, selected = _run_with(cache, tokens, AskSettings(method=method, read="fast"), CheapPass(DEFAULT_CHEAP_DEPTH, draft))
             assert len(chosen) == 384 and selected.read == "draft draft, 1/2 layers, 384 re-read"
             assert cache.cells == 96 and set(cache.origins.tolist()) <= set(chosen.tolist())
             assert cache.origins[-WINDOW:].tolist() == list(range(600 - WINDOW, 600))
@@ -517,6 +520,32 @@ def test_a_draft_of_another_vocabulary_is_refused_in_one_line(tiny_model_path: P
     with pytest.raises(SettingsError, match="has another vocabulary than the model") as refused:
         Engine(str(tiny_model_path), use_cache=False, draft=str(other))
     assert refused.value.hint.startswith("use a smaller model of the same family")
+
+
+def test_the_models_own_draft_is_loaded_only_once_a_cheap_pass_needs_it(tiny_model_path: Path, draft_path: Path, tmp_path: Path,
+                                                                        monkeypatch) -> None:
+    """The model's pair waits for a question whose words choose nothing (stop words only), where
+    the draft's attention chooses; a pair of another vocabulary is refused then, in one line."""
+    from tests import tiny_gguf
+
+    loads: list[Path] = []
+    monkeypatch.setattr(drafts, "LlamaModel", lambda path, **kwargs: loads.append(path) or LlamaModel(path, **kwargs))
+    monkeypatch.setattr(engine_module, "paired_draft", lambda _model: str(draft_path))
+    document = Document(path=Path("notes.txt"), kind="text", text="The boat was named the Grey Heron. The radio failed. " * 40)
+    settings = AskSettings(method=SnapKV(budget=64, window=16), max_tokens=4, threads=2)
+    with Engine(str(tiny_model_path), use_cache=False, draft=str(draft_path)) as engine:
+        by_words = list(engine.ask(document, "What was the boat called?", settings))[-1]
+        assert by_words.stats.read.startswith("bm25 and the opening, ") and loads == []
+        by_attention = list(engine.ask(document, "What is it, and why?", settings))[-1]
+        assert by_attention.stats.read.startswith(f"draft {draft_path},") and loads == [draft_path]
+        list(engine.ask(document, "What is it, and why?", settings))
+        assert loads == [draft_path]  # loaded once
+    monkeypatch.setattr(tiny_gguf, "MERGES", [*tiny_gguf.MERGES, "o n"])
+    other = write_tiny_gguf(tmp_path / "other.gguf")
+    monkeypatch.setattr(engine_module, "paired_draft", lambda _model: str(other))
+    with Engine(str(tiny_model_path), use_cache=False, draft=str(other)) as engine:
+        with pytest.raises(SettingsError, match=f"the draft model {other} has another vocabulary than the model"):
+            list(engine.ask(document, "What is it, and why?", settings))
 
 
 @pytest.mark.system

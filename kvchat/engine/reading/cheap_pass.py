@@ -31,13 +31,14 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from kvchat.engine.drafts import Draft
 from kvchat.engine.kvcache.cache import KvCache
 from kvchat.engine.reading.passages import Question
 from kvchat.engine.reading.selected import Selected
 from kvchat.engine.reading.speeds import ReadingSpeeds
 from kvchat.engine.settings import AskSettings
 from kvchat.events import Event, Progress
-from kvchat.llama import LlamaContext, LlamaModel
+from kvchat.llama import LlamaContext
 from kvchat.models.registry import DEFAULT_CHEAP_DEPTH
 from kvchat.policy import HeadReduction, Method
 
@@ -99,8 +100,7 @@ class CheapPass:
     (models.cheap_depth)."""
 
     depth: float = DEFAULT_CHEAP_DEPTH
-    draft: LlamaModel | None = None
-    name: str = ""  # the draft's
+    draft: Draft | None = None
 
     @property
     def drafted(self) -> bool:
@@ -109,7 +109,7 @@ class CheapPass:
     @property
     def label(self) -> str:
         """How a reading's stats name it: "draft small," or "fast" (the model's own layers)."""
-        return f"draft {self.name}," if self.drafted else "fast"
+        return f"draft {self.draft.name}," if self.draft is not None else "fast"
 
 
 def fast_select(
@@ -192,11 +192,11 @@ def _cheap_pass(
     read token's score (its heads' votes summed), and the layers read ("12/24")."""
     fast = settings.fast_reading
     method = replace(settings.method, budget=reread, spans=fast.spans, heads=HeadReduction(fast.heads))
-    draft = cheap_pass.draft
-    if draft is None:
+    if cheap_pass.draft is None:
         found = yield from _observed(cache, tokens, read, window_start, method, fast.depth or cheap_pass.depth, fast.layers, cancel)
         cache.clear()  # the layers above the cut hold nothing usable
         return found
+    draft = cheap_pass.draft.model()
     with LlamaContext(draft, cache.ctx.settings) as draft_ctx:  # the draft's votes of every layer it ran choose
         return (yield from _observed(KvCache(draft_ctx), tokens, read, window_start, method, fast.depth or cheap_pass.depth,
                                      draft.shape.n_layer, cancel))
