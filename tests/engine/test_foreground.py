@@ -4,19 +4,26 @@ from __future__ import annotations
 
 import itertools
 import threading
+import time
 from collections.abc import Generator
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 from tests.inspect_helpers import last_logits, returned
+from kvchat.documents import Document
+from kvchat.engine import AskSettings, Conversation
+from kvchat.engine.reading import prompt_run
+from kvchat.engine.reading.speeds import ReadingSpeeds
 from kvchat.engine.kvcache.cache import KvCache
 from kvchat.engine.kvcache.foreground import Foreground, HeldWhileBusy, batches_stop_while
 from kvchat.engine.kvcache.in_progress import ReadingsInProgress, WholeReadingDone, read_alone
 from kvchat.errors import CancelledError
 from kvchat.events import Event, Notice, Progress
 from kvchat.llama import ContextSettings, LlamaContext, LlamaModel
+from kvchat.policy import SnapKV
 
 
 def _give_way_in_thread(foreground: Foreground, cancel: threading.Event) -> tuple[threading.Event, list[bool]]:
@@ -201,3 +208,23 @@ def test_a_question_that_could_not_take_the_lock_is_not_counted(tmp_path: Path) 
     with foreground.stepping_aside():
         pass  # recounts: a question counted in would take the lock here, and keep it
     assert not foreground.busy()
+
+
+def test_a_whole_reading_paused_between_its_batches_remembers_the_speed_it_read_at(tiny_model, tmp_path: Path, monkeypatch) -> None:
+    """A pause (a question elsewhere, the server's other work) is not reading time: each pause
+    here lasts 1,000 s on the reading's clock, and the remembered speed is that of the batches."""
+    document = Document(path=Path("notes.txt"), kind="text", text="The boat was named the Grey Heron. " * 120)
+    held_s = [0.0]
+    monkeypatch.setattr(prompt_run, "time", SimpleNamespace(perf_counter=lambda: time.perf_counter() + held_s[0]))
+    speeds = ReadingSpeeds(tmp_path / "speeds.json", "tiny")
+    settings = AskSettings(method=SnapKV(budget=64, window=16), read="full", threads=2, n_batch=256)
+    conversation = Conversation(tiny_model, "tiny", document, settings, speeds=speeds)
+    try:
+        for event in conversation.open():
+            if isinstance(event, Progress):
+                held_s[0] += 1000.0  # held here for 1,000 s
+        n_tokens = len(conversation.document_tokens)
+        assert held_s[0] >= 5000 and n_tokens > 1024
+        assert speeds.measured("read") > n_tokens / 1000.0  # read in well under one pause's 1,000 s
+    finally:
+        conversation.close()

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
+from contextlib import closing
 from dataclasses import replace
+from typing import TypeVar
 from pathlib import Path
 
 import numpy as np
@@ -28,6 +30,8 @@ from kvchat.errors import DecodeError
 from kvchat.events import Done, Event, Notice, Progress
 from kvchat.llama import LlamaContext, LlamaModel, Sampler
 from kvchat.policy import Method
+
+E = TypeVar("E")  # what a timed reading yields
 
 
 class PromptRun:
@@ -66,14 +70,10 @@ class PromptRun:
     def read(self, tokens: list[int], upto: int, cancel: threading.Event | None = None) -> Iterator[Progress]:
         """Decode tokens [read_upto, upto) with progress over all `tokens`. Stopped midway (by
         `cancel`), the cache holds tokens[:read_upto], and the next read() goes on from there."""
-        started = time.perf_counter()
         yield Progress(done=self.read_upto, total=len(tokens), elapsed_s=0.0)
-        try:
-            for progress in self.cache.prefill(tokens[self.read_upto : upto], self.read_upto, len(tokens), cancel):
-                self.read_upto = progress.done
-                yield progress
-        finally:
-            self.read_s += time.perf_counter() - started
+        for progress in self._timed(self.cache.prefill(tokens[self.read_upto : upto], self.read_upto, len(tokens), cancel)):
+            self.read_upto = progress.done
+            yield progress
 
     def stream(
         self,
@@ -84,14 +84,25 @@ class PromptRun:
         cancel: threading.Event | None = None,
     ) -> Iterator[Event]:
         """Read tokens[read_upto:] within the budget (streamed reading, see chunked.py)."""
-        started = time.perf_counter()
-        try:
-            for event in stream_read(self.cache, self.model, tokens, self.read_upto, question_window, settings, stream, cancel):
-                if isinstance(event, Progress):
-                    self.read_upto = event.done
+        for event in self._timed(stream_read(self.cache, self.model, tokens, self.read_upto, question_window, settings, stream, cancel)):
+            if isinstance(event, Progress):
+                self.read_upto = event.done
+            yield event
+
+    def _timed(self, events: Generator[E, None, object]) -> Iterator[E]:
+        """`events` passed on, the time spent making each added to read_s, and only that: a whole
+        reading paused between two batches (for a question elsewhere, or between the server's
+        other work) has not been reading meanwhile, and read_s is what its speed is measured by."""
+        with closing(events):
+            while True:
+                started = time.perf_counter()
+                try:
+                    event = next(events)
+                except StopIteration:
+                    return
+                finally:
+                    self.read_s += time.perf_counter() - started
                 yield event
-        finally:
-            self.read_s += time.perf_counter() - started
 
     def keep_once(self, window: list[int], method: Method) -> None:
         """A choice made once, before any question: `window` observes without staying, `method`
