@@ -11,7 +11,7 @@ from rich.console import Console
 from kvchat.cli.background import background_reading_on, start_background_reading
 from kvchat.cli.interrupt import interrupt_as_cancel, signals_stop_reading
 from kvchat.cli.options import (
-    MODEL, PANELS, as_text, check_draft, draft_for, warn_about_gpu_layers, with_settings,
+    MODEL, PANELS, as_text, check_draft, draft_at_start, draft_for, warn_about_gpu_layers, with_settings,
 )
 from kvchat.cli.render import OcrBar, render
 from kvchat.cli.files import files_named
@@ -76,7 +76,8 @@ def ask_command(
     # background readings pause from now on: the document's loading and the models' are the question's too
     with readings_in_progress().foreground.answering():
         document = _load(names, console)
-        with Engine(model, gpu_layers=gpu_layers, use_cache=cache, draft=draft) as engine, interrupt_as_cancel() as cancel:
+        with Engine(model, gpu_layers=gpu_layers, use_cache=cache, draft=draft,
+                    draft_at_start=draft_at_start(user.draft, settings.read)) as engine, interrupt_as_cancel() as cancel:
             # closed here, whatever render() raises: the conversation's context goes before the model
             with closing(engine.ask(document, question, settings, cancel=cancel, selection=selection, stream=stream)) as events:
                 done = render(events, as_json, console)

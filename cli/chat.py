@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from kvchat.cli.options import MODEL, check_draft, draft_for, gpu_layers_warning, with_settings
+from kvchat.cli.options import MODEL, check_draft, draft_at_start, draft_for, gpu_layers_warning, with_settings
 from kvchat.documents import SUPPORTED
 from kvchat.engine import UserSettings, ask_settings
 
@@ -28,7 +28,7 @@ def chat_command(
 
     check_draft(user.draft, settings.read)
     draft = draft_for(model, user.draft, settings.read)
-    sessions = EngineSessions(model, user.gpu_layers, user.cache, draft)
+    sessions = EngineSessions(model, user.gpu_layers, user.cache, draft, draft_at_start(user.draft, settings.read))
     app = KvchatApp(sessions, paths or [], settings, startup_warning=gpu_layers_warning(user.gpu_layers))
     try:
         app.run()

@@ -11,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from kvchat.cli.interrupt import signals_stop_reading
-from kvchat.cli.options import MODEL, check_draft, draft_for, with_settings
+from kvchat.cli.options import MODEL, check_draft, draft_at_start, draft_for, with_settings
 from kvchat.cli.render import OcrBar
 from kvchat.documents import SUPPORTED, load_document
 from kvchat.engine import AskSettings, Engine, ReadingPlan, UserSettings
@@ -53,7 +53,8 @@ def inspect_command(
     check_draft(user.draft, settings.read)
     with OcrBar(console) as ocr_progress, signals_stop_reading() as stop:
         documents = [load_document(path, ocr_progress, stop) for path in paths]
-    with Engine(model, gpu_layers=user.gpu_layers, draft=draft_for(model, user.draft, settings.read)) as engine:  # the cache holds the speeds
+    with Engine(model, gpu_layers=user.gpu_layers, draft=draft_for(model, user.draft, settings.read),
+                draft_at_start=draft_at_start(user.draft, settings.read)) as engine:  # the cache holds the speeds
         plans = [engine.plan(document, settings) for document in documents]
         n_ctx_train = engine.model.shape.n_ctx_train
     if as_json:

@@ -47,6 +47,14 @@ def draft_for(model: str, draft: str | None, read: str) -> str | None:
     return paired_draft(model) if read != "full" else None
 
 
+def draft_at_start(draft: str | None, read: str) -> bool:
+    """Whether a command loads its draft at start (Engine's `draft_at_start`): one the user named,
+    to be refused at once if its vocabulary is not the model's, and one that every question of a
+    fast reading needs. The model's own pair waits for the first question whose words choose
+    nothing, which the defaults rarely meet."""
+    return draft is not None or read == "fast"
+
+
 # The CLI's own words for some settings: llama.cpp's short forms where the meaning is the same (-n,
 # --temp, -t, -ngl, -c), and a name the option had before (a deprecated alias, still taken).
 MORE_FLAGS = {"max_tokens": ("-n",), "system": ("-s",), "in_parts": ("--whole",), "temperature": ("--temp",),

@@ -91,9 +91,10 @@ class EngineSession:
 class EngineSessions:
     """Opens documents on one Engine, created when the first document is opened."""
 
-    def __init__(self, model: str = "default", gpu_layers: int = 0, use_cache: bool = True, draft: str | None = None) -> None:
+    def __init__(self, model: str = "default", gpu_layers: int = 0, use_cache: bool = True, draft: str | None = None,
+                 draft_at_start: bool = True) -> None:
         self.model = model
-        self.draft = draft
+        self.draft, self.draft_at_start = draft, draft_at_start
         self.gpu_layers = gpu_layers
         self.use_cache = use_cache
         self._engine: Engine | None = None
@@ -104,7 +105,8 @@ class EngineSessions:
     ) -> ChatSession:
         document = bundle([load_document(path, ocr_progress, cancel) for path in paths])
         if self._engine is None:
-            self._engine = Engine(self.model, gpu_layers=self.gpu_layers, use_cache=self.use_cache, draft=self.draft)
+            self._engine = Engine(self.model, gpu_layers=self.gpu_layers, use_cache=self.use_cache, draft=self.draft,
+                                  draft_at_start=self.draft_at_start)
         return EngineSession(self._engine, self._engine.conversation(document, settings))
 
     def close(self) -> None:

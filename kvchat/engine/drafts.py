@@ -44,23 +44,29 @@ def paired_draft(name: str) -> str | None:
 
 
 class Draft:
-    """The draft `name` of `model`, loaded the first time a cheap pass asks for it (model()). The
-    defaults choose by the question's words and ask a draft's attention only where those find
-    nothing, so most runs never need it; loading it and checking its vocabulary took 1.7 s here on
-    2 cores, at every start. Refused, in one line, where its vocabulary is not the model's."""
+    """The draft `name` of `model`, loaded at the first model() call: at start (Engine's
+    `draft_at_start`), or once a cheap pass needs it. The defaults choose by the question's words
+    and ask a draft's attention only where those find nothing, so most runs never need it; loading
+    it and checking its vocabulary took 1.7 s here on 2 cores. Refused, in one line, where its
+    vocabulary is not the model's."""
 
     def __init__(self, name: str, path: Path, model: LlamaModel, gpu_layers: int = 0) -> None:
         self.name, self.path = name, path
         self._drafts_for, self._gpu_layers = model, gpu_layers
         self._loaded: LlamaModel | None = None
-        self._lock = threading.Lock()  # the server's and the chat's readings may ask from two threads
+        self._lock = threading.Lock()  # a chat's question and its background reading run on two threads
 
     def model(self) -> LlamaModel:
+        """The draft, loaded and its vocabulary checked on the first call."""
         with self._lock:
             if self._loaded is None:
-                draft = LlamaModel(self.path, gpu_layers=self._gpu_layers)
-                if not self._drafts_for.same_vocabulary(draft):
-                    draft.close()
+                draft, same = LlamaModel(self.path, gpu_layers=self._gpu_layers), False
+                try:
+                    same = self._drafts_for.same_vocabulary(draft)
+                finally:
+                    if not same:
+                        draft.close()
+                if not same:
                     raise SettingsError(f"the draft model {self.name} has another vocabulary than the model",
                                         "use a smaller model of the same family (the default model's draft is small)")
                 self._loaded = draft

@@ -11,7 +11,7 @@ from kvchat.documents import Document
 from kvchat.engine.answering import route
 from kvchat.engine.answering.elsewhere import PreparedPrompt, answer_sources, prepare_chat
 from kvchat.engine.conversation import Conversation
-from kvchat.engine.drafts import Draft, paired_draft
+from kvchat.engine.drafts import Draft
 from kvchat.engine.kvcache.in_progress import ReadingsInProgress, WholeReadingDone, read_alone
 from kvchat.engine.kvcache.states import DocumentStates
 from kvchat.engine.kvcache.store import DEFAULT_MAX_BYTES, StateStore
@@ -53,20 +53,24 @@ class Engine:
     `use_cache` saves each document's reading and loads it on the next question, and remembers
     how fast the model reads here (for plan()); without it nothing is written to the cache.
     `draft` (a name or GGUF path) is a smaller model with the same vocabulary that does the cheap
-    pass of fast readings.
+    pass of fast readings: loaded at start, or with `draft_at_start` False the first time a cheap
+    pass needs it (drafts.Draft).
     """
 
-    def __init__(self, model: str = "default", gpu_layers: int = 0, use_cache: bool = True, draft: str | None = None) -> None:
+    def __init__(self, model: str = "default", gpu_layers: int = 0, use_cache: bool = True, draft: str | None = None,
+                 draft_at_start: bool = True) -> None:
         self.model_name = model
         self.model_path: Path = resolve_model(model)
         draft_path = resolve_model(draft) if draft is not None else None  # a missing one is refused first
         self.model = LlamaModel(self.model_path, gpu_layers=gpu_layers)
         # who does a fast reading's cheap pass, and how deep: looked up once
-        self.cheap_pass = CheapPass(cheap_depth(model))
-        if draft is not None and draft_path is not None:
-            self.cheap_pass = CheapPass(cheap_depth(draft), Draft(draft, draft_path, self.model, gpu_layers))
-            if draft != paired_draft(model):  # one the user named is loaded now, to be refused at once if it must be
-                self.cheap_pass.draft.model()
+        if draft is None or draft_path is None:
+            self.cheap_pass = CheapPass(cheap_depth(model))
+        else:
+            draft_model = Draft(draft, draft_path, self.model, gpu_layers)
+            self.cheap_pass = CheapPass(cheap_depth(draft), draft_model)
+            if draft_at_start:
+                draft_model.model()
         model_sha = model_sha256(self.model_path)
         self.states = DocumentStates(state_store(), model_sha, model) if use_cache else None
         self.part_states = DocumentStates(part_store(), model_sha, model) if use_cache else None

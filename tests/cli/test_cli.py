@@ -17,7 +17,7 @@ import pytest
 import typer
 
 from kvchat.cli import app as cli_app
-from kvchat.cli.options import check_draft, draft_for
+from kvchat.cli.options import check_draft, draft_at_start, draft_for
 from kvchat.cli.render import stats_line
 from kvchat.errors import SettingsError
 from kvchat.events import Stats
@@ -253,6 +253,8 @@ def test_a_fast_reading_is_chosen_by_the_named_draft_or_else_by_the_models_own_p
     check_draft("small", "auto")
     with pytest.raises(SettingsError, match="--draft does the cheap pass of a fast reading"):
         check_draft("small", "full")
+    # the pair waits for a question that needs it; a named draft, and every fast reading's, loads at start
+    assert not draft_at_start(None, "auto") and draft_at_start(None, "fast") and draft_at_start("small", "auto")
 
 
 @pytest.mark.system

@@ -14,7 +14,6 @@ import pytest
 
 from kvchat.documents import Document, load_document
 from kvchat.engine import AskSettings, Conversation, Engine, drafts
-from kvchat.engine import engine as engine_module
 from kvchat.engine.answering import route
 from kvchat.engine.drafts import Draft
 from kvchat.engine.kvcache.cache import KvCache
@@ -522,18 +521,18 @@ def test_a_draft_of_another_vocabulary_is_refused_in_one_line(tiny_model_path: P
     assert refused.value.hint.startswith("use a smaller model of the same family")
 
 
-def test_the_models_own_draft_is_loaded_only_once_a_cheap_pass_needs_it(tiny_model_path: Path, draft_path: Path, tmp_path: Path,
-                                                                        monkeypatch) -> None:
-    """The model's pair waits for a question whose words choose nothing (stop words only), where
-    the draft's attention chooses; a pair of another vocabulary is refused then, in one line."""
+def test_a_draft_not_loaded_at_start_is_loaded_once_a_cheap_pass_needs_it(tiny_model_path: Path, draft_path: Path, tmp_path: Path,
+                                                                          monkeypatch) -> None:
+    """As `kvchat ask` and the chat load the model's pair by default: it waits for a question whose
+    words choose nothing (stop words only), where the draft's attention chooses; one of another
+    vocabulary is refused then, in one line."""
     from tests import tiny_gguf
 
     loads: list[Path] = []
     monkeypatch.setattr(drafts, "LlamaModel", lambda path, **kwargs: loads.append(path) or LlamaModel(path, **kwargs))
-    monkeypatch.setattr(engine_module, "paired_draft", lambda _model: str(draft_path))
     document = Document(path=Path("notes.txt"), kind="text", text="The boat was named the Grey Heron. The radio failed. " * 40)
     settings = AskSettings(method=SnapKV(budget=64, window=16), max_tokens=4, threads=2)
-    with Engine(str(tiny_model_path), use_cache=False, draft=str(draft_path)) as engine:
+    with Engine(str(tiny_model_path), use_cache=False, draft=str(draft_path), draft_at_start=False) as engine:
         by_words = list(engine.ask(document, "What was the boat called?", settings))[-1]
         assert by_words.stats.read.startswith("bm25 and the opening, ") and loads == []
         by_attention = list(engine.ask(document, "What is it, and why?", settings))[-1]
@@ -542,8 +541,7 @@ def test_the_models_own_draft_is_loaded_only_once_a_cheap_pass_needs_it(tiny_mod
         assert loads == [draft_path]  # loaded once
     monkeypatch.setattr(tiny_gguf, "MERGES", [*tiny_gguf.MERGES, "o n"])
     other = write_tiny_gguf(tmp_path / "other.gguf")
-    monkeypatch.setattr(engine_module, "paired_draft", lambda _model: str(other))
-    with Engine(str(tiny_model_path), use_cache=False, draft=str(other)) as engine:
+    with Engine(str(tiny_model_path), use_cache=False, draft=str(other), draft_at_start=False) as engine:
         with pytest.raises(SettingsError, match=f"the draft model {other} has another vocabulary than the model"):
             list(engine.ask(document, "What is it, and why?", settings))
 

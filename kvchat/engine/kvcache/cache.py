@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -88,7 +88,7 @@ class KvCache:
 
     def prefill(
         self, tokens: list[int], done: int, total: int, cancel: threading.Event | None = None
-    ) -> Iterator[Progress]:
+    ) -> Generator[Progress, None, None]:
         """decode() with progress: `done` of `total` prompt tokens were read before these. A batch
         stops part-way once `cancel` is set (CancelledError; the cache holds the batches before
         it), or while the check of the thread that reads it holds (foreground.batch_stop: a

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Generator
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -99,7 +99,7 @@ def stream_read(
     settings: AskSettings,
     stream: StreamSettings,
     cancel: threading.Event | None = None,
-) -> Iterator[Event]:
+) -> Generator[Event, None, None]:
     """Read tokens[start:] into `cache` within budget + chunk cells (+ the temporary observer);
     each Progress says how far the reading got (PromptRun.stream keeps count)."""
     total, method, read_upto = len(tokens), settings.method, start

@@ -13,8 +13,8 @@ import time
 from collections.abc import Generator, Iterator
 from contextlib import closing
 from dataclasses import replace
-from typing import TypeVar
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 
@@ -31,7 +31,7 @@ from kvchat.events import Done, Event, Notice, Progress
 from kvchat.llama import LlamaContext, LlamaModel, Sampler
 from kvchat.policy import Method
 
-E = TypeVar("E")  # what a timed reading yields
+_Made = TypeVar("_Made")  # what a timed reading yields
 
 
 class PromptRun:
@@ -89,7 +89,7 @@ class PromptRun:
                 self.read_upto = event.done
             yield event
 
-    def _timed(self, events: Generator[E, None, object]) -> Iterator[E]:
+    def _timed(self, events: Generator[_Made, None, None]) -> Iterator[_Made]:
         """`events` passed on, the time spent making each added to read_s, and only that: a whole
         reading paused between two batches (for a question elsewhere, or between the server's
         other work) has not been reading meanwhile, and read_s is what its speed is measured by."""
