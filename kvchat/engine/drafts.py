@@ -60,15 +60,14 @@ class Draft:
         """The draft, loaded and its vocabulary checked on the first call."""
         with self._lock:
             if self._loaded is None:
-                draft, same = LlamaModel(self.path, gpu_layers=self._gpu_layers), False
+                draft = LlamaModel(self.path, gpu_layers=self._gpu_layers)
                 try:
-                    same = self._drafts_for.same_vocabulary(draft)
-                finally:
-                    if not same:
-                        draft.close()
-                if not same:
-                    raise SettingsError(f"the draft model {self.name} has another vocabulary than the model",
-                                        "use a smaller model of the same family (the default model's draft is small)")
+                    if not self._drafts_for.same_vocabulary(draft):
+                        raise SettingsError(f"the draft model {self.name} has another vocabulary than the model",
+                                            "use a smaller model of the same family (the default model's draft is small)")
+                except BaseException:
+                    draft.close()
+                    raise
                 self._loaded = draft
             return self._loaded
 
