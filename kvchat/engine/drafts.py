@@ -54,11 +54,14 @@ class Draft:
         self.name, self.path = name, path
         self._drafts_for, self._gpu_layers = model, gpu_layers
         self._loaded: LlamaModel | None = None
+        self._closed = False  # with its engine: the model it drafts for is closed too
         self._lock = threading.Lock()  # a chat's question and its background reading run on two threads
 
     def model(self) -> LlamaModel:
         """The draft, loaded and its vocabulary checked on the first call."""
         with self._lock:
+            if self._closed:
+                raise RuntimeError(f"the draft {self.name} was closed with its engine")
             if self._loaded is None:
                 draft = LlamaModel(self.path, gpu_layers=self._gpu_layers)
                 try:
@@ -73,6 +76,7 @@ class Draft:
 
     def close(self) -> None:
         with self._lock:
+            self._closed = True
             if self._loaded is not None:
                 self._loaded.close()
                 self._loaded = None

@@ -362,7 +362,8 @@ def test_another_process_reading_all_but_done_is_awaited_unless_every_question_r
         chat.speeds = ReadingSpeeds(tmp_path / "speeds.json", "tiny")
         for kind in ("fast", "fast bm25"):
             chat.speeds.record(kind, 1000, 10.0)  # 100 tokens/s
-        all_but_done = InProgress(chat.reading_key, str(document), "tiny", 1, done=999, total=1000, started=0.0, updated=99.9)
+        all_but_done = InProgress(chat.reading_key, str(document), "tiny", 1, done=999, total=1000, started=0.0, updated=99.9,
+                                  read_s=99.9)
         try:
             assert chat.reads_fast_first() and all_but_done.left_s == pytest.approx(0.1)
             assert _sooner_to_wait(chat, all_but_done) is waits

@@ -539,6 +539,10 @@ def test_a_draft_not_loaded_at_start_is_loaded_once_a_cheap_pass_needs_it(tiny_m
         assert by_attention.stats.read.startswith(f"draft {draft_path},") and loads == [draft_path]
         list(engine.ask(document, "What is it, and why?", settings))
         assert loads == [draft_path]  # loaded once
+        draft = engine.cheap_pass.draft
+    with pytest.raises(RuntimeError, match="was closed with its engine"):  # a thread still asking: never loaded again
+        draft.model()
+    assert loads == [draft_path]
     monkeypatch.setattr(tiny_gguf, "MERGES", [*tiny_gguf.MERGES, "o n"])
     other = write_tiny_gguf(tmp_path / "other.gguf")
     with Engine(str(tiny_model_path), use_cache=False, draft=str(other), draft_at_start=False) as engine:

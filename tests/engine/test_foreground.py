@@ -15,10 +15,11 @@ import pytest
 from tests.inspect_helpers import last_logits, returned
 from kvchat.documents import Document
 from kvchat.engine import AskSettings, Conversation
-from kvchat.engine.reading import prompt_run
+from kvchat import events
 from kvchat.engine.reading.speeds import ReadingSpeeds
 from kvchat.engine.kvcache.cache import KvCache
 from kvchat.engine.kvcache.foreground import Foreground, HeldWhileBusy, batches_stop_while
+from kvchat.engine.kvcache import in_progress
 from kvchat.engine.kvcache.in_progress import ReadingsInProgress, WholeReadingDone, read_alone
 from kvchat.errors import CancelledError
 from kvchat.events import Event, Notice, Progress
@@ -215,7 +216,7 @@ def test_a_whole_reading_paused_between_its_batches_remembers_the_speed_it_read_
     here lasts 1,000 s on the reading's clock, and the remembered speed is that of the batches."""
     document = Document(path=Path("notes.txt"), kind="text", text="The boat was named the Grey Heron. " * 120)
     held_s = [0.0]
-    monkeypatch.setattr(prompt_run, "time", SimpleNamespace(perf_counter=lambda: time.perf_counter() + held_s[0]))
+    monkeypatch.setattr(events, "time", SimpleNamespace(perf_counter=lambda: time.perf_counter() + held_s[0]))
     speeds = ReadingSpeeds(tmp_path / "speeds.json", "tiny")
     settings = AskSettings(method=SnapKV(budget=64, window=16), read="full", threads=2, n_batch=256)
     conversation = Conversation(tiny_model, "tiny", document, settings, speeds=speeds)
@@ -228,3 +229,26 @@ def test_a_whole_reading_paused_between_its_batches_remembers_the_speed_it_read_
         assert speeds.measured("read") > n_tokens / 1000.0  # read in well under one pause's 1,000 s
     finally:
         conversation.close()
+
+
+def test_a_reading_in_progress_tells_the_time_left_from_its_reading_time_not_its_pauses(tmp_path: Path, monkeypatch) -> None:
+    """Another process awaits a reading, or reads fast, by the time its record says is left: the
+    record counts the seconds spent reading from its first progress (a saved part loaded before
+    it is not read), not the 1,000 s its consumer holds each event (a question elsewhere)."""
+    clock = [0.0]
+    monkeypatch.setattr(events, "time", SimpleNamespace(perf_counter=lambda: clock[0]))
+    monkeypatch.setattr(in_progress, "PROGRESS_EVERY_S", 0.0)  # every progress written
+
+    def read() -> Generator[Event, None, None]:
+        clock[0] += 50.0  # loading the first 100 tokens' saved reading
+        yield Progress(done=100, total=1100, elapsed_s=0.0)
+        for done in (300, 500):
+            clock[0] += 2.0  # 200 tokens in 2 s: 100 tokens/s
+            yield Progress(done=done, total=1100, elapsed_s=0.0)
+
+    readings = ReadingsInProgress(tmp_path)
+    for _ in read_alone(readings, ("0" * 40, "notes.txt", "model", 1100), lambda: False, read):
+        clock[0] += 1000.0
+        (record,) = readings.entries()
+    assert (record.read_from, record.done, record.read_s) == (100, 500, 4.0)
+    assert record.left_s == 6.0  # 600 tokens at 100 tokens/s

@@ -24,6 +24,7 @@ async def _answered(pilot) -> None:
     app.query_one("#question", Input).value = "What was the boat called?"
     await pilot.press("enter")
     await wait_for(pilot, lambda: app.busy is None and app._answer is None)
+    app.query_one("#question", Input).cursor_blink = False  # drawn whatever the blink's phase when the snapshot is taken
     await pilot.wait_for_scheduled_animations()
 
 

@@ -32,7 +32,7 @@ from kvchat.engine.kvcache.lock_files import holders, lock, remove_and_unlock
 from kvchat.engine.kvcache.progress_record import KEY_FORM, BadRecord, InProgress, read_record
 from kvchat.errors import raise_if_cancelled
 from kvchat.engine.kvcache.foreground import foreground_of
-from kvchat.events import Event, Notice, Progress
+from kvchat.events import Event, Notice, Progress, timed
 
 LOGGER = logging.getLogger(__name__)
 
@@ -55,11 +55,21 @@ class Claim:
     def __init__(self, root: Path, lock_fd: int, record: InProgress) -> None:
         self._root, self._fd, self._record = root, lock_fd, record
         self._written_at = 0.0
+        self._reading_s = 0.0  # spent making the reading's events (events.timed)
+        self._read_since: float | None = None  # _reading_s at its first progress
         self._write()
 
+    def spent_reading(self, seconds: float) -> None:
+        self._reading_s += seconds
+
     def progress(self, done: int, total: int) -> None:
+        """`done` of `total` read; the time left is told from the tokens and the reading time
+        since the first progress (what came before it, loading a saved part, is not reading)."""
         now = time.time()
-        self._record = replace(self._record, done=done, total=total, updated=now)
+        if self._read_since is None:
+            self._read_since = self._reading_s
+            self._record = replace(self._record, read_from=done)
+        self._record = replace(self._record, done=done, total=total, updated=now, read_s=self._reading_s - self._read_since)
         if now - self._written_at >= PROGRESS_EVERY_S or done >= total:
             self._write()
 
@@ -282,7 +292,7 @@ def _claimed(readings: ReadingsInProgress, claim: Claim, saved: Callable[[], boo
             claim.queued(False)
         if saved():  # saved before the lock was taken, or while this one waited for its turn
             return WholeReadingDone.SAVED
-        for event in read():
+        for event in timed(read(), claim.spent_reading):
             if isinstance(event, Progress):
                 claim.progress(event.done, event.total)
             yield event

@@ -26,7 +26,9 @@ class BadRecord(ValueError):
 
 @dataclass(frozen=True)
 class InProgress:
-    """One reading in progress: `done` of `total` tokens read by process `pid`."""
+    """One reading in progress: `done` of `total` tokens read by process `pid`; it began reading at
+    `read_from` and has spent `read_s` seconds reading since (not waiting for its turn, nor paused
+    for a question), which is what the time left is told from."""
 
     key: str
     document: str
@@ -38,14 +40,15 @@ class InProgress:
     updated: float
     queued: bool = False  # waiting for its turn (ReadingTurn)
     stoppable: bool = True  # `kvchat cache stop` may stop it (SIGTERM): not a chat's or a server's
+    read_from: int = 0
+    read_s: float = 0.0
 
     @property
     def left_s(self) -> float | None:
         """Seconds left at the speed so far; None before any token is read."""
-        elapsed = self.updated - self.started
-        if self.done <= 0 or elapsed <= 0:
+        if self.done <= self.read_from or self.read_s <= 0:
             return None
-        return (self.total - self.done) * elapsed / self.done
+        return (self.total - self.done) * self.read_s / (self.done - self.read_from)
 
 
 def read_record(path: Path) -> InProgress:
@@ -59,7 +62,7 @@ def read_record(path: Path) -> InProgress:
         raise BadRecord(f"not a JSON object: {reprlib.repr(data)}")
     known = {field.name for field in fields(InProgress)}
     values = {name: value for name, value in data.items() if name in known}
-    missing = sorted(known - set(values) - {"queued", "stoppable"})
+    missing = sorted(known - set(values) - {"queued", "stoppable", "read_from", "read_s"})
     if missing:
         raise BadRecord(f"no {', '.join(missing)}")
     for name, value in values.items():
@@ -80,7 +83,7 @@ def _fits(name: str, value: object) -> bool:
         return isinstance(value, bool)
     if name == "pid":
         return _whole(value) and 0 < value <= PID_MAX
-    if name in ("done", "total"):
+    if name in ("done", "total", "read_from"):
         return _whole(value) and 0 <= value <= COUNT_MAX
     return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= TIME_MAX  # NaN fails too
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Generator, Iterator
-from contextlib import closing
 from dataclasses import replace
 from pathlib import Path
 from typing import TypeVar
@@ -27,7 +26,7 @@ from kvchat.engine.settings import AskSettings
 from kvchat.engine.kvcache.states import DocumentStates
 from kvchat.engine.reading.chunked import StreamSettings, stream_read
 from kvchat.errors import DecodeError
-from kvchat.events import Done, Event, Notice, Progress
+from kvchat.events import Done, Event, Notice, Progress, timed
 from kvchat.llama import LlamaContext, LlamaModel, Sampler
 from kvchat.policy import Method
 
@@ -89,20 +88,12 @@ class PromptRun:
                 self.read_upto = event.done
             yield event
 
-    def _timed(self, events: Generator[_Made, None, None]) -> Iterator[_Made]:
-        """`events` passed on, the time spent making each added to read_s, and only that: a whole
-        reading paused between two batches (for a question elsewhere, or between the server's
-        other work) has not been reading meanwhile, and read_s is what its speed is measured by."""
-        with closing(events):
-            while True:
-                started = time.perf_counter()
-                try:
-                    event = next(events)
-                except StopIteration:
-                    return
-                finally:
-                    self.read_s += time.perf_counter() - started
-                yield event
+    def _timed(self, events: Iterator[_Made]) -> Iterator[_Made]:
+        """`events` passed on, only the time spent making them added to read_s (events.timed)."""
+        return timed(events, self._add_read_s)
+
+    def _add_read_s(self, seconds: float) -> None:
+        self.read_s += seconds
 
     def keep_once(self, window: list[int], method: Method) -> None:
         """A choice made once, before any question: `window` observes without staying, `method`
