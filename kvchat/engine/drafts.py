@@ -12,7 +12,7 @@ import threading
 from pathlib import Path
 
 from kvchat.atomic import atomic_file, locked
-from kvchat.errors import ModelError, SettingsError
+from kvchat.errors import CancelledError, ModelError, SettingsError
 from kvchat.llama import LlamaModel
 from kvchat.models import REGISTRY, find_entry, installed_draft, model_status, resolve_model
 from kvchat.paths import cache_dir
@@ -61,7 +61,7 @@ class Draft:
         """The draft, loaded and its vocabulary checked on the first call."""
         with self._lock:
             if self._closed:
-                raise RuntimeError(f"the draft {self.name} was closed with its engine")
+                raise CancelledError(f"the draft {self.name} was closed with its engine")
             if self._loaded is None:
                 draft = LlamaModel(self.path, gpu_layers=self._gpu_layers)
                 try:

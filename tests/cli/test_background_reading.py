@@ -10,6 +10,7 @@ import select
 import subprocess
 import sys
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -360,13 +361,15 @@ def test_another_process_reading_all_but_done_is_awaited_unless_every_question_r
     with Engine(str(tiny_model_path)) as engine:
         chat = engine.conversation(load_document(document), settings)
         chat.speeds = ReadingSpeeds(tmp_path / "speeds.json", "tiny")
-        for kind in ("fast", "fast bm25"):
+        for kind in ("fast", "fast bm25", chat.reading.speed):
             chat.speeds.record(kind, 1000, 10.0)  # 100 tokens/s
         all_but_done = InProgress(chat.reading_key, str(document), "tiny", 1, done=999, total=1000, started=0.0, updated=99.9,
                                   read_s=99.9)
+        # a saved part of 999 tokens loaded, no batch read yet: told at this machine's whole-reading speed
+        loaded = replace(all_but_done, read_from=999, read_s=0.0)
         try:
-            assert chat.reads_fast_first() and all_but_done.left_s == pytest.approx(0.1)
-            assert _sooner_to_wait(chat, all_but_done) is waits
+            assert chat.reads_fast_first() and all_but_done.left_s == pytest.approx(0.1) and loaded.left_s is None
+            assert _sooner_to_wait(chat, all_but_done) is waits and _sooner_to_wait(chat, loaded) is waits
         finally:
             chat.close()
 

@@ -251,4 +251,4 @@ def test_a_reading_in_progress_tells_the_time_left_from_its_reading_time_not_its
         clock[0] += 1000.0
         (record,) = readings.entries()
     assert (record.read_from, record.done, record.read_s) == (100, 500, 4.0)
-    assert record.left_s == 6.0  # 600 tokens at 100 tokens/s
+    assert record.tokens_per_s == 100.0 and record.left_s == 6.0  # 600 tokens at 100 tokens/s

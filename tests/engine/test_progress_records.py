@@ -104,6 +104,8 @@ def test_a_key_that_leaves_the_reading_folder_is_removed_and_its_process_left_al
     ({"pid": "1"}, "pid is '1'"),
     ({"started": "s"}, "started is 's'"),
     ({"done": 2.5}, "done is 2.5"),
+    ({"read_from": -1}, "read_from is -1"),
+    ({"read_s": True}, "read_s is True"),
     ({"updated": float("nan")}, "updated is nan"),
     ({"document": None}, "document is None"),
     ({"key": "0" * 40}, "key '0000000000000000000000000000000000000000' is not its file's name"),
@@ -123,6 +125,18 @@ def test_a_record_of_the_wrong_shape_is_removed_reported_and_never_signalled(
             assert out == "[]\n" if "--json" in command else "reading in the background" not in out
     finally:
         os.close(fd)
+
+
+def test_a_record_without_its_reading_time_is_listed_with_no_time_left(monkeypatch, capsys) -> None:
+    """A record an earlier kvchat wrote (no read_from, no read_s) is kvchat's still."""
+    fd = held_lock(readings_in_progress().root / f"{KEY}.lock")
+    try:
+        write_record(KEY, record(done=1, total=2))
+        code, out, err = kvchat(monkeypatch, capsys, "cache", "list", "--json")
+    finally:
+        os.close(fd)
+    assert (code, err) == (0, "")
+    assert [(entry["state"], entry["done"], entry["left_s"]) for entry in json.loads(out)] == [("reading", 1, None)]
 
 
 @pytest.mark.system

@@ -126,7 +126,8 @@ def _await_if_sooner(conversation: Conversation, cancel: threading.Event | None)
     reading = in_progress.find(key)
     if reading is None or not _sooner_to_wait(conversation, reading):
         return
-    left = f", about {reading.left_s:.0f} s left" if reading.left_s is not None else ""
+    left_s = _left_s(conversation, reading)
+    left = f", about {left_s:.0f} s left" if left_s is not None else ""
     yield Notice(f"waiting for the whole reading of this document in another kvchat process{left}")
     with in_progress.foreground.stepping_aside():  # `kvchat ask` holds it from its start: that reading must not pause
         yield from in_progress.progress_of(key, cancel)
@@ -145,4 +146,13 @@ def _sooner_to_wait(conversation: Conversation, reading: InProgress) -> bool:
     if not conversation.reading.reads_on:
         return False  # every question reads fast (retrieval): the other's reading would not be loaded
     fast_s = fast_reading_s(len(conversation.document_tokens), conversation.settings, conversation.speeds)
-    return not fast_is_sooner(fast_s, reading.left_s)
+    return not fast_is_sooner(fast_s, _left_s(conversation, reading))
+
+
+def _left_s(conversation: Conversation, reading: InProgress) -> float | None:
+    """The other process's time left: at its own speed, or before it has read a batch at this
+    machine's last whole-reading speed (it may have loaded most of the document already)."""
+    if reading.left_s is not None or conversation.speeds is None:
+        return reading.left_s
+    speed = conversation.speeds.tokens_per_s(conversation.reading.speed)
+    return (reading.total - reading.done) / speed if speed else None

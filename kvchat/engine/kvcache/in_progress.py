@@ -75,7 +75,7 @@ class Claim:
 
     def queued(self, waiting: bool) -> None:
         """Record that the reading waits for its turn, or no longer does."""
-        now = time.time()  # the time left is told from when the reading itself began
+        now = time.time()  # `started`: when the reading itself began
         self._record = replace(self._record, queued=waiting, started=now, updated=now)
         self._write()
 
@@ -209,7 +209,9 @@ class ReadingsInProgress:
     def progress_of(self, key: str, cancel: threading.Event | None = None) -> Iterator[Progress]:
         """Another process's reading of `key` as Progress events (follow())."""
         for record in self.follow(key, cancel):
-            yield Progress(done=record.done, total=record.total, elapsed_s=record.updated - record.started)
+            speed = record.tokens_per_s  # its wall time counts its pauses and a loaded saved part
+            elapsed_s = record.done / speed if speed else record.updated - record.started
+            yield Progress(done=record.done, total=record.total, elapsed_s=elapsed_s)
 
     def stop(self, survey: Survey) -> list[InProgress]:
         """Ask the process of every stoppable reading in `survey` (just taken: each of its

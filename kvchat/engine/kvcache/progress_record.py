@@ -44,11 +44,17 @@ class InProgress:
     read_s: float = 0.0
 
     @property
-    def left_s(self) -> float | None:
-        """Seconds left at the speed so far; None before any token is read."""
+    def tokens_per_s(self) -> float | None:
+        """Its speed so far; None before a batch is read."""
         if self.done <= self.read_from or self.read_s <= 0:
             return None
-        return (self.total - self.done) * self.read_s / (self.done - self.read_from)
+        return (self.done - self.read_from) / self.read_s
+
+    @property
+    def left_s(self) -> float | None:
+        """Seconds left at the speed so far; None before a batch is read."""
+        speed = self.tokens_per_s
+        return None if speed is None else (self.total - self.done) / speed
 
 
 def read_record(path: Path) -> InProgress:
