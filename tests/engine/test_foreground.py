@@ -234,7 +234,8 @@ def test_a_whole_reading_paused_between_its_batches_remembers_the_speed_it_read_
 def test_a_reading_in_progress_tells_the_time_left_from_its_reading_time_not_its_pauses(tmp_path: Path, monkeypatch) -> None:
     """Another process awaits a reading, or reads fast, by the time its record says is left: the
     record counts the seconds spent reading from its first progress (a saved part loaded before
-    it is not read), not the 1,000 s its consumer holds each event (a question elsewhere)."""
+    it is not read), not the 1,000 s its consumer holds each event (a question elsewhere), nor
+    a batch stopped part-way (read again after the question)."""
     clock = [0.0]
     monkeypatch.setattr(events, "time", SimpleNamespace(perf_counter=lambda: clock[0]))
     monkeypatch.setattr(in_progress, "PROGRESS_EVERY_S", 0.0)  # every progress written
@@ -243,6 +244,8 @@ def test_a_reading_in_progress_tells_the_time_left_from_its_reading_time_not_its
         clock[0] += 50.0  # loading the first 100 tokens' saved reading
         yield Progress(done=100, total=1100, elapsed_s=0.0)
         for done in (300, 500):
+            clock[0] += 3.0  # a batch stopped part-way for a question: told again, unchanged, and read again
+            yield Progress(done=done - 200, total=1100, elapsed_s=0.0)
             clock[0] += 2.0  # 200 tokens in 2 s: 100 tokens/s
             yield Progress(done=done, total=1100, elapsed_s=0.0)
 

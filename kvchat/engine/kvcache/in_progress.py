@@ -56,20 +56,26 @@ class Claim:
         self._root, self._fd, self._record = root, lock_fd, record
         self._written_at = 0.0
         self._reading_s = 0.0  # spent making the reading's events (events.timed)
-        self._read_since: float | None = None  # _reading_s at its first progress
+        self._bought_nothing_s = 0.0  # of it, what read no token: before the first progress, batches stopped part-way
+        self._told_at_s: float | None = None  # _reading_s at the last progress
         self._write()
 
     def spent_reading(self, seconds: float) -> None:
         self._reading_s += seconds
 
     def progress(self, done: int, total: int) -> None:
-        """`done` of `total` read; the time left is told from the tokens and the reading time
-        since the first progress (what came before it, loading a saved part, is not reading)."""
+        """`done` of `total` read. The time left is told from the tokens read since the first
+        progress and the time that read them: not what came before it (a saved part loaded), nor
+        a batch stopped part-way for a question (its progress told again, unchanged), which is
+        read again after it."""
         now = time.time()
-        if self._read_since is None:
-            self._read_since = self._reading_s
+        if self._told_at_s is None:
+            self._bought_nothing_s = self._reading_s
             self._record = replace(self._record, read_from=done)
-        self._record = replace(self._record, done=done, total=total, updated=now, read_s=self._reading_s - self._read_since)
+        elif done == self._record.done:
+            self._bought_nothing_s += self._reading_s - self._told_at_s
+        self._told_at_s = self._reading_s
+        self._record = replace(self._record, done=done, total=total, updated=now, read_s=self._reading_s - self._bought_nothing_s)
         if now - self._written_at >= PROGRESS_EVERY_S or done >= total:
             self._write()
 
