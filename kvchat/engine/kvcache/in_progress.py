@@ -55,13 +55,12 @@ class Claim:
     def __init__(self, root: Path, lock_fd: int, record: InProgress) -> None:
         self._root, self._fd, self._record = root, lock_fd, record
         self._written_at = 0.0
-        self._reading_s = 0.0  # spent making the reading's events (events.timed)
-        self._bought_nothing_s = 0.0  # of it, what read no token: before the first progress, batches stopped part-way
-        self._told_at_s: float | None = None  # _reading_s at the last progress
+        self._since_told_s = 0.0  # reading time since the last progress (events.timed)
+        self._told = False
         self._write()
 
     def spent_reading(self, seconds: float) -> None:
-        self._reading_s += seconds
+        self._since_told_s += seconds
 
     def progress(self, done: int, total: int) -> None:
         """`done` of `total` read. The time left is told from the tokens read since the first
@@ -69,13 +68,12 @@ class Claim:
         a batch stopped part-way for a question (its progress told again, unchanged), which is
         read again after it."""
         now = time.time()
-        if self._told_at_s is None:
-            self._bought_nothing_s = self._reading_s
+        if not self._told:
             self._record = replace(self._record, read_from=done)
-        elif done == self._record.done:
-            self._bought_nothing_s += self._reading_s - self._told_at_s
-        self._told_at_s = self._reading_s
-        self._record = replace(self._record, done=done, total=total, updated=now, read_s=self._reading_s - self._bought_nothing_s)
+        elif done > self._record.done:
+            self._record = replace(self._record, read_s=self._record.read_s + self._since_told_s)
+        self._told, self._since_told_s = True, 0.0
+        self._record = replace(self._record, done=done, total=total, updated=now)
         if now - self._written_at >= PROGRESS_EVERY_S or done >= total:
             self._write()
 

@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Generator, Iterator
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
-from typing import TypeVar
 
 import numpy as np
 
@@ -30,7 +29,6 @@ from kvchat.events import Done, Event, Notice, Progress, timed
 from kvchat.llama import LlamaContext, LlamaModel, Sampler
 from kvchat.policy import Method
 
-_Made = TypeVar("_Made")  # what a timed reading yields
 
 
 class PromptRun:
@@ -70,7 +68,8 @@ class PromptRun:
         """Decode tokens [read_upto, upto) with progress over all `tokens`. Stopped midway (by
         `cancel`), the cache holds tokens[:read_upto], and the next read() goes on from there."""
         yield Progress(done=self.read_upto, total=len(tokens), elapsed_s=0.0)
-        for progress in self._timed(self.cache.prefill(tokens[self.read_upto : upto], self.read_upto, len(tokens), cancel)):
+        reading = self.cache.prefill(tokens[self.read_upto : upto], self.read_upto, len(tokens), cancel)
+        for progress in timed(reading, self._add_read_s):
             self.read_upto = progress.done
             yield progress
 
@@ -83,16 +82,14 @@ class PromptRun:
         cancel: threading.Event | None = None,
     ) -> Iterator[Event]:
         """Read tokens[read_upto:] within the budget (streamed reading, see chunked.py)."""
-        for event in self._timed(stream_read(self.cache, self.model, tokens, self.read_upto, question_window, settings, stream, cancel)):
+        for event in timed(stream_read(self.cache, self.model, tokens, self.read_upto, question_window, settings, stream, cancel),
+                           self._add_read_s):
             if isinstance(event, Progress):
                 self.read_upto = event.done
             yield event
 
-    def _timed(self, events: Iterator[_Made]) -> Iterator[_Made]:
-        """`events` passed on, only the time spent making them added to read_s (events.timed)."""
-        return timed(events, self._add_read_s)
-
     def _add_read_s(self, seconds: float) -> None:
+        """events.timed's account: read_s is reading time only, not a pause between two batches."""
         self.read_s += seconds
 
     def keep_once(self, window: list[int], method: Method) -> None:
