@@ -14,15 +14,18 @@ _Made = TypeVar("_Made")
 
 @dataclass(frozen=True)
 class Progress:
-    """Prompt reading: `done` of `total` tokens after `elapsed_s` seconds."""
+    """Prompt reading: `done` of `total` tokens, the tokens after `read_from` read in `elapsed_s`
+    seconds (those before it were read earlier, or loaded from a saved reading; a pause is not
+    reading time: timed())."""
 
     done: int
     total: int
     elapsed_s: float
+    read_from: int = 0
 
     @property
     def tokens_per_s(self) -> float:
-        return self.done / self.elapsed_s if self.elapsed_s > 0 else 0.0
+        return (self.done - self.read_from) / self.elapsed_s if self.elapsed_s > 0 else 0.0
 
 
 @dataclass(frozen=True)

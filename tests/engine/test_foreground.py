@@ -17,6 +17,7 @@ from kvchat.documents import Document
 from kvchat.engine import AskSettings, Conversation
 from kvchat import events
 from kvchat.engine.reading.speeds import ReadingSpeeds
+from kvchat.engine.kvcache import cache as cache_module
 from kvchat.engine.kvcache.cache import KvCache
 from kvchat.engine.kvcache.foreground import Foreground, HeldWhileBusy, batches_stop_while
 from kvchat.engine.kvcache import in_progress
@@ -184,6 +185,31 @@ def test_a_reading_stopped_while_a_batch_is_under_way_stops_part_way_through_it(
             next(reading)
         assert asked.count(True) == 1
         assert cache.cells == 256 and np.array_equal(np.sort(cache.ctx.positions()), np.arange(256))
+
+
+def test_a_readings_speed_is_that_of_its_batches_not_a_stopped_one_nor_its_consumers_hold(tiny_model, monkeypatch) -> None:
+    """The speed a reading shows (the CLI's bar, the chat's figures): its batches read from where it
+    began (100 tokens read before), not a batch stopped part-way for a question (1,000 s on its
+    clock here) nor the 1,000 s its consumer holds each event (a pause)."""
+    tokens = tiny_model.tokenize("The boat was named the Grey Heron. " * 40)[:600]
+    held_s, stops = [0.0], [True]
+    monkeypatch.setattr(cache_module, "time", SimpleNamespace(perf_counter=lambda: time.perf_counter() + held_s[0]))
+
+    def check() -> bool:  # the first batch stops part-way, 1,000 s into it
+        if stops and stops.pop():
+            held_s[0] += 1000.0
+            return True
+        return False
+
+    told = []
+    cache = KvCache(LlamaContext(tiny_model, ContextSettings(n_ctx=1024, n_batch=256, threads=2)))
+    with cache.ctx, batches_stop_while(check):
+        for progress in cache.prefill(tokens, 100, 700):
+            told.append(progress)
+            held_s[0] += 1000.0
+    assert [(progress.done, progress.read_from) for progress in told] == [(100, 100), (356, 100), (612, 100), (700, 100)]
+    assert told[0].elapsed_s == 0.0 and 0.0 < told[-1].elapsed_s < 1000.0 and held_s[0] == 5000.0
+    assert told[-1].tokens_per_s == 600 / told[-1].elapsed_s
 
 
 def test_a_reading_begun_in_the_background_reads_on_for_the_question_that_takes_it_over(tiny_model, tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ import reprlib
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,7 +24,7 @@ import pytest
 from kvchat.cli import app as cli_app
 from kvchat.cli.app import main
 from kvchat.engine import readings_in_progress
-from kvchat.engine.kvcache import lock_files
+from kvchat.engine.kvcache import in_progress, lock_files
 
 KEY = "0123456789abcdef0123456789abcdef01234567"  # the form of DocumentStates.key()
 SEND_SIGNAL = os.kill  # for the tests' own child processes only
@@ -137,6 +138,20 @@ def test_a_record_without_its_reading_time_is_listed_with_no_time_left(monkeypat
         os.close(fd)
     assert (code, err) == (0, "")
     assert [(entry["state"], entry["done"], entry["left_s"]) for entry in json.loads(out)] == [("reading", 1, None)]
+
+
+def test_a_reading_followed_in_another_process_shows_the_speed_of_its_reading_time(monkeypatch) -> None:
+    """What a question awaiting another process's reading shows (progress_of): the speed of the
+    400 tokens read in 4 s since the 100 loaded, not of every token over its wall time (98 s)."""
+    monkeypatch.setattr(in_progress, "PROGRESS_EVERY_S", 0.01)
+    fd = held_lock(readings_in_progress().root / f"{KEY}.lock")
+    try:
+        write_record(KEY, record(done=500, total=1000, started=100, updated=198, read_from=100, read_s=4.0))
+        progress = next(readings_in_progress().progress_of(KEY, threading.Event()))
+    finally:
+        os.close(fd)
+    assert (progress.done, progress.total, progress.read_from, progress.elapsed_s) == (500, 1000, 100, 4.0)
+    assert progress.tokens_per_s == 100.0
 
 
 @pytest.mark.system

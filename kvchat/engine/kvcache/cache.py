@@ -93,17 +93,21 @@ class KvCache:
         stops part-way once `cancel` is set (CancelledError; the cache holds the batches before
         it), or while the check of the thread that reads it holds (foreground.batch_stop: a
         background reading, for a question): its progress is told again, unchanged, and the batch
-        read anew once that event is taken."""
-        started = time.perf_counter()
-        step = self.ctx.settings.n_batch
+        read anew once that event is taken. Each Progress's time is that of the batches read (not
+        one stopped part-way, nor the time its consumer held an event)."""
+        step, reading_s = self.ctx.settings.n_batch, 0.0
         for offset in range(0, len(tokens), step):
             raise_if_cancelled(cancel)
             batch = tokens[offset : offset + step]
-            while not self._read_unless_stopped(batch, cancel):
+            while True:
+                started = time.perf_counter()
+                if self._read_unless_stopped(batch, cancel):
+                    reading_s += time.perf_counter() - started
+                    break
                 raise_if_cancelled(cancel)
-                yield Progress(done=done + offset, total=total, elapsed_s=time.perf_counter() - started)
+                yield Progress(done=done + offset, total=total, elapsed_s=reading_s, read_from=done)
             self._append(batch)
-            yield Progress(done=done + offset + len(batch), total=total, elapsed_s=time.perf_counter() - started)
+            yield Progress(done=done + offset + len(batch), total=total, elapsed_s=reading_s, read_from=done)
 
     def _read_unless_stopped(self, batch: list[int], cancel: threading.Event | None) -> bool:
         """Read `batch` at the next positions, unless stopped part-way (prefill()); whether it was read."""

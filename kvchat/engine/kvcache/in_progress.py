@@ -213,9 +213,7 @@ class ReadingsInProgress:
     def progress_of(self, key: str, cancel: threading.Event | None = None) -> Iterator[Progress]:
         """Another process's reading of `key` as Progress events (follow())."""
         for record in self.follow(key, cancel):
-            speed = record.tokens_per_s  # its wall time counts its pauses and a loaded saved part
-            elapsed_s = record.done / speed if speed else record.updated - record.started
-            yield Progress(done=record.done, total=record.total, elapsed_s=elapsed_s)
+            yield Progress(done=record.done, total=record.total, elapsed_s=record.read_s, read_from=record.read_from)
 
     def stop(self, survey: Survey) -> list[InProgress]:
         """Ask the process of every stoppable reading in `survey` (just taken: each of its

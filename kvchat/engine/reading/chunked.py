@@ -111,7 +111,7 @@ def stream_read(
     scorer = _Scorer(stream.carry)
     # leave positions for what follows the reading: the question and the answer's share
     position_room = model.shape.n_ctx_train - (cache.ctx.n_ctx - method.budget - stream.chunk)
-    started = time.perf_counter()
+    reading_s, resumed = 0.0, time.perf_counter()  # the time between its events: not while its consumer holds one
     while read_upto < total:
         raise_if_cancelled(cancel)
         chunk = tokens[read_upto : read_upto + stream.chunk]
@@ -123,7 +123,9 @@ def stream_read(
         cache.decode(chunk[: len(chunk) - len(observer)])
         votes = cache.observe(observer) if observer else None
         read_upto += len(chunk)
-        yield Progress(done=read_upto, total=total, elapsed_s=time.perf_counter() - started)
+        reading_s += time.perf_counter() - resumed
+        yield Progress(done=read_upto, total=total, elapsed_s=reading_s, read_from=start)
+        resumed = time.perf_counter()
         if over_budget:
             if recency_only:
                 kept = cache.plan(method, recent, None).kept
@@ -134,4 +136,6 @@ def stream_read(
                 kept = cache.plan(method, recent, votes).kept
                 scorer.keep(votes, kept)
             dropped = cache.keep_cells(kept)
+            reading_s += time.perf_counter() - resumed
             yield Evicted(count=len(dropped), positions=tuple(int(p) for p in dropped))
+            resumed = time.perf_counter()

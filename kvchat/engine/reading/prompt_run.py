@@ -67,7 +67,7 @@ class PromptRun:
     def read(self, tokens: list[int], upto: int, cancel: threading.Event | None = None) -> Iterator[Progress]:
         """Decode tokens [read_upto, upto) with progress over all `tokens`. Stopped midway (by
         `cancel`), the cache holds tokens[:read_upto], and the next read() goes on from there."""
-        yield Progress(done=self.read_upto, total=len(tokens), elapsed_s=0.0)
+        yield Progress(done=self.read_upto, total=len(tokens), elapsed_s=0.0, read_from=self.read_upto)
         reading = self.cache.prefill(tokens[self.read_upto : upto], self.read_upto, len(tokens), cancel)
         for progress in timed(reading, self._add_read_s):
             self.read_upto = progress.done
