@@ -28,7 +28,7 @@ TASKS = ("needle", "multikey", "multikey16", "vt", "cuad", "cuad-lists", *LEVAL_
 DEFAULT_TASKS = ("needle", "multikey", "vt")  # cuad and L-Eval read whole documents (up to 32K tokens): asked for by name
 # What a variant may set of the reading: how it reads, and a fast reading's settings (FastSettings), by their names in a variant
 READING_OPTIONS = {"read": str, "fast_depth": float, "fast_positions": str, "fast_layers": int, "fast_reread": int, "fast_spans": str,
-                   "fast_heads": str, "fast_choose": str, "fast_opening": int}
+                   "fast_heads": str, "fast_choose": str, "fast_opening": int, "fast_opening_for": str}
 # What a variant may set of the KV cache's layout (KvLayout): such a variant reads the document again, in its layout
 def _on_off(value: str) -> bool:
     if value not in ("on", "off"):

@@ -15,6 +15,7 @@ REDUCTIONS = tuple(r.value for r in HeadReduction if r is not HeadReduction.PER_
 
 USER = UserSettings()  # kvchat's defaults of the settings a user chooses
 CHOOSERS = ("attention", "bm25")
+OPENING_FOR = ("every", "document")
 METHOD_OPTIONS = ("budget", "window", "kernel", "pool", "heads", "spans")  # the settings a method carries
 
 
@@ -62,6 +63,10 @@ class FastSettings:
     # question's words (BM25 over the document's passages, attention where it shares none with them).
     choose: str = "attention"
     opening: int = 0  # the document's first passages, read whatever the question chooses (its title, parties, date)
+    # Which questions the words choose the opening for (passages.names_the_document): every one, or
+    # only one that names the document itself ("this agreement"), whose answer may be in the
+    # opening's words and not in its own; the attention's choice reads it for every question.
+    opening_for: str = "every"
 
     def __post_init__(self) -> None:
         if self.positions not in ("consecutive", "original"):
@@ -78,11 +83,14 @@ class FastSettings:
             raise SettingsError(f"unknown fast reading chooser {self.choose!r}", f"use one of {', '.join(CHOOSERS)}")
         if self.opening < 0:
             raise SettingsError(f"the fast reading's opening passages cannot be negative, got {self.opening}", "use 0 or more")
+        if self.opening_for not in OPENING_FOR:
+            raise SettingsError(f"unknown fast reading opening_for {self.opening_for!r}", f"use one of {', '.join(OPENING_FOR)}")
 
 
 # How the default (read "auto") reads a new document's first question: the passages its words
-# choose and the opening passage, with a draft (docs/how-it-works.md, "Reading what the question chooses").
-AUTO_READING = FastSettings(choose="bm25", opening=1)
+# choose, and the opening passage for a question that names the document, with a draft
+# (docs/how-it-works.md, "Reading what the question chooses").
+AUTO_READING = FastSettings(choose="bm25", opening=1, opening_for="document")
 
 MIN_PART_TOKENS = 256  # a part smaller than this says too little to be worth its answer
 DEFAULT_PART_TOKENS = 2048

@@ -107,8 +107,9 @@ class UserSettings(BaseModel):
     max_tokens: int = _setting(DEFAULT_MAX_TOKENS, "Most tokens per answer.", form="max tokens", ge=1)
     read: Literal["auto", "full", "fast", "retrieval"] = _setting(
         "auto", "How a new document's questions read it. auto: where the model has a draft installed (the "
-        "default model: small) and the document is long enough, the passages the question's words choose (BM25) and "
-        "the document's opening are read alone (the draft's attention chooses where no word matches), full "
+        "default model: small) and the document is long enough, the passages the question's words choose (BM25) are "
+        "read alone, with the document's opening where the question names the document (\"this agreement\"; the "
+        "draft's attention chooses where no word matches), full "
         "otherwise; full: every layer reads the whole document; fast: a cheap pass (a draft's first layers, or the "
         "model's own) chooses the tokens and the whole model reads only those. Follow-ups are read the same way until "
         "the document is read whole, then selected from that reading. retrieval: every question, follow-ups too, "

@@ -13,9 +13,10 @@ import pytest
 
 from kvchat.documents import Document
 from kvchat.engine import AskSettings, Conversation
-from kvchat.engine.reading.passages import PASSAGE_TOKENS, Passages
+from kvchat.engine.reading.passages import PASSAGE_TOKENS, Passages, names_the_document
 from kvchat.engine.settings import FastSettings
 from kvchat.engine.answering import route
+from kvchat.errors import SettingsError
 from kvchat.events import Done, Pruned
 from kvchat.policy import SnapKV
 
@@ -121,6 +122,39 @@ def test_a_retrieval_reading_reads_the_chosen_passage_alone_with_the_template_an
     assert done.stats.read == "bm25, 1 passages"
     assert pruned.kept_positions == tuple(expected.tolist())  # read at consecutive positions, remembered by origin
     assert done.stats.kept_tokens == len(expected) < BUDGET + len(passages.always) + 64
+
+
+def test_a_question_names_the_document_with_this_or_the_and_the_documents_kind() -> None:
+    named = ["What is the title of this agreement?", "When did the parties sign this contract?", "Which law governs THE Contract?",
+             "What datasets does this paper use?", "What is the paper's title?", "Who wrote the book?", "Summarize the report."]
+    not_named = ["Which company is the reseller?", "who plays jennifer in back to the future", "Does this apply to me?",
+                 "this agreementation", "Which agreement came first?"]
+    assert [names_the_document(question) for question in named] == [True] * len(named)
+    assert [names_the_document(question) for question in not_named] == [False] * len(not_named)
+
+
+def test_the_opening_is_read_beside_the_words_passages_only_for_a_question_that_names_the_document(tiny_model) -> None:
+    """As the defaults read (opening_for "document"): the opening passage in the place of the
+    words' last one only where the question names the document (this agreement)."""
+    budget = 2 * PASSAGE_TOKENS
+    settings = AskSettings(method=SnapKV(budget=budget, window=WINDOW), max_tokens=4, threads=2, sources=False, read="fast",
+                           fast=FastSettings(choose="bm25", opening=1, opening_for="document"))
+    read = {}
+    for question in ("Which law governs this?", "Which law governs this agreement?"):
+        conversation = Conversation(tiny_model, "tiny", DOCUMENT, settings)
+        passages = conversation._text.passages
+        done, pruned = _asked(conversation, question)
+        window_start = done.stats.prompt_tokens - WINDOW
+        read[question] = done.stats.read, pruned.kept_positions[:-WINDOW], window_start
+    about_law = [index for index, text in enumerate(passages.texts) if "governing law" in text]
+    most = max(about_law, key=lambda index: passages.texts[index].count("governing law"))
+    label, kept, window_start = read["Which law governs this?"]
+    assert (label, kept) == ("bm25, 2 passages", tuple(passages.tokens_of(np.array(about_law), window_start).tolist()))
+    label, kept, window_start = read["Which law governs this agreement?"]
+    assert (label, kept) == ("bm25 and the opening, 2 passages", tuple(passages.tokens_of(np.array([0, most]), window_start).tolist()))
+    assert 0 not in about_law and most != 0
+    with pytest.raises(SettingsError, match="unknown fast reading opening_for 'questions'"):
+        FastSettings(opening=1, opening_for="questions")
 
 
 def test_a_question_sharing_no_word_with_the_document_is_read_as_the_attention_chooses(tiny_model) -> None:

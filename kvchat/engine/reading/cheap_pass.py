@@ -33,7 +33,7 @@ import numpy as np
 
 from kvchat.engine.drafts import Draft
 from kvchat.engine.kvcache.cache import KvCache
-from kvchat.engine.reading.passages import Question
+from kvchat.engine.reading.passages import Question, names_the_document
 from kvchat.engine.reading.selected import Selected
 from kvchat.engine.reading.speeds import ReadingSpeeds
 from kvchat.engine.settings import AskSettings
@@ -159,9 +159,9 @@ def _choose(
         return np.union1d(_before(origins[kept], window_start), _before(turns, window_start)), f"{cheap_pass.label} {layers} layers"
     words = passages.bm25(question.text)
     if (words > 0).any():
-        chosen = passages.top(words, reread, fast.opening)
-        opening = " and the opening" if fast.opening else ""
-        return passages.tokens_of(chosen, window_start), f"bm25{opening}, {len(chosen)} passages"
+        opening = fast.opening if fast.opening_for == "every" or names_the_document(question.text) else 0
+        chosen = passages.top(words, reread, opening)
+        return passages.tokens_of(chosen, window_start), f"bm25{' and the opening' if opening else ''}, {len(chosen)} passages"
     every = passages.tokens_of(np.arange(len(passages.starts)), window_start)
     origins, _, scores, layers = yield from _cheap_pass(cache, tokens, every, window_start, settings, reread, cheap_pass, cancel)
     attention = passages.attention(scores, origins[: len(scores)])

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import re
 import sys
 from dataclasses import dataclass
 from functools import cached_property
@@ -42,6 +43,9 @@ logging.getLogger("bm25s").setLevel(logging.WARNING)  # bm25s sets its logger to
 
 PASSAGE_TOKENS = 250  # a passage grows by whole sentences (of at most 48 tokens) up to this many tokens
 _STEMMER = Stemmer.Stemmer("english")
+# A question that names the document itself, in English as BM25's stop words and stems are.
+_NAMES_THE_DOCUMENT = re.compile(r"\b(?:this|the)\s+(?:agreement|contract|document|paper|report|article|text|book)s?\b",
+                                 re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -164,6 +168,15 @@ class Question:
         """The prompt indices of the earlier turns' tokens."""
         start = self.passages.n_tokens
         return np.arange(start, start + self.n_earlier, dtype=np.int64)
+
+
+def names_the_document(question: str) -> bool:
+    """Whether `question` names the document it is about ("this agreement", "the contract", "this
+    paper"): it may ask what the document's opening says of it (its title, parties, date) in words
+    the opening does not share ("When did the parties sign this contract?" of a preamble's "made
+    March 14, 2011"). A question about a fact in it ("who plays Jennifer") is read from the passages
+    its words choose alone: an encyclopedia article's opening names its lead, not the answer."""
+    return _NAMES_THE_DOCUMENT.search(question) is not None
 
 
 def _words(texts: list[str] | tuple[str, ...]) -> list[list[str]]:
