@@ -260,6 +260,7 @@ def test_a_fast_reading_is_a_variant_of_its_own_read_per_question(tiny_model_pat
 def test_a_variant_sets_a_reading_option_or_a_method_option() -> None:
     from kvchat.bench.runner import Variant
     from kvchat.engine import AskSettings
+    from kvchat.engine.settings import AUTO_READING
 
     variant = Variant("snapkv", 512, (("read", "fast"), ("fast_depth", "0.25"), ("fast_layers", "3"), ("kernel", "5")))
     settings = variant.settings(AskSettings())
@@ -278,10 +279,13 @@ def test_a_variant_sets_a_reading_option_or_a_method_option() -> None:
     assert (by_wording.in_parts, by_wording.part_tokens, by_wording.read) == ("auto", AskSettings().part_tokens, "fast")
     assert Variant("snapkv", 512, _overrides("whole=off")).settings(AskSettings()).in_parts == "off"
     assert Variant("snapkv", 512, _overrides("whole=512")).settings(AskSettings()).part_tokens == 512
+    as_the_defaults = Variant("snapkv", 512, _overrides("read=fast,fast_choose=bm25,fast_opening=1,fast_opening_for=document"))
+    assert as_the_defaults.settings(AskSettings()).fast_reading == AUTO_READING
     for bad, said in (("flash_attn=yes", "bad variant value flash_attn='yes'"), ("whole=abc", "bad variant value whole='abc'"),
                       ("kernel=big", "bad variant value kernel='big'"), ("system=wise", "unknown instruction 'wise'"),
                       ("read=auto,fast_reread=1280", "fast_reread changes nothing with read=auto"),
-                      ("fast_opening=1", "fast_opening changes nothing with read=full")):
+                      ("fast_opening=1", "fast_opening changes nothing with read=full"),
+                      ("read=fast,fast_opening_for=some", "unknown fast reading opening_for 'some'")):
         with pytest.raises(SettingsError, match=re.escape(said)):
             Variant("snapkv", 512, _overrides(bad)).settings(AskSettings())
 

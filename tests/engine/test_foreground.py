@@ -242,7 +242,9 @@ def test_a_whole_reading_paused_between_its_batches_remembers_the_speed_it_read_
     here lasts 1,000 s on the reading's clock, and the remembered speed is that of the batches."""
     document = Document(path=Path("notes.txt"), kind="text", text="The boat was named the Grey Heron. " * 120)
     held_s = [0.0]
-    monkeypatch.setattr(events, "time", SimpleNamespace(perf_counter=lambda: time.perf_counter() + held_s[0]))
+    clock = SimpleNamespace(perf_counter=lambda: time.perf_counter() + held_s[0])
+    monkeypatch.setattr(events, "time", clock)
+    monkeypatch.setattr(cache_module, "time", clock)
     speeds = ReadingSpeeds(tmp_path / "speeds.json", "tiny")
     settings = AskSettings(method=SnapKV(budget=64, window=16), read="full", threads=2, n_batch=256)
     conversation = Conversation(tiny_model, "tiny", document, settings, speeds=speeds)

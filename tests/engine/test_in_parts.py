@@ -173,8 +173,12 @@ def test_the_answer_is_each_parts_under_its_heading_with_its_sources_in_the_whol
     kinds = [type(event).__name__ for event in events[1:-1]]
     assert kinds[:6] == ["Progress", "Progress", "Token", "Token", "Token", "Token"] and kinds[6:8] == ["Progress", "Progress"]
     assert [(source.start, source.text) for source in done.sources] == [(start, "Clause") for start in starts]
-    assert [event.done for event in events if isinstance(event, Progress)][-1] == sum(
-        len(TEXT[a:b].split()) for a, b in zip(starts, [*starts[1:], len(TEXT)]))
+    sizes = [len(TEXT[a:b].split()) for a, b in zip(starts, [*starts[1:], len(TEXT)])]
+    progress = [event for event in events if isinstance(event, Progress)]
+    assert progress[-1].done == sum(sizes)
+    # each part's speed is its own reading's: its time, from where it began, not the answer's wall time since it began
+    assert [event.elapsed_s for event in progress] == [0.1, 0.2] * 5
+    assert [event.read_from for event in progress] == [before for before in np.cumsum([0, *sizes[:-1]]).tolist() for _ in range(2)]
     stats = done.stats
     assert (stats.read, stats.prompt_tokens, stats.generated_tokens, stats.stop_reason) == ("in 5 parts", 500, 10, "eos")
 

@@ -112,7 +112,7 @@ def answer_in_parts(
                 yield Token(heading)
                 shown = heading
             part = conversation_for(part_of(document, start, end, what), part_settings(settings), True)
-            done, first_at = yield from _answer_part(part, question, heading if number == 1 else "", cancel, share, started)
+            done, first_at = yield from _answer_part(part, question, heading if number == 1 else "", cancel, share)
         except CancelledError:
             if not answers:  # nothing shown yet
                 raise
@@ -133,14 +133,14 @@ def answer_in_parts(
 
 def _answer_part(
     part: Conversation, question: str, heading: str, cancel: threading.Event | None,
-    share: tuple[int, int, int], started: float,
+    share: tuple[int, int, int],
 ) -> Generator[Event, None, tuple[Done, float | None]]:
     """A part's reading's Progress, `heading` (the first part's: a front end shows a reading bar
     until the text begins), its answer's Tokens (CUT after them where the answer's length cut
     it); returns its Done and when its first token came."""
     first_token_at = None
     try:
-        yield from _read(part, question, cancel, share, started)
+        yield from _read(part, question, cancel, share)
         if heading:
             yield Token(heading)
         done = None
@@ -166,13 +166,14 @@ def _where(finder: SourceFinder, start: int, end: int) -> str:
 
 
 def _read(conversation: Conversation, question: str, cancel: threading.Event | None,
-          share: tuple[int, int, int], started: float) -> Iterator[Event]:
+          share: tuple[int, int, int]) -> Iterator[Event]:
     """A part's reading, its Progress told over the whole document's tokens (`share`: those
-    before the part, the part's, the document's)."""
+    before the part, the part's, the document's), at the speed of the part's own reading."""
     before, size, total = share
     for event in conversation.open(question, cancel=cancel):
         if isinstance(event, Progress):
-            yield Progress(before + size * event.done // max(event.total, 1), total, time.perf_counter() - started)
+            done, read_from = (before + size * count // max(event.total, 1) for count in (event.done, event.read_from))
+            yield Progress(done, total, event.elapsed_s, read_from=read_from)
 
 
 def _over_parts(stats: list[Stats], ttft_s: float, total_s: float) -> Stats:

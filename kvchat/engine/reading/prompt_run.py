@@ -68,9 +68,11 @@ class PromptRun:
         """Decode tokens [read_upto, upto) with progress over all `tokens`. Stopped midway (by
         `cancel`), the cache holds tokens[:read_upto], and the next read() goes on from there."""
         yield Progress(done=self.read_upto, total=len(tokens), elapsed_s=0.0, read_from=self.read_upto)
-        reading = self.cache.prefill(tokens[self.read_upto : upto], self.read_upto, len(tokens), cancel)
-        for progress in timed(reading, self._add_read_s):
+        counted_s = 0.0  # of the batches' reading time (KvCache.prefill: not a batch stopped part-way, nor a pause)
+        for progress in self.cache.prefill(tokens[self.read_upto : upto], self.read_upto, len(tokens), cancel):
             self.read_upto = progress.done
+            self._add_read_s(progress.elapsed_s - counted_s)
+            counted_s = progress.elapsed_s
             yield progress
 
     def stream(
@@ -89,7 +91,8 @@ class PromptRun:
             yield event
 
     def _add_read_s(self, seconds: float) -> None:
-        """events.timed's account: read_s is reading time only, not a pause between two batches."""
+        """read_s is reading time only, not a pause between two batches (a whole reading's from its
+        Progress, a streamed one's from events.timed)."""
         self.read_s += seconds
 
     def keep_once(self, window: list[int], method: Method) -> None:
