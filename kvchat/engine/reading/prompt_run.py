@@ -30,7 +30,6 @@ from kvchat.llama import LlamaContext, LlamaModel, Sampler
 from kvchat.policy import Method
 
 
-
 class PromptRun:
     """Owns a context and its cache; prompt tokens [0, read_upto) are in it, the first
     `loaded_upto` of them from a saved state (a file, the restore point, a kept prefix) rather than
