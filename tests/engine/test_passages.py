@@ -166,6 +166,20 @@ def test_a_question_sharing_no_word_with_the_document_is_read_as_the_attention_c
     assert read[passages.always].all() and 0 < read.sum() - len(passages.always) <= BUDGET
 
 
+@pytest.mark.parametrize("text", ["... !!! ??? ,,, ;;; " * 60, "1 2 3 " * 200, "a " * 600, "\U0001F600 \U0001F680. " * 120],
+                         ids=["punctuation", "numbers", "stop-words", "emoji"])
+def test_a_document_with_no_word_bm25_indexes_is_read_as_the_attention_chooses(tiny_model, text: str) -> None:
+    document = Document(path=Path("wordless.txt"), kind="text", text=text)
+    settings = AskSettings(method=SnapKV(budget=BUDGET, window=WINDOW), max_tokens=4, threads=2, sources=False,
+                           read="retrieval")
+    conversation = Conversation(tiny_model, "tiny", document, settings)
+    passages = conversation._text.passages
+    np.testing.assert_array_equal(passages.bm25("How much is item 7?"), np.zeros(len(passages.starts)))
+    done, pruned = _asked(conversation, "How much is item 7?")
+    assert done.stats.read.startswith("fast 1/2 layers, ")  # the cheap pass's attention chose, as for no shared word
+    assert 0 < len(pruned.kept_positions) < passages.n_tokens
+
+
 def test_a_passages_attention_is_the_mean_score_of_its_read_tokens() -> None:
     passages = Passages(np.array([2, 5, 9]), np.array([5, 9, 12]), ("a", "b", "c"), np.array([0, 1, 12]), 13,
                         np.array([2, 2, 2]), np.array([2, 2, 2]))  # no pages: no marks

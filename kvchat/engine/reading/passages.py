@@ -94,15 +94,20 @@ class Passages:
         return self.ends - self.starts
 
     @cached_property
-    def _index(self) -> bm25s.BM25:
+    def _index(self) -> bm25s.BM25 | None:
+        """The passages' BM25 index; None where they hold no word it can index (punctuation,
+        numbers or emoji alone, stop words alone), which bm25s cannot build."""
+        words = _words(self.texts)
+        if not any(words):
+            return None
         index = bm25s.BM25()
-        index.index(_words(self.texts), show_progress=False)
+        index.index(words, show_progress=False)
         return index
 
     def bm25(self, question: str) -> np.ndarray:
         """Each passage's BM25 score for `question`; all 0 when it shares no word with them."""
-        if not self.texts:
-            return np.zeros(0)
+        if self._index is None:
+            return np.zeros(len(self.texts))
         (words,) = _words([question])
         known = [word for word in words if word in self._index.vocab_dict]
         if not known:
