@@ -27,6 +27,7 @@ from kvchat.engine.kvcache.states import DocumentStates
 from kvchat.engine.prompt import PromptPart, Turn, chat_messages, document_part, split_rendered
 from kvchat.engine.prompt_text import document_runs, prompt_text
 from kvchat.engine.reading.cheap_pass import CheapPass, fast_is_sooner, fast_reading_s, pays, reread_tokens, speed_kind
+from kvchat.engine.reading.passage_bank import PassageBank, read_bank
 from kvchat.engine.reading.passages import Question
 from kvchat.engine.reading.prompt_run import PromptRun
 from kvchat.engine.reading.ways.registry import reading_for
@@ -88,6 +89,7 @@ class Conversation:
         self.opened = False  # open() (done) or skip_reading() was called
         self._unread = False  # the whole reading was deferred: questions read fast meanwhile (select())
         self._text = DocumentText(model, document, self._prompt_text, part.text, self.document_tokens)
+        self.bank: PassageBank | None = None  # the passages' reading, where read_bank() read it
 
     @cached_property
     def run(self) -> PromptRun:
@@ -195,6 +197,13 @@ class Conversation:
             yield from self._read(cancel)
         self._unread = False
 
+    def read_bank(self, cancel: threading.Event | None = None) -> Iterator[Event]:
+        """Read the document as a passage bank (passage_bank.py): the questions read fast after it
+        load the passages they choose instead of reading them."""
+        self.run.clear()
+        self.bank = yield from read_bank(self.run.cache, self.document_tokens, self._text.passages, cancel)
+        self.run.clear()
+
     def check_question(self, question: str, settings: AskSettings | None = None) -> None:
         """Refuse `question` now if its prompt does not fit (sizing.check_prompt), before the
         document is read for it: what select() checks first."""
@@ -267,7 +276,7 @@ class Conversation:
         """The Selected of a fast reading of the prompt `tokens` (the run's read_fast())."""
         self._make_room(len(tokens), settings.max_tokens)  # it reads at most the prompt, its turns whole
         self.prompt_tokens = tokens
-        selected = yield from self._text.with_kept_text(self.run.read_fast(tokens, settings, cancel, question))
+        selected = yield from self._text.with_kept_text(self.run.read_fast(tokens, settings, cancel, question, self.bank))
         if self.speeds is not None:
             self.speeds.record(speed_kind(settings), len(tokens), time.perf_counter() - selected.started)
         return selected

@@ -120,12 +120,30 @@ class KvCache:
     def prefill_chosen(
         self, prompt: list[int], chosen: np.ndarray, next_origin: int, cancel: threading.Event | None = None
     ) -> Iterator[Progress]:
-        """Read the prompt's `chosen` tokens (their indices in it, increasing) into the empty cache
-        at consecutive positions, with their own progress; the cells' origins are `chosen`, and the
-        next token decoded is the prompt's `next_origin` (a fast reading's re-reading)."""
+        """Read the prompt's `chosen` tokens (their indices in it, increasing) after the cells held
+        (none: a fast reading's re-reading; a bank's passages: passage_bank.py) at consecutive
+        positions, with their own progress; the new cells' origins are `chosen`, and the next
+        token decoded is the prompt's `next_origin`."""
+        held = self.origins
         yield from self.prefill([prompt[index] for index in chosen], 0, len(chosen), cancel)
-        self.origins = np.asarray(chosen, dtype=np.int64)
+        self.origins = np.concatenate([held, np.asarray(chosen, dtype=np.int64)])
         self.next_origin = next_origin
+
+    def skip_to(self, position: int) -> None:
+        """Read the next token at `position`, and as the prompt's token there, right after the
+        cells held, which move to end there (llama.cpp reads a batch only right after the last
+        position): a passage read alone after the prompt's opening, at its own place in the
+        document (passage_bank.py)."""
+        if self.cells and position != self.next_pos:
+            self.move_to(self.positions + (position - self.next_pos))
+        self.next_pos = self.next_origin = position
+
+    def drop_from(self, cell: int) -> None:
+        """Remove the cells from `cell` on (the last ones: no hole is left); the next token is read
+        after the cells kept."""
+        if cell < self.cells:
+            self.ctx.remove(0, int(self.positions[cell]), -1)
+        self.reset(self.positions[:cell], self.tokens[:cell], self.origins[:cell])
 
     def _append(self, tokens: list[int]) -> None:
         new_positions = np.arange(self.next_pos, self.next_pos + len(tokens), dtype=np.int64)

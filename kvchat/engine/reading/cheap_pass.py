@@ -33,6 +33,7 @@ import numpy as np
 
 from kvchat.engine.drafts import Draft
 from kvchat.engine.kvcache.cache import KvCache
+from kvchat.engine.reading.passage_bank import PassageBank, load_passages_of
 from kvchat.engine.reading.passages import Question, names_the_document
 from kvchat.engine.reading.selected import Selected
 from kvchat.engine.reading.speeds import ReadingSpeeds
@@ -114,19 +115,24 @@ class CheapPass:
 
 def fast_select(
     cache: KvCache, tokens: list[int], settings: AskSettings, cancel: threading.Event | None = None,
-    cheap_pass: CheapPass = CheapPass(), question: Question | None = None,
+    cheap_pass: CheapPass = CheapPass(), question: Question | None = None, bank: PassageBank | None = None,
 ) -> Generator[Event, None, Selected]:
     """Into an empty `cache`: the kept prompt of `tokens` as a fast reading chooses it, and the
     last token's logits. Progress over the cheap pass (if any), then over the model's reading of
     the chosen tokens, then Pruned; returns the Selected. `cancel` stops either part-way through
     its batch. `question`: its text and the document's passages, for a choice by its words, and the
-    earlier turns, read and kept whatever the method keeps."""
+    earlier turns, read and kept whatever the method keeps; `bank`: those passages' reading
+    (passage_bank.py), from which the chosen ones are loaded instead of read."""
     started = time.perf_counter()
     ctx, n_prompt = cache.ctx, len(tokens)
     reread = reread_tokens(settings, cheap_pass.drafted)
     window_start = max(n_prompt - settings.method.window, 0)  # the question's window observes from here
     yield Progress(done=0, total=n_prompt, elapsed_s=0.0)
     body, read = yield from _choose(cache, tokens, window_start, settings, reread, cheap_pass, question, cancel)
+    if bank is not None and question is not None:  # the chosen passages' reading is banked: loaded, not read
+        loaded = load_passages_of(cache, bank, question.passages, body, tokens)
+        body = np.setdiff1d(body, loaded)
+        read += f", {len(loaded):,} loaded"
     yield from cache.prefill_chosen(tokens, body, window_start, cancel)  # the second pass; the question's window follows
     window = tokens[window_start:]
     compact_s = 0.0

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from kvchat.engine.kvcache.cache import KvCache, SavedCells
+from kvchat.engine.reading.passage_bank import PassageBank
 from kvchat.engine.reading.passages import Question
 from kvchat.engine.reading.cheap_pass import CheapPass, fast_select
 from kvchat.engine.answering.generate import Generation, answer_stats, generate
@@ -195,15 +196,16 @@ class PromptRun:
 
     def read_fast(
         self, tokens: list[int], settings: AskSettings, cancel: threading.Event | None = None, question: Question | None = None,
+        bank: PassageBank | None = None,
     ) -> Iterator[Event]:
         """Instead of reading and select(): a fast reading of the whole prompt (cheap_pass.py) into the
-        emptied cache; `question` for a choice by its words. What a whole reading stopped midway had
+        emptied cache; `question` for a choice by its words, `bank` where its passages' reading is banked. What a whole reading stopped midway had
         read is set aside (back_to_reading()). Returns the Selected that answer() takes."""
         aside = self._aside if self.holds_fast_answer or not self.read_upto else (self.cache.saved(), self.read_upto)
         self.clear()
         self._aside = aside
         self.holds_fast_answer = True  # from here on, even if it is stopped: back_to_reading() takes the reading back
-        selected = yield from fast_select(self.cache, tokens, settings, cancel, self.cheap_pass, question)
+        selected = yield from fast_select(self.cache, tokens, settings, cancel, self.cheap_pass, question, bank)
         self.read_upto = len(tokens)
         return selected
 

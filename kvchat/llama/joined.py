@@ -1,0 +1,112 @@
+"""Several saved runs of cells as one sequence state: a passage bank's chosen passages, each saved
+alone (state_from), loaded into a context at once (llama_state_seq_set_data empties the sequence
+it restores, so pieces cannot be loaded one after another).
+
+Each piece is a one-stream, one-sequence state of the same KV layout (state.py, composite.py).
+The joined state holds their cells in the order given, with their positions: the caller gives
+pieces whose positions increase across them. K keeps the rotation of each cell's own position;
+a shift (llama_memory_seq_add) after loading moves the cells to the positions they are read at.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+
+import numpy as np
+
+from kvchat.llama.state import HEADER, STATE_MAGIC, cell_table
+
+_LAYOUT = struct.Struct("<II")  # v_trans, n_layer
+_ROWS = struct.Struct("<iQ")  # a layer stored a row per cell: ggml type, row bytes
+_COLUMNS = struct.Struct("<iII")  # a transposed V layer: ggml type, element bytes, n_embd_v
+
+StateBuffer = bytes | bytearray | memoryview
+
+
+def joined_state(pieces: Sequence[StateBuffer]) -> bytes:
+    """One sequence state holding every piece's cells, in order. ValueError for pieces laid out
+    otherwise than each other or than one stream of one sequence."""
+    if not pieces:
+        raise ValueError("nothing to join")
+    parsed = [_Piece(piece) for piece in pieces]
+    first = parsed[0]
+    if any(piece.layout != first.layout for piece in parsed):
+        raise ValueError("the pieces have different KV layouts")
+    n_cells = sum(piece.n_cells for piece in parsed)
+    out = [HEADER.pack(STATE_MAGIC, first.seq, 1, n_cells), *(piece.cell_bytes for piece in parsed),
+           _LAYOUT.pack(first.v_trans, first.n_layer)]
+    for layer in range(2 * first.n_layer):  # K's layers, then V's
+        out.append(first.layer_headers[layer])
+        if first.v_trans and layer >= first.n_layer:  # per dimension, one element per cell: the pieces side by side
+            out.append(np.concatenate([piece.layers[layer] for piece in parsed], axis=1).tobytes())
+        else:
+            out.extend(piece.layers[layer].tobytes() for piece in parsed)
+    return b"".join(out)
+
+
+def state_from(state: StateBuffer, first_cell: int) -> bytes:
+    """The state of the cells from `first_cell` on (a passage read after the prompt's opening)."""
+    piece = _Piece(state)
+    out = [HEADER.pack(STATE_MAGIC, piece.seq, 1, piece.n_cells - first_cell), piece.cell_bytes[piece.cell_offsets[first_cell]:],
+           _LAYOUT.pack(piece.v_trans, piece.n_layer)]
+    for layer, (header, data) in enumerate(zip(piece.layer_headers, piece.layers)):
+        out.append(header)
+        if piece.v_trans and layer >= piece.n_layer:
+            element_bytes = data.shape[1] // max(piece.n_cells, 1)
+            out.append(data[:, first_cell * element_bytes :].tobytes())
+        else:
+            out.append(data[first_cell:].tobytes())
+    return b"".join(out)
+
+
+class _Piece:
+    """One state's cell table and its layers' data, as views of its bytes."""
+
+    def __init__(self, state: StateBuffer) -> None:
+        magic, self.seq, n_stream, _ = HEADER.unpack_from(state, 0)
+        if magic != STATE_MAGIC or n_stream != 1:
+            raise ValueError("not a one-stream llama.cpp sequence state")
+        positions, offset = cell_table(state)
+        self.n_cells = len(positions)
+        self.cell_bytes = bytes(state[HEADER.size : offset])
+        self.cell_offsets = _cell_offsets(self.cell_bytes, self.n_cells)
+        self.v_trans, self.n_layer = _LAYOUT.unpack_from(state, offset)
+        offset += _LAYOUT.size
+        data = np.frombuffer(state, dtype=np.uint8)
+        self.layer_headers: list[bytes] = []
+        self.layers: list[np.ndarray] = []
+        for layer in range(2 * self.n_layer):
+            offset = self._read_layer(data, offset, transposed=bool(self.v_trans) and layer >= self.n_layer)
+        if offset != len(data):
+            raise ValueError("the state holds more than one KV cache")
+
+    def _read_layer(self, data: np.ndarray, offset: int, transposed: bool) -> int:
+        """Record the layer at `offset`: rows (n_cells, row bytes), or a transposed V's
+        (n_embd_v, n_cells x element bytes); returns where the next layer begins."""
+        if transposed:
+            _, element_bytes, n_embd = _COLUMNS.unpack_from(data, offset)
+            header, width = _COLUMNS.size, self.n_cells * element_bytes
+            shape = (n_embd, width)
+        else:
+            _, row_bytes = _ROWS.unpack_from(data, offset)
+            header = _ROWS.size
+            shape = (self.n_cells, row_bytes)
+        self.layer_headers.append(data[offset : offset + header].tobytes())
+        size = shape[0] * shape[1]
+        self.layers.append(data[offset + header : offset + header + size].reshape(shape))
+        return offset + header + size
+
+    @property
+    def layout(self) -> tuple[object, ...]:
+        """What must agree between pieces: every layer's header (type and sizes per cell)."""
+        return self.v_trans, self.n_layer, tuple(self.layer_headers)
+
+
+def _cell_offsets(table: bytes, n_cells: int) -> list[int]:
+    """Where each cell's entry begins in a cell table (i32 pos, u32 n_seq_id, n_seq_id x i32), and its end."""
+    offsets, offset = [], 0
+    for _ in range(n_cells):
+        offsets.append(offset)
+        offset += 8 + 4 * struct.unpack_from("<I", table, offset + 4)[0]
+    return offsets + [offset]

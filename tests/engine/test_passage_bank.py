@@ -1,0 +1,130 @@
+"""A passage bank on the tiny model: what a later question holds after loading chosen passages
+(cells, positions, origins), and that a passage loaded from the bank gives the logits of the same
+passage read fresh at its place after the opening."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kvchat.documents import Document
+from kvchat.engine import AskSettings, Conversation
+from kvchat.engine.answering import route
+from kvchat.engine.kvcache.cache import KvCache
+from kvchat.engine.reading.passage_bank import PassageBank, load_chosen, opening_end, read_bank
+from kvchat.engine.reading.passages import Passages
+from kvchat.events import Progress, Pruned
+from kvchat.llama import ContextSettings, LlamaContext
+from kvchat.policy import SnapKV
+
+from tests.inspect_helpers import last_logits
+
+TOPICS = ["orchard apples", "harbour ferries", "governing law", "violin strings", "glacier ice", "copper mines",
+          "desert owls", "paper lanterns", "river otters", "clock towers", "salt marshes", "tea gardens"]
+PAGED = Document.from_pages(Path("topics.pdf"), "pdf", [
+    "\n\n".join(" ".join(f"Note {n} is on {topic}." for n in range(7)) for topic in TOPICS[i : i + 3])
+    for i in range(0, len(TOPICS), 3)])  # four pages, three topics each
+# What moving cells costs the logits: llama.cpp re-rotates the f16 keys of every shift (a move
+# 1,000 positions up and back changes the tiny model's logits by 1.4e-3 of their 4.5).
+SHIFT_NOISE = 3e-3
+QUESTION = [5, 9, 13, 17, 21, 25, 29, 33]  # token ids read after the passages: a question's stand-in
+
+
+def _prompt(tiny_model) -> tuple[list[int], Passages]:
+    settings = AskSettings(method=SnapKV(budget=256, window=16), threads=2, read="retrieval")
+    conversation = Conversation(tiny_model, "tiny", PAGED, settings)
+    return conversation.document_tokens, conversation._text.passages
+
+
+def _cache(model) -> KvCache:
+    return KvCache(LlamaContext(model, ContextSettings(n_ctx=4096, n_batch=256, threads=2)))
+
+
+@pytest.fixture(scope="module")
+def banked(tiny_model) -> tuple[list[int], Passages, PassageBank, list[Progress]]:
+    tokens, passages = _prompt(tiny_model)
+    cache = _cache(tiny_model)
+    with cache.ctx:
+        reading = read_bank(cache, tokens, passages)
+        progress: list[Progress] = []
+        while True:
+            try:
+                progress.append(next(reading))
+            except StopIteration as finished:
+                return tokens, passages, finished.value, progress
+
+
+def test_a_bank_reads_every_token_of_the_document_once_and_keeps_each_piece(banked) -> None:
+    tokens, passages, bank, progress = banked
+    first = opening_end(passages)
+    in_text = int((passages.ends - passages.starts).sum())
+    in_marks = sum(end - start for start, end in bank.marks)
+    assert progress[-1].done == first + in_marks + in_text == passages.ends[-1]  # the closing template is read by the question
+    assert len(bank.passages) == len(passages.starts) and len(bank.marks) == 4  # one mark a page
+
+
+def test_a_follow_up_holds_the_opening_and_the_chosen_passages_with_their_marks_at_consecutive_positions(
+    tiny_model, banked
+) -> None:
+    tokens, passages, bank, _ = banked
+    pages = np.searchsorted(np.unique(passages.mark_starts), passages.mark_starts)
+    chosen = np.array([1, 2, int(np.flatnonzero(pages == 2)[0])])  # two of page 1, one of page 3
+    cache = _cache(tiny_model)
+    with cache.ctx:
+        held = load_chosen(cache, bank, passages, chosen, tokens)
+        first = opening_end(passages)
+        marks = [np.arange(passages.mark_starts[i], passages.mark_ends[i]) for i in (1, chosen[2])]
+        expected = np.concatenate([np.arange(first), marks[0], *(np.arange(passages.starts[i], passages.ends[i]) for i in (1, 2)),
+                                   marks[1], np.arange(passages.starts[chosen[2]], passages.ends[chosen[2]])])
+        np.testing.assert_array_equal(held, expected)  # the page 1 mark once, in document order
+        np.testing.assert_array_equal(cache.origins, expected)
+        np.testing.assert_array_equal(cache.positions, np.arange(len(expected)))
+        np.testing.assert_array_equal(cache.ctx.positions(0), np.arange(len(expected)))  # llama.cpp's cells agree
+        np.testing.assert_array_equal(cache.tokens, np.asarray(tokens)[expected])
+        cache.decode(QUESTION, want_logits=True)  # a follow-up reads only what follows the passages
+        assert cache.cells == len(expected) + len(QUESTION) and cache.next_pos == len(expected) + len(QUESTION)
+
+
+def test_a_passage_loaded_from_the_bank_gives_the_logits_of_the_passage_read_fresh_at_its_place(tiny_model, banked) -> None:
+    tokens, passages, bank, _ = banked
+    index = 4
+    mark, span = (passages.mark_starts[index], passages.mark_ends[index]), (passages.starts[index], passages.ends[index])
+    fresh = _cache(tiny_model)
+    with fresh.ctx:  # the opening, the passage's mark and the passage, read at consecutive positions from 0
+        for start, end in ((0, opening_end(passages)), mark, span):
+            fresh.decode(tokens[start:end])
+        fresh.decode(QUESTION, want_logits=True)
+        expected = last_logits(fresh.ctx)
+    logits = []
+    for chosen in (index, index + 1):
+        loaded = _cache(tiny_model)
+        with loaded.ctx:
+            load_chosen(loaded, bank, passages, np.array([chosen]), tokens)
+            loaded.decode(QUESTION, want_logits=True)
+            logits.append(last_logits(loaded.ctx))
+    np.testing.assert_allclose(logits[0], expected, atol=SHIFT_NOISE)
+    assert np.abs(logits[1] - expected).max() > 100 * SHIFT_NOISE  # another passage is no near miss
+
+
+def test_a_question_read_fast_after_the_bank_loads_its_passages_and_reads_only_the_rest(tiny_model) -> None:
+    settings = AskSettings(method=SnapKV(budget=256, window=16), max_tokens=4, threads=2, sources=False, read="retrieval")
+    conversation = Conversation(tiny_model, "tiny", PAGED, settings)
+    question = "Which law governs this?"
+    try:
+        list(conversation.open(question))
+        fresh = list(route.answer(conversation, question))
+        list(conversation.read_bank())
+        conversation.reset()  # the same question again, not a follow-up
+        banked = list(route.answer(conversation, question))
+    finally:
+        conversation.close()
+    (fresh_pruned,), (banked_pruned,) = ([event for event in events if isinstance(event, Pruned)] for events in (fresh, banked))
+    assert banked_pruned.kept_positions == fresh_pruned.kept_positions  # the same tokens, in the same cells
+    read = np.asarray(fresh_pruned.kept_positions)
+    passages = conversation._text.passages
+    loaded = read[read < passages.ends[-1]]  # the opening, the chosen passages and their marks
+    assert banked[-1].stats.read == f"{fresh[-1].stats.read}, {len(loaded):,} loaded"
+    second_pass = [event for event in banked if isinstance(event, Progress)][-1]
+    assert second_pass.total == len(read) - len(loaded) - settings.method.window  # read: the closing template and the question's start
