@@ -100,7 +100,13 @@ class OcrBar(_Bar):
 
 
 def render(events: Iterable[Event], as_json: bool, console: Console) -> Done | None:
-    """Consume the event stream; returns the Done event."""
+    """Consume the event stream; returns the Done event.
+
+    The answer streams to stdout as text for reading, its control characters but newline and tab
+    shown as visible stand-ins (errors.printable: ␛ for ESC), whether stdout is a terminal or a
+    pipe, for a pipe often ends at one (`| less -R`, `| tee`); a character at a time, so a
+    sequence split across tokens is caught as well. `--json` is the answer as the model wrote it,
+    for programs: JSON escapes its control characters (\\u001b)."""
     bar = ReadingBar(console)
     done: Done | None = None
     kept_by_document: tuple[tuple[str, int], ...] = ()
@@ -117,7 +123,7 @@ def render(events: Iterable[Event], as_json: bool, console: Console) -> Done | N
             elif isinstance(event, Token):
                 bar.close()
                 if not as_json:
-                    sys.stdout.write(event.text)
+                    sys.stdout.write(printable(event.text, lines=True))
                     sys.stdout.flush()
                     wrote_text = True
             elif isinstance(event, Done):

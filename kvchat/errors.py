@@ -16,14 +16,28 @@ from collections.abc import Callable
 
 SETTING = re.compile(r"`([a-z_]+)`")  # a setting named in a message or hint
 CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")  # C0 (ESC among them), DEL and C1 control characters
+CONTROL_BUT_LINES = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # the same but for tab and newline
+PICTURES = 0x2400  # Unicode's control pictures: U+2400 + a C0 code (␛ for ESC, ␇ for BEL, ␍ for CR)
+DEL_PICTURE = "\u2421"  # ␡
+NO_PICTURE = "\ufffd"  # a C1 character has no picture of its own: �
 
 
-def printable(text: str) -> str:
-    """`text` as kvchat shows it (a file's name, a path, a message or a log line naming one),
-    without control characters: a name holding ESC would write `ESC[31m` (colours) or `ESC]0;…`
-    (the window's title) to the terminal, and other codes move the cursor or erase. Every front end
-    shows names through this, errors through one_line()."""
-    return CONTROL.sub("", text)
+def printable(text: str, lines: bool = False) -> str:
+    """`text` as kvchat shows it (a file's name, a path, a message or a log line naming one; with
+    `lines`, text laid out in lines: an answer, a document), each control character shown as a
+    visible stand-in of one character (␛, ␇, ␍, ␡; � for a C1 code): a name or an answer holding
+    ESC would write `ESC[31m` (colours) or `ESC]0;…` (the window's title) to the terminal, and
+    other codes ring, move the cursor or erase. `lines` keeps newlines and tabs. One character
+    stands for one, so offsets into the text (the chat's kept spans in a document) still point at
+    the same characters. Every front end shows names, answers and documents through this, errors
+    through one_line(); what it hands to programs (`--json`, the server's API) keeps the text,
+    escaped as JSON escapes it."""
+    return (CONTROL_BUT_LINES if lines else CONTROL).sub(_picture, text)
+
+
+def _picture(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return chr(PICTURES + code) if code < 0x20 else DEL_PICTURE if code == 0x7F else NO_PICTURE
 
 
 def plain(name: str) -> str | None:

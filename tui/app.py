@@ -156,7 +156,7 @@ class KvchatApp(Dialogs, BackgroundReading):
         self.query_one(ReadingBar).start("Reading")
         panel = self.query_one(KvPanel)
         document = message.document
-        panel.figures = replace(panel.figures, document=document.path.name, pages=len(document.pages) or None)
+        panel.figures = replace(panel.figures, document=printable(document.path.name), pages=len(document.pages) or None)
         panel.refresh_figures()
 
     async def on_engine_event(self, message: EngineEvent) -> None:
@@ -168,8 +168,9 @@ class KvchatApp(Dialogs, BackgroundReading):
             self.query_one(ReadingBar).stop()  # what the answer had to read is read
         if isinstance(event, Token):
             if self._stream is not None:
-                self._answer_text += event.text
-                await self._stream.write(event.text)
+                shown = printable(event.text, lines=True)  # the model's control characters as ␛, ␇…
+                self._answer_text += shown
+                await self._stream.write(shown)
         elif isinstance(event, Progress) and self.busy is not None:
             bar = self.query_one(ReadingBar)
             if not bar.display:  # an answer's own reading: fast, or going on with the background one

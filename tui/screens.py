@@ -15,7 +15,7 @@ from textual.widgets import Button, DirectoryTree, Input, Label, Select, Static
 
 from kvchat.documents import DOCUMENT_SUFFIXES
 from kvchat.engine import AskSettings, above_most, choices, form_label, setting_names, user_settings, value_type
-from kvchat.errors import SettingsError
+from kvchat.errors import SettingsError, printable
 from kvchat.policy import SnapKV, method_carrying, method_options
 
 SNAPKV_OPTIONS = {"kernel": SnapKV.kernel, "pool": SnapKV.pool}
@@ -169,7 +169,9 @@ class KeptScreen(ModalScreen[None]):
         partial: list[tuple[int, int]] | None = None,
     ) -> None:
         super().__init__()
-        self.text, self.spans, self.summary, self.focus, self.partial = text, spans, summary, focus, partial or []
+        # the document's control characters as ␛, ␇…: one for one, so the spans still point at their text
+        self.text = printable(text, lines=True)
+        self.spans, self.summary, self.focus, self.partial = spans, summary, focus, partial or []
 
     def compose(self) -> ComposeResult:
         body = Text(self.text, style="dim")

@@ -15,6 +15,7 @@ from textual.widgets.option_list import Option
 
 from kvchat.documents import Document
 from kvchat.engine import AskSettings
+from kvchat.errors import printable
 from kvchat.events import Progress, Pruned, Source, Stats
 
 MIB = 2**20
@@ -164,7 +165,7 @@ class SourceList(OptionList):
     answer was about, with what that answer's selection kept (`kept`; None: nothing was pruned)."""
 
     def __init__(self, sources: Sequence[Source], document: Document, kept: Pruned | None) -> None:
-        super().__init__(*(Option(Text(source.quoted())) for source in sources))
+        super().__init__(*(Option(Text(printable(source.quoted()))) for source in sources))
         self.sources, self.document, self.kept = tuple(sources), document, kept
 
 

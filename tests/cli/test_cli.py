@@ -4,6 +4,7 @@ through the same entry point in this process (they fail before any model loads).
 from __future__ import annotations
 
 import inspect
+import io
 import json
 import os
 import re
@@ -15,12 +16,15 @@ from pathlib import Path
 
 import pytest
 import typer
+from rich.console import Console
 
 from kvchat.cli import app as cli_app
 from kvchat.cli.options import check_draft, draft_at_start, draft_for
-from kvchat.cli.render import stats_line
-from kvchat.errors import SettingsError
-from kvchat.events import Stats
+from kvchat.cli.render import render, stats_line
+from kvchat.engine import AskSettings
+from kvchat.errors import SettingsError, printable
+from kvchat.events import Done, Source, Stats, Token
+from tests.fake_sessions import fake_stats
 from tests.documents.test_documents import BAD_DOCUMENTS
 
 JSON_KEYS = {
@@ -707,7 +711,7 @@ def test_a_question_with_bytes_that_are_not_utf8_is_answered(document, tiny_mode
 @pytest.mark.system
 def test_names_are_printed_without_control_characters(tmp_path, tiny_model_path, isolated_home) -> None:
     """A file name holding ESC wrote `ESC[31m` (colours) and `ESC]0;TITLE` (the window's title)
-    to the terminal; every line naming it now leaves the control characters out."""
+    to the terminal; every line naming it now shows the control characters as visible stand-ins."""
     folder = tmp_path / "docs"
     folder.mkdir()
     (folder / "a\x1b[31mred\x1b]0;TITLE\x07.txt").write_text("The fee is 5 dollars.")
@@ -715,32 +719,84 @@ def test_names_are_printed_without_control_characters(tmp_path, tiny_model_path,
     read = run_kvchat("read", str(folder), "--model", str(tiny_model_path), "--threads", "2", home=isolated_home)
     assert read.returncode == 0, read.stderr
     assert read.stderr.splitlines() == [
-        f"skipped {folder}/b[2J.bin: not a PDF, DOCX, EPUB, TXT, Markdown or HTML file",
+        f"skipped {folder}/b␛[2J.bin: not a PDF, DOCX, EPUB, TXT, Markdown or HTML file",
         "1 document, " + read.stderr.splitlines()[1].split(", ", 1)[1],
-        f"{folder}/a[31mred]0;TITLE.txt: read ({read.stderr.splitlines()[2].split(': read (', 1)[1]}",
+        f"{folder}/a␛[31mred␛]0;TITLE␇.txt: read ({read.stderr.splitlines()[2].split(': read (', 1)[1]}",
         "1 read",
     ]
     listed = run_kvchat("cache", "list", home=isolated_home, env={"COLUMNS": "200"})
     asked = run_kvchat("ask", str(folder / "a\x1b[31mred\x1b]0;TITLE\x07.txt"), "What is the fee?", "--model", str(tiny_model_path),
                        "--threads", "2", "--max-tokens", "2", home=isolated_home)
     missing = run_kvchat("ask", str(folder / "gone\x1b[31m.txt"), "q", home=isolated_home)
-    assert asked.returncode == 0 and "a[31mred]0;TITLE.txt" in listed.stdout
-    assert missing.stderr.startswith(f"kvchat: skipped {folder}/gone[31m.txt: no file matches it\n")
+    assert asked.returncode == 0 and "a␛[31mred␛]0;TITLE␇.txt" in listed.stdout
+    assert missing.stderr.startswith(f"kvchat: skipped {folder}/gone␛[31m.txt: no file matches it\n")
     for result in (read, listed, asked, missing):
         assert "\x1b" not in result.stdout + result.stderr and "\x07" not in result.stdout + result.stderr
 
 
-def test_notices_errors_and_log_lines_leave_control_characters_out() -> None:
+def test_notices_errors_and_log_lines_show_control_characters_as_visible_stand_ins() -> None:
     import logging
 
     from kvchat.cli.logs import PrintableFormatter
     from kvchat.errors import DocumentError
     from kvchat.events import Notice
 
-    assert Notice("reading a\x1b[31m\x9bb\x7f.txt").text == "reading a[31mb.txt"
-    assert DocumentError("x\x1b]0;T\x07.pdf: no such file", "check\x1b[2J it").one_line() == "x]0;T.pdf: no such file (hint: check[2J it)"
+    assert Notice("reading a\x1b[31m\x9bb\x7f.txt").text == "reading a␛[31m�b␡.txt"
+    assert DocumentError("x\x1b]0;T\x07.pdf: no such file", "check\x1b[2J it").one_line() == "x␛]0;T␇.pdf: no such file (hint: check␛[2J it)"
     record = logging.LogRecord("kvchat", logging.WARNING, __file__, 1, "deleted %s", ("a\x1b[31m.kvstate",), None)
-    assert PrintableFormatter("%(message)s").format(record) == "deleted a[31m.kvstate"
+    assert PrintableFormatter("%(message)s").format(record) == "deleted a␛[31m.kvstate"
+
+
+CONTROL_BUT_LINES = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # every control character but tab and newline
+
+
+def test_an_answers_control_characters_are_shown_as_stand_ins_and_the_json_keeps_them(capsys) -> None:
+    """An answer quoting a document's `ESC]0;pwned BEL`, or a model's noise (0x14, 0x18, CR),
+    reached stdout raw: it set the terminal's title, rang, moved the cursor. The answer is text for
+    reading, through a pipe (as here) as on a terminal: each control character but newline and tab
+    is shown as its stand-in, also where a sequence is split across tokens. --json keeps the answer
+    as written, escaped as JSON escapes it."""
+    answer = ["The title is \x1b]0;pw", "ned\x07, then \x1b", "[31mred\r\x14\x18\x9b\x7f\n\tend"]
+    done = Done("".join(answer), fake_stats(AskSettings(), 3), (Source(0, 9, "a \x1b[2J b", 1.0, "line 1"),))
+    events = [*map(Token, answer), done]
+    stderr = io.StringIO()
+    render(events, False, Console(file=stderr, width=200))
+    assert capsys.readouterr().out == "The title is ␛]0;pwned␇, then ␛[31mred␍␔␘�␡\n\tend\n"
+    assert 'line 1 · "a ␛[2J b"' in stderr.getvalue() and not CONTROL_BUT_LINES.search(stderr.getvalue())
+    render(events, True, Console(file=io.StringIO()))
+    printed = capsys.readouterr().out
+    assert "\\u001b]0;pwned\\u0007" in printed and not CONTROL_BUT_LINES.search(printed)
+    assert json.loads(printed)["answer"] == "".join(answer)
+
+
+@pytest.mark.system
+def test_a_noisy_answer_reaches_the_terminal_without_control_characters(tmp_path, tiny_model_path, isolated_home) -> None:
+    """On the tiny model, `--temperature 2 --seed 6` answers with control characters (0x11, 0x0b,
+    0x04, as the --json answer shows); on a terminal they are shown as stand-ins."""
+    import pty
+    import termios
+    import tty
+
+    document = tmp_path / "title.txt"
+    document.write_text("The title is \x1b]0;pwned\x07 and the bell \x07 rings. Item 7 costs 21 dollars.\n")
+    args = ["ask", str(document), "quote exactly", "--model", str(tiny_model_path), "--temperature", "2", "--seed", "6",
+            "--threads", "2", "--max-tokens", "40"]
+    as_json = run_kvchat(*args, "--json", home=isolated_home)
+    assert as_json.returncode == 0, as_json.stderr
+    written = json.loads(as_json.stdout)["answer"]
+    assert CONTROL_BUT_LINES.search(written), f"the answer holds no control character to show: {written!r}"
+    terminal, stdout_end = pty.openpty()
+    tty.setraw(stdout_end, termios.TCSANOW)  # the terminal passes on what was written as written (no \n -> \r\n)
+    env = {**os.environ, "KVCHAT_HOME": str(isolated_home)}
+    process = subprocess.Popen([sys.executable, "-m", "kvchat.cli", *args], stdout=stdout_end, stderr=subprocess.PIPE, env=env)
+    os.close(stdout_end)
+    shown = b""
+    while chunk := _read_or_closed(terminal):
+        shown += chunk
+    os.close(terminal)
+    assert process.wait(timeout=120) == 0, process.stderr.read()
+    assert not CONTROL_BUT_LINES.search(shown.decode()), shown
+    assert shown.decode() == printable(written, lines=True) + "\n"
 
 
 @pytest.mark.parametrize("path", [path for path, _ in _commands() if path], ids=lambda path: " ".join(("kvchat", *path)))

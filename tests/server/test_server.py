@@ -697,6 +697,18 @@ def test_a_documents_text_is_what_sources_and_kept_spans_point_into(server, clie
     assert missing.status_code == 404 and "no document 'doc-nothing'" in missing.json()["error"]["message"]
 
 
+def test_a_documents_text_keeps_its_control_characters_escaped_as_json_escapes_them(server) -> None:
+    """The API hands programs the text as it is (the offsets point into it); its ESC and BEL travel
+    as JSON's escapes, never as raw bytes, and the page shows the text through textContent."""
+    url, _ = server
+    text = "The title is \x1b]0;pwned\x07 and the bell \x07 rings. Item 7 costs 21 dollars."
+    stored = httpx.post(f"{url}/v1/documents", files={"file": ("title.txt", text.encode())}).json()
+    response = httpx.get(f"{url}/v1/documents/{stored['id']}/text")
+    assert response.headers["content-type"] == "application/json"
+    assert b"\x1b" not in response.content and b"\x07" not in response.content
+    assert b"\\u001b]0;pwned\\u0007" in response.content and response.json()["text"] == text
+
+
 def test_the_page_is_served_and_other_origins_are_refused_unless_allowed(tiny_model_path: Path) -> None:
     preflight = {"Origin": "https://app.example", "Access-Control-Request-Method": "POST",
                  "Access-Control-Request-Headers": "authorization,content-type"}
