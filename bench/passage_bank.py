@@ -1,0 +1,88 @@
+"""Later questions from a passage bank, beside the first answer's fresh reading of the same passages
+and the whole reading's selection (today's follow-up), on cuad's dev contracts.
+
+Usage: python bench/passage_bank.py [--contracts 2] [--max-document-tokens 16000] [--model default]
+       [--draft small] [--budget 1024] [--no-whole]
+
+Each contract's questions are answered three ways, each question on its own (no earlier turn):
+`fresh`, the default first answer (the passages the question's words choose, read alone now);
+`bank`, the same choice loaded from the contract's passage bank, read once before
+(engine/reading/passage_bank.py); `whole`, SnapKV at the budget from the contract's whole reading.
+One JSON line per answer, then one per contract with the readings' times, then the totals. Use a
+KVCHAT_HOME where the contracts' readings are not saved (else the whole reading is loaded).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections.abc import Iterator
+
+from kvchat.bench.compare import case_document, for_case
+from kvchat.bench.cuad import cuad_cases
+from kvchat.bench.tasks import Case, case_score
+from kvchat.engine import AskSettings, Conversation, Engine
+from kvchat.events import Done, Event
+from kvchat.policy import SnapKV
+
+
+def _timed(events: Iterator[Event]) -> float:
+    started = time.perf_counter()
+    for _ in events:
+        pass
+    return round(time.perf_counter() - started, 1)
+
+
+def _answers(engine: Engine, conversation: Conversation, cases: list[Case], settings: AskSettings, way: str) -> Iterator[dict]:
+    for case in cases:
+        conversation.reset()  # each question as a first one: the ways differ only in the reading
+        done = [event for event in engine.answer(conversation, case.question, for_case(settings, case)) if isinstance(event, Done)][0]
+        yield {"way": way, "id": case.meta["id"], "score": case_score(case, done.answer), "ttft_s": round(done.stats.ttft_s, 2),
+               "read": done.stats.read, "kept": done.stats.kept_tokens, "answer": done.answer.strip()[:300]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--contracts", type=int, default=2, help="the first (shortest) dev contracts")
+    parser.add_argument("--max-document-tokens", type=int, default=16000)
+    parser.add_argument("--model", default="default")
+    parser.add_argument("--draft", default="small")
+    parser.add_argument("--budget", type=int, default=1024)
+    parser.add_argument("--no-whole", action="store_true", help="leave out the whole reading's follow-ups")
+    args = parser.parse_args()
+    totals: dict[str, list[float]] = {}
+    with Engine(args.model, draft=args.draft) as engine:
+        cases = cuad_cases(engine.model.count_tokens, args.max_document_tokens)
+        contracts = list(dict.fromkeys(case.meta["contract"] for case in cases))[: args.contracts]
+        for contract in contracts:
+            asked = [case for case in cases if case.meta["contract"] == contract]
+            record: dict[str, object] = {"contract": contract, "questions": len(asked)}
+            settings = AskSettings(method=SnapKV(budget=args.budget), read="auto")
+            conversation = engine.conversation(case_document(asked[0]), for_case(settings, asked[0]))
+            try:
+                list(conversation.open())
+                record["document_tokens"] = len(conversation.document_tokens)
+                rows = list(_answers(engine, conversation, asked, settings, "fresh"))
+                record["bank_read_s"] = _timed(conversation.read_bank())
+                record["bank_mib"] = round(conversation.bank.n_bytes / 2**20, 1)
+                rows += _answers(engine, conversation, asked, settings, "bank")
+            finally:
+                conversation.close()
+            if not args.no_whole:
+                whole = AskSettings(method=SnapKV(budget=args.budget), read="full")
+                conversation = engine.conversation(case_document(asked[0]), for_case(whole, asked[0]))
+                try:
+                    record["whole_read_s"] = _timed(conversation.open())
+                    rows += _answers(engine, conversation, asked, whole, "whole")
+                finally:
+                    conversation.close()
+            for row in rows:
+                print(json.dumps({"contract": contract, **row}), flush=True)
+                totals.setdefault(row["way"], []).append(row["score"])
+            print(json.dumps(record), flush=True)
+    print(json.dumps({way: {"right": sum(scores), "of": len(scores)} for way, scores in totals.items()}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
