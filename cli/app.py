@@ -14,7 +14,7 @@ from kvchat.cli.ask import ask_command
 from kvchat.cli.bench import bench_command
 from kvchat.cli.cache import cache_app
 from kvchat.cli.chat import chat_command
-from kvchat.cli.config import config_command, default_map
+from kvchat.cli.config import config_command, default_map, with_source
 from kvchat.cli.doctor import doctor_command
 from kvchat.cli.inspect import inspect_command
 from kvchat.cli.logs import configure_logging
@@ -78,9 +78,9 @@ _click_errors = importlib.import_module(typer.BadParameter.__module__)
 
 def main() -> None:
     """Entry point: run the app; one line on stderr and a non-zero exit for every failure."""
-    configure_logging()
     command = typer.main.get_command(app)
     try:
+        configure_logging()
         code = command.main(args=sys.argv[1:], prog_name="kvchat", standalone_mode=False, default_map=default_map(command))
     except CancelledError:
         code = EXIT_INTERRUPTED
@@ -92,8 +92,8 @@ def main() -> None:
         error.show()
         sys.exit(error.exit_code)
     except _click_errors.ClickException as error:  # usage errors: bad value, missing argument, unknown option
-        hint = f"see {_command_path(command, sys.argv[1:])} --help"
-        _fail(KvchatError(error.format_message(), hint).one_line(), error.exit_code)
+        message, hint = with_source(error) or (error.format_message(), f"see {_command_path(command, sys.argv[1:])} --help")
+        _fail(KvchatError(message, hint).one_line(), error.exit_code)
     if code == EXIT_INTERRUPTED:  # Typer turns Ctrl-C into a silent Exit(130)
         print("kvchat: stopped", file=sys.stderr)
     sys.exit(code if isinstance(code, int) else 0)

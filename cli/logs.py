@@ -5,10 +5,11 @@ from __future__ import annotations
 import logging
 import os
 
-from kvchat.errors import printable
+from kvchat.errors import SettingsError, printable
 from kvchat.paths import log_dir
 
 LOG_FILE_NAME = "kvchat.log"
+LEVEL_ENV = "KVCHAT_LOG_LEVEL"
 
 
 def configure_logging() -> None:
@@ -22,8 +23,16 @@ def configure_logging() -> None:
     handler.setFormatter(PrintableFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger("kvchat")
     root.handlers[:] = [handler]
-    root.setLevel(os.environ.get("KVCHAT_LOG_LEVEL", "INFO").upper())
+    root.setLevel(_level())
     root.propagate = False
+
+
+def _level() -> str:
+    """KVCHAT_LOG_LEVEL's level, INFO where it is unset or empty; SettingsError for one logging has not."""
+    value = os.environ.get(LEVEL_ENV) or "INFO"
+    if value.upper() not in logging.getLevelNamesMapping():
+        raise SettingsError(f"unknown {LEVEL_ENV} {value!r}", f"use DEBUG, INFO, WARNING or ERROR, or unset {LEVEL_ENV}")
+    return value.upper()
 
 
 class PrintableFormatter(logging.Formatter):

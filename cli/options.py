@@ -13,6 +13,7 @@ from collections.abc import Callable
 import typer
 from rich.console import Console
 
+from kvchat.cli.config import source_of
 from kvchat.engine import ADVANCED, ANSWER, UserSettings, choices, paired_draft, panel, user_settings, value_type
 from kvchat.errors import SettingsError
 from kvchat.llama import gpu_offload_supported
@@ -79,25 +80,37 @@ def setting_option(name: str) -> tuple[object, typer.models.OptionInfo]:
         callback=as_text if text else None, rich_help_panel=shown_in)
 
 
+SOURCES = "settings_sources"  # the click context a command with settings is given, to name where a wrong value came from
+
+
 def with_settings(*names: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
     """A command taking the settings `names` as options, made from their fields (setting_option),
-    and receiving them checked, together, as its `user` parameter (a UserSettings)."""
+    and receiving them checked, together, as its `user` parameter (a UserSettings); a wrong value
+    from the environment or the settings file is named so (config.source_of)."""
     def decorate(command: Callable[..., None]) -> Callable[..., None]:
         hints = typing.get_type_hints(command)
         signature = inspect.signature(command)
         own = [p.replace(annotation=hints.get(p.name, p.annotation)) for p in signature.parameters.values() if p.name != "user"]
         options = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=kind, default=option)
                    for name in names for kind, option in [setting_option(name)]]
+        context = inspect.Parameter(SOURCES, inspect.Parameter.KEYWORD_ONLY, annotation=typer.Context)
 
         @functools.wraps(command)
         def with_user(**values: object) -> None:
-            user = user_settings({name: values.pop(name) for name in names})
+            ctx = values.pop(SOURCES, None)
+            user = user_settings({name: values.pop(name) for name in names}, called=lambda name: _called(ctx, name))
             command(**values, user=user)
 
-        with_user.__signature__ = signature.replace(parameters=own + options)  # type: ignore[attr-defined]
-        with_user.__annotations__ = {p.name: p.annotation for p in own + options}
+        with_user.__signature__ = signature.replace(parameters=own + options + [context])  # type: ignore[attr-defined]
+        with_user.__annotations__ = {p.name: p.annotation for p in own + options + [context]}
         return with_user
     return decorate
+
+
+def _called(ctx: typer.Context | None, name: str) -> str | None:
+    """Where the setting `name` came from, where not the command line (nor a test's direct call)."""
+    setting = source_of(ctx, name) if ctx is not None else None
+    return setting.called if setting is not None else None
 
 
 def gpu_layers_warning(gpu_layers: int) -> str | None:

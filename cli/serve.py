@@ -13,8 +13,9 @@ from rich.text import Text
 
 from kvchat.cli.options import MODEL, draft_for, warn_about_gpu_layers, with_settings
 from kvchat.documents.limits import SERVER_DOCUMENTS_BYTES
-from kvchat.engine import Engine, UserSettings, ask_settings
-from kvchat.errors import SettingsError
+from kvchat.engine import MOST_TOKENS, Engine, UserSettings, ask_settings
+from kvchat.errors import ModelError, SettingsError
+from kvchat.llama import max_sequences
 from kvchat.policy import HeadReduction, SnapKV, window_for
 from kvchat.serving.slots import DEFAULT_ROOM
 
@@ -38,6 +39,22 @@ answer = client.chat.completions.create(
 )
 print(answer.choices[0].message.content)
 """
+
+
+# What sets the size of the shared context: its sequences, and each one's cells.
+SHARED_CONTEXT_HINT = "lower --max-sessions, or each sequence's cells (--budget, --room, --max-tokens)"
+
+
+def _check_shared_context(sequences: int, sequence_cells: int) -> None:
+    """Refuses the shared context llama.cpp could not make, before a model loads: more sequences
+    than it holds in one context, or more cells than the largest context (llama.cpp counts them in
+    32 bits: 8 sequences of a 2^31 budget wrapped to a context of 12,288 cells)."""
+    if sequences > max_sequences():
+        raise SettingsError(f"--max-sessions {sequences:,} is more than the {max_sequences()} sequences llama.cpp holds "
+                            "in one context", f"lower --max-sessions to {max_sequences()} or less")
+    if sequences * sequence_cells > MOST_TOKENS:
+        raise SettingsError(f"{sequences:,} sequences of {sequence_cells:,} cells are {sequences * sequence_cells:,} cells, "
+                            f"more than the largest context's {MOST_TOKENS:,}", SHARED_CONTEXT_HINT)
 
 
 def _check_port(host: str, port: int) -> None:
@@ -79,6 +96,7 @@ def serve_command(
             "--room >= 16", "see kvchat serve --help",
         )
     budget, threads = user.budget, user.threads
+    _check_shared_context(max_sessions, budget + room + user.max_tokens)
     # refuses bad settings now, as a request's would be refused (with a window its budget holds): requests build theirs later
     layout = ask_settings(user.model_copy(update={"window": window_for(budget)})).layout
     draft = draft_for(model, user.draft, user.read)  # a named one whatever --read says: a request may read fast (kv_read)
@@ -90,7 +108,11 @@ def serve_command(
     limits = ServerLimits(model_id=model_id, budget=budget, max_tokens=user.max_tokens, sequences=max_sessions,
                           max_waiting=max_waiting, max_readings=max_readings, max_document_bytes=documents_memory * 2**20,
                           room=room, layout=layout, heads=HeadReduction(user.heads or SnapKV().heads), defaults=user)
-    service = ChatService(engine, limits, threads)
+    try:
+        service = ChatService(engine, limits, threads)
+    except ModelError as error:  # its hint names the context of one question (`n_ctx`), which serve does not set
+        raise ModelError(error.message, f"{SHARED_CONTEXT_HINT}, free memory, or use f16 cache types "
+                                          "(the log file has llama.cpp's reason)") from None
     try:
         url = f"http://{'127.0.0.1' if host == '0.0.0.0' else host}:{port}"
         shape = f"model {model}, {max_sessions} sequences of {limits.sequence_cells:,} cells, budget {budget}"

@@ -81,7 +81,7 @@ def install_error_handlers(app: FastAPI, hints: Mapping[str, str] | None = None)
             error = invalid_setting(first, name, SERVED_CHOICES.get(name), (hints or {}).get(name))
             return error_response(400, error.one_line(REQUEST_FIELDS.get), "invalid_request", where)
         message = f"{where}: {first.get('msg', 'invalid request')}" if where else str(first.get("msg", "invalid request"))
-        return error_response(400, message, "invalid_request", where or None)
+        return error_response(400, message, "invalid_request", where or first.get("ctx", {}).get("param"))
 
     @app.exception_handler(HTTPException)
     async def _http(_request: Request, error: HTTPException) -> JSONResponse:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, create_model, field_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, create_model, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from kvchat.engine import UserSettings, choices, setting_names, value_type
@@ -46,29 +46,45 @@ class ChatMessage(BaseModel):
 
 
 class StreamOptions(BaseModel):
-    include_usage: bool = False
+    include_usage: bool = Field(default=False, strict=True)
 
 
 class _ChatCompletionRequest(BaseModel):
-    """OpenAI's chat completion request; unknown fields are ignored, as OpenAI's SDKs expect."""
+    """OpenAI's chat completion request. Unknown fields are ignored, as OpenAI's SDKs send many,
+    except one named as kvchat's (`kv_…`): a mistake to name. The fields kvchat reads are strict,
+    as OpenAI's own API is: "10", 10.0 or true for max_tokens, "yes" for stream are refused, not
+    guessed (true was a 1-token answer). A number for a float field is taken (temperature 1)."""
 
     model_config = ConfigDict(extra="ignore")
 
-    model: str
+    model: str = Field(strict=True)
     messages: list[ChatMessage] = Field(min_length=1)
-    stream: bool = False
+    stream: bool = Field(default=False, strict=True)
     stream_options: StreamOptions | None = None
-    max_tokens: int | None = Field(default=None, ge=1)
-    max_completion_tokens: int | None = Field(default=None, ge=1)
-    temperature: float | None = Field(default=None, ge=0, le=2)
-    top_p: float | None = Field(default=None, gt=0, le=1)
-    seed: int | None = None
-    n: int | None = Field(default=None, ge=1, le=1)
+    max_tokens: int | None = Field(default=None, ge=1, strict=True)
+    max_completion_tokens: int | None = Field(default=None, ge=1, strict=True)
+    temperature: float | None = Field(default=None, ge=0, le=2, strict=True)
+    top_p: float | None = Field(default=None, gt=0, le=1, strict=True)
+    seed: int | None = Field(default=None, strict=True)
+    n: int | None = Field(default=None, ge=1, le=1, strict=True)
     # kvchat's extensions
     document_id: str | None = Field(default=None, description="answer about an uploaded document (POST /v1/documents)")
     document_ids: list[str] | None = Field(
         default=None, min_length=1, max_length=16, description="answer about several uploaded documents together, named in this order"
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known_kv_fields(cls, body: object) -> object:
+        """Refuses a `kv_` field kvchat does not take (kv_window, kv_system): ignored, it changed nothing."""
+        if not isinstance(body, dict):
+            return body
+        unknown = [key for key in body if isinstance(key, str) and key.startswith("kv_") and key not in KV_FIELDS]
+        if unknown:
+            raise PydanticCustomError("unknown_kv_field", "unknown {fields} (hint: {hint})",
+                                      {"fields": ", ".join(unknown), "hint": _unknown_hint(unknown), "param": unknown[0]})
+        return body
+
     @field_validator("model", "document_id")
     @classmethod
     def _unicode(cls, text: str | None) -> str | None:
@@ -85,11 +101,24 @@ class _ChatCompletionRequest(BaseModel):
 # for kv_sources is a mistake to name, not to guess (a Literal is strict already).
 SETTING_FIELDS = {f"kv_{name}": name for name in setting_names(served=True)}
 OLD_FIELDS = {"in_parts": "kv_whole"}  # deprecated names a request may still use
+# The settings a request sets as OpenAI's own fields, where a client might try kv_<setting>.
+OPENAI_FIELDS = {"temperature": "temperature", "max_tokens": "max_tokens", "seed": "seed", "system": "a system message"}
 SERVED_CHOICES = {"method": ("snapkv", "full")}  # the values this server takes of a setting's, where fewer
 UNSET = {  # what an unset field means, where it is not the server's option of the same name
     "budget": "At most, and unset, the server's --budget.",
     "method": f"This server takes {' or '.join(SERVED_CHOICES['method'])}; unset, the default (streamed within kv_budget).",
 }
+
+
+KV_FIELDS = {*SETTING_FIELDS, *OLD_FIELDS.values()}
+
+
+def _unknown_hint(unknown: list[str]) -> str:
+    """What a request sets instead of its unknown `kv_` fields: the kv_ fields kvchat takes, and
+    OpenAI's own field for a setting a client tried as kv_<setting>."""
+    own = [f"{OPENAI_FIELDS[field[3:]]} for {field}" for field in unknown if field[3:] in OPENAI_FIELDS]
+    kv = ", ".join(SETTING_FIELDS)
+    return f"use {', '.join(own)}; the kv_ fields are {kv}" if own else f"the kv_ fields are {kv}"
 
 
 def _setting_field(name: str) -> tuple[object, object]:

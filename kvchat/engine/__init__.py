@@ -29,13 +29,13 @@ from kvchat.engine.reading.cheap_pass import speed_kind
 from kvchat.engine.selections import SELECTIONS, Selection, selection_named, selections_help
 from kvchat.engine.settings import AskSettings, FastSettings, KvLayout, ask_settings
 from kvchat.engine.user_settings import (
-    ADVANCED, ANSWER, DEFAULT_MAX_TOKENS, UserSettings, above_most, choices, form_label, invalid_setting, panel,
+    ADVANCED, ANSWER, DEFAULT_MAX_TOKENS, MOST_TOKENS, UserSettings, above_most, choices, form_label, invalid_setting, panel,
     setting_names, user_settings, value_type,
 )
 from kvchat.engine.reading.chunked import StreamSettings
 
 __all__ = [
-    "ADVANCED", "ANSWER", "DEFAULT_MAX_TOKENS", "PAUSED_CHECK_S", "SYSTEM_PROMPT", "WAITING_FOR_TURN", "SELECTIONS", "AskSettings", "Conversation",
+    "ADVANCED", "ANSWER", "DEFAULT_MAX_TOKENS", "MOST_TOKENS", "PAUSED_CHECK_S", "SYSTEM_PROMPT", "WAITING_FOR_TURN", "SELECTIONS", "AskSettings", "Conversation",
     "Engine", "FastSettings", "Generation", "HeldWhileBusy", "InProgress", "KvLayout", "PreparedPrompt", "ReadingPlan",
     "ReadingsInProgress", "Selection", "StreamSettings", "Survey", "Turn", "UserSettings", "WholeReadingDone",
     "about_whole", "above_most", "answer_stats", "ask_settings", "batches_stop_while", "choices", "form_label", "installation",

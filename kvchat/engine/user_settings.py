@@ -7,7 +7,7 @@ message (invalid_setting) that each front end words with its own name for the se
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import NoneType, UnionType
 from typing import Annotated, Any, Literal, get_args, get_origin
 
@@ -16,6 +16,7 @@ from pydantic_core import PydanticCustomError
 
 from kvchat.errors import SettingsError
 from kvchat.llama import CACHE_TYPES, available_cpus
+from kvchat.llama.shape_limits import SHAPE_LIMITS
 from kvchat.policy import DEFAULT_BUDGET, DEFAULT_WINDOW, METHODS, MIN_BUDGET, SPAN_MODES, HeadReduction, PoolMode, SnapKV, methods_help
 
 METHOD_NAMES = tuple(METHODS)
@@ -28,6 +29,16 @@ ANSWER, ADVANCED = "answer", "advanced"
 # Threads for each CPU kvchat may use, at most: more only wait on each other, and far more crash
 # llama.cpp (docs/cli.md, "Threads").
 MAX_THREADS_PER_CPU = 4
+# The most tokens of a context, a batch, a budget or an answer: the largest context a model may
+# declare (shape_limits.py), so that none of them is ever larger than a context. llama.cpp takes
+# these as 32-bit numbers: --n-batch 2147483647 crashed in llama_batch_init, 4294967808 was read
+# as 512, and a server's context of 8 sequences of a 2^31 budget wrapped to a few thousand cells.
+MOST_TOKENS = SHAPE_LIMITS["context_length"]
+# llama.cpp's n_gpu_layers is a 32-bit int (2^32 + 512 was read as 512, 2^63 as 0: none on the GPU);
+# any count above the model's layers puts them all there.
+MOST_GPU_LAYERS = 2**31 - 1
+# llama.cpp's seed is 32 bits (a larger one was cut to its low bits) and 2^32 - 1 means a random one.
+MOST_SEED = 2**32 - 2
 SNAPKV = SnapKV()  # the defaults of its options, which snapstream shares
 
 
@@ -66,7 +77,7 @@ class UserSettings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     budget: int = _setting(DEFAULT_BUDGET, "KV entries kept for the prompt, observation window included.", served=True,
-                           form="KV budget", panel=None, ge=MIN_BUDGET)
+                           form="KV budget", panel=None, ge=MIN_BUDGET, le=MOST_TOKENS)
     window: int = _setting(DEFAULT_WINDOW, "Observation window: the question's last tokens whose attention votes.",
                            form="window", panel=ADVANCED, ge=1)
     kernel: Annotated[int | None, AfterValidator(_odd)] = _setting(
@@ -87,24 +98,26 @@ class UserSettings(BaseModel):
     chunk: int = _setting(512, "snapstream: tokens read between evictions.", panel=ADVANCED, ge=1)
     recent: int = _setting(64, "snapstream: most recent tokens always kept while reading.", panel=ADVANCED, ge=1)
     temperature: float = _setting(0.0, "0 = greedy (deterministic).", form="temperature", panel=None, ge=0)
-    seed: int | None = _setting(None, "Sampling seed (with --temperature > 0).", panel=None)
+    seed: int | None = _setting(None, "Sampling seed (with --temperature > 0).", panel=None, ge=0, le=MOST_SEED)
     threads: Annotated[int | None, AfterValidator(_within_cpus)] = _setting(
         None, "CPU threads for reading and decoding (default: every CPU kvchat may use).", panel=None, ge=1)
-    gpu_layers: int = _setting(0, "Layers to offload to the GPU (a CUDA or Metal build; see docs/gpu.md).", panel=None, ge=0)
+    gpu_layers: int = _setting(0, "Layers to offload to the GPU (a CUDA or Metal build; see docs/gpu.md).", panel=None,
+                               ge=0, le=MOST_GPU_LAYERS)
     flash_attn: Literal["auto", "on", "off"] = _setting(
         "auto", "on, off, or auto (on with --gpu-layers); on: scores from queries and keys.", panel=None)
     cache_type_k: Literal[CACHE_TYPES] = _setting("f16", "KV cache type of K: f16 or q8_0.", panel=None)  # type: ignore[valid-type]
     cache_type_v: Literal[CACHE_TYPES] = _setting(  # type: ignore[valid-type]
         "f16", "KV cache type of V: f16 or q8_0 (q8_0 needs flash attention).", panel=None)
-    n_ctx: int | None = _setting(None, "Context size (default: fits the prompt + max tokens).", panel=None, ge=1)
-    n_batch: int = _setting(512, "Tokens read per step: a reading's chunk, and the largest --window.", panel=None, ge=1)
+    n_ctx: int | None = _setting(None, "Context size (default: fits the prompt + max tokens).", panel=None, ge=1, le=MOST_TOKENS)
+    n_batch: int = _setting(512, "Tokens read per step: a reading's chunk, and the largest --window.", panel=None,
+                            ge=1, le=MOST_TOKENS)
     cache: bool = _setting(True, "Save each document's reading and reuse it next time.", panel=None)
     draft: str | None = _setting(
         None, "A smaller model with the same vocabulary (registry name or GGUF path) that does the cheap pass of a "
         "fast reading: its attention chooses the tokens the model reads (Speculative Prefill). Default: the one the "
         "registry pairs with the model, if installed (small, for the default model); none: the model's own layers.",
         panel=None)
-    max_tokens: int = _setting(DEFAULT_MAX_TOKENS, "Most tokens per answer.", form="max tokens", ge=1)
+    max_tokens: int = _setting(DEFAULT_MAX_TOKENS, "Most tokens per answer.", form="max tokens", ge=1, le=MOST_TOKENS)
     read: Literal["auto", "full", "fast", "retrieval"] = _setting(
         "auto", "How a new document's questions read it. auto: where the model has a draft installed (the "
         "default model: small) and the document is long enough, the passages the question's words choose (BM25) are "
@@ -163,33 +176,38 @@ def value_type(name: str) -> Any:
     return annotation
 
 
-def user_settings(values: Mapping[str, Any], base: UserSettings | None = None) -> UserSettings:
-    """`base` (kvchat's defaults) with `values` set; a wrong value raises invalid_setting's error."""
+def user_settings(values: Mapping[str, Any], base: UserSettings | None = None,
+                  called: Callable[[str], str | None] = lambda _name: None) -> UserSettings:
+    """`base` (kvchat's defaults) with `values` set; a wrong value raises invalid_setting's error,
+    which names the setting as `called(name)` says where that is not None (the CLI: the
+    environment variable or the settings file's key the value came from)."""
     try:
         return UserSettings.model_validate({**(base or UserSettings()).model_dump(), **values})
     except ValidationError as error:
-        raise invalid_setting(error.errors()[0]) from None
+        first = error.errors()[0]
+        raise invalid_setting(first, called=called(str(first["loc"][0]))) from None
 
 
 def invalid_setting(error: Mapping[str, Any], name: str | None = None, kinds: tuple[str, ...] | None = None,
-                    hint: str | None = None) -> SettingsError:
+                    hint: str | None = None, called: str | None = None) -> SettingsError:
     """The one message for a wrong value of a setting, from a pydantic error (the CLI's, the
     server's request validation's); `name`: the setting, when the error's location is a front
     end's field for it; `kinds`: the values that front end takes, where fewer than the setting's;
-    `hint`: that front end's own, where its bound is not the setting's (the server's budget)."""
+    `hint`: that front end's own, where its bound is not the setting's (the server's budget);
+    `called`: the words for where the value came from, said instead of the setting's name."""
     name = name or str(error["loc"][0])
-    value, kinds = error.get("input"), kinds or choices(name)
+    value, kinds, shown = error.get("input"), kinds or choices(name), called or f"`{name}`"
     if kinds:
-        return _not_among(name, value, kinds)
+        return _not_among(shown, value, kinds)
     field = UserSettings.model_fields[name]
     if field.annotation is bool:
-        return SettingsError(f"`{name}` is true or false, not {value!r}", hint or f"{str(field.default).lower()} is the default")
-    return SettingsError(f"`{name}` {_lowered(error['msg'])}, not {value!r}", hint or _default_hint(name))
+        return SettingsError(f"{shown} is true or false, not {value!r}", hint or f"{str(field.default).lower()} is the default")
+    return SettingsError(f"{shown} {_lowered(error['msg'])}, not {value!r}", hint or _default_hint(name))
 
 
-def _not_among(name: str, value: object, kinds: tuple[str, ...]) -> SettingsError:
+def _not_among(shown: str, value: object, kinds: tuple[str, ...]) -> SettingsError:
     """A value that is none of `kinds`: the setting's own, or those a front end takes of them."""
-    return SettingsError(f"unknown `{name}` {value!r}", f"use {_either(kinds)}")
+    return SettingsError(f"unknown {shown} {value!r}", f"use {_either(kinds)}")
 
 
 def above_most(name: str, value: object, most: object, why: str, hint: str | None = None) -> SettingsError:

@@ -46,6 +46,11 @@ class ContextSettings:
         return self.threads_batch or self.thread_count()
 
 
+def max_sequences() -> int:
+    """The most sequences llama.cpp holds in one context (LLAMA_MAX_SEQ): it refuses a context of more."""
+    return int(raw.llama_max_parallel_sequences())
+
+
 def _check_cache_type(cache_type: str, head_dim: int) -> None:
     """Refuse a quantized cache whose blocks would straddle two attention heads: llama.cpp then
     scores each head from the wrong values on the CPU (the tiny test model's 16-wide heads in

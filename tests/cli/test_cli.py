@@ -485,9 +485,9 @@ def test_serve_refuses_bad_threads_before_loading_a_model(threads, tmp_path, mon
     ]
 
 
-def too_many_threads(got: str) -> str:
+def too_many_threads(got: str, called: str = "--threads") -> str:
     cpus = len(os.sched_getaffinity(0))
-    return (f"kvchat: error: --threads should be at most {4 * cpus} (4 for each of the {cpus} CPUs kvchat may use), not {got} "
+    return (f"kvchat: error: {called} should be at most {4 * cpus} (4 for each of the {cpus} CPUs kvchat may use), not {got} "
             "(hint: leave it unset)\n")
 
 
@@ -502,7 +502,7 @@ def test_a_thread_count_from_the_settings_file_is_bounded_in_every_command(comma
     args = {"ask": [str(document), "q"], "read": [str(document)], "chat": [str(document)], "serve": []}[command]
     result = run_kvchat(command, *args, "--model", str(tmp_path / "absent.gguf"), home=isolated_home,
                         env={"KVCHAT_CONFIG": str(config)}, timeout=60)
-    assert (result.returncode, result.stdout, result.stderr) == (2, "", too_many_threads("99999999999999999999"))
+    assert (result.returncode, result.stdout, result.stderr) == (2, "", too_many_threads("99999999999999999999", f"threads in {config}"))
     over = str(4 * len(os.sched_getaffinity(0)) + 1)
     assert run_kvchat(command, *args, "-t", over, home=isolated_home, timeout=60).stderr == too_many_threads(over)
 
