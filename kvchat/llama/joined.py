@@ -45,18 +45,21 @@ def joined_state(pieces: Sequence[StateBuffer]) -> bytes:
     return b"".join(out)
 
 
-def state_from(state: StateBuffer, first_cell: int) -> bytes:
-    """The state of the cells from `first_cell` on (a passage read after the prompt's opening)."""
+def state_from(state: StateBuffer, first_cell: int, end_cell: int | None = None) -> bytes:
+    """The state of the cells [first_cell, end_cell) (to the last when None): a passage read after
+    the prompt's opening, or the part of it before a question's window."""
     piece = _Piece(state)
-    out = [HEADER.pack(STATE_MAGIC, piece.seq, 1, piece.n_cells - first_cell), piece.cell_bytes[piece.cell_offsets[first_cell]:],
+    end = piece.n_cells if end_cell is None else min(end_cell, piece.n_cells)
+    offsets = piece.cell_offsets
+    out = [HEADER.pack(STATE_MAGIC, piece.seq, 1, end - first_cell), piece.cell_bytes[offsets[first_cell] : offsets[end]],
            _LAYOUT.pack(piece.v_trans, piece.n_layer)]
     for layer, (header, data) in enumerate(zip(piece.layer_headers, piece.layers)):
         out.append(header)
         if piece.v_trans and layer >= piece.n_layer:
             element_bytes = data.shape[1] // max(piece.n_cells, 1)
-            out.append(data[:, first_cell * element_bytes :].tobytes())
+            out.append(data[:, first_cell * element_bytes : end * element_bytes].tobytes())
         else:
-            out.append(data[first_cell:].tobytes())
+            out.append(data[first_cell:end].tobytes())
     return b"".join(out)
 
 

@@ -128,3 +128,25 @@ def test_a_question_read_fast_after_the_bank_loads_its_passages_and_reads_only_t
     assert banked[-1].stats.read == f"{fresh[-1].stats.read}, {len(loaded):,} loaded"
     second_pass = [event for event in banked if isinstance(event, Progress)][-1]
     assert second_pass.total == len(read) - len(loaded) - settings.method.window  # read: the closing template and the question's start
+
+
+def test_a_window_that_begins_inside_the_last_passage_loads_the_passage_up_to_it(tiny_model) -> None:
+    window = 96  # longer than the question's part of the prompt: it reaches back into the document
+    settings = AskSettings(method=SnapKV(budget=256, window=window), max_tokens=4, threads=2, sources=False, read="retrieval")
+    conversation = Conversation(tiny_model, "tiny", PAGED, settings)
+    question = "Tea gardens?"
+    try:
+        list(conversation.open(question))
+        list(conversation.read_bank())
+        events = list(route.answer(conversation, question))
+    finally:
+        conversation.close()
+    passages = conversation._text.passages
+    window_start = len(conversation.prompt_tokens) - window
+    assert passages.starts[-1] < window_start < passages.ends[-1]
+    (pruned,) = [event for event in events if isinstance(event, Pruned)]
+    read = np.asarray(pruned.kept_positions)
+    loaded = read[read < window_start]
+    assert events[-1].stats.read.endswith(f", {len(loaded):,} loaded")  # the last passage up to the window too
+    progress = [event for event in events if isinstance(event, Progress)]
+    assert [event.total for event in progress] == [len(conversation.prompt_tokens)]  # the opening's alone: no second pass

@@ -84,17 +84,23 @@ def _read_piece(
 
 
 def load_passages_of(cache: KvCache, bank: PassageBank, passages: Passages, body: np.ndarray, tokens: list[int]) -> np.ndarray:
-    """Load the opening and the passages whose tokens the prompt indices `body` hold (a fast
-    reading's choice), with their marks (load_chosen); the indices loaded."""
-    chosen = np.flatnonzero(np.isin(passages.starts, body) & np.isin(passages.ends - 1, body))
-    return load_chosen(cache, bank, passages, chosen, tokens)
+    """Load the opening and the passages the prompt indices `body` hold (a fast reading's choice:
+    every token of each up to the question's window, which may begin inside the document's last
+    passage), with their marks (load_chosen); the indices loaded."""
+    chosen = np.flatnonzero(np.isin(passages.starts, body))
+    upto = int(body[-1]) + 1 if len(body) else 0
+    return load_chosen(cache, bank, passages, chosen, tokens, upto)
 
 
-def load_chosen(cache: KvCache, bank: PassageBank, passages: Passages, chosen: np.ndarray, tokens: list[int]) -> np.ndarray:
+def load_chosen(
+    cache: KvCache, bank: PassageBank, passages: Passages, chosen: np.ndarray, tokens: list[int], upto: int | None = None,
+) -> np.ndarray:
     """Load the opening and the `chosen` passages (indices, increasing) with their pages' marks
-    into `cache`, at consecutive positions; returns the prompt indices of the tokens loaded."""
+    into `cache`, at consecutive positions, each passage's tokens before the prompt index `upto`
+    only (all when None); returns the prompt indices of the tokens loaded."""
     first = opening_end(passages)
-    pieces, origins = [bank.opening], [np.arange(first)]
+    pieces: list[StateBytes] = [bank.opening]
+    origins = [np.arange(first)]
     loaded_marks: set[tuple[int, int]] = set()
     for index in chosen.tolist():
         mark = (int(passages.mark_starts[index]), int(passages.mark_ends[index]))
@@ -102,8 +108,10 @@ def load_chosen(cache: KvCache, bank: PassageBank, passages: Passages, chosen: n
             loaded_marks.add(mark)
             pieces.append(bank.marks[mark])
             origins.append(np.arange(*mark))
-        pieces.append(bank.passages[index])
-        origins.append(np.arange(passages.starts[index], passages.ends[index]))
+        start, end = int(passages.starts[index]), int(passages.ends[index])
+        kept = end - start if upto is None else min(end, upto) - start
+        pieces.append(bank.passages[index] if kept == end - start else state_from(bank.passages[index], 0, kept))
+        origins.append(np.arange(start, start + kept))
     held = np.concatenate(origins).astype(np.int64)
     cache.load(joined_state(pieces), held, np.asarray(tokens, dtype=np.int64)[held])
     if len(held) and held[-1] != len(held) - 1:
