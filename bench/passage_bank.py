@@ -1,13 +1,14 @@
 """Later questions from a passage bank, beside the first answer's fresh reading of the same passages
 and the whole reading's selection (today's follow-up), on cuad's dev contracts.
 
-Usage: python bench/passage_bank.py [--contracts 2] [--max-document-tokens 16000] [--model default]
+Usage: python bench/passage_bank.py [--skip 0] [--contracts 2] [--max-document-tokens 16000] [--model default]
        [--draft small] [--budget 1024] [--no-whole]
 
 Each contract's questions are answered three ways, each question on its own (no earlier turn):
 `fresh`, the default first answer (the passages the question's words choose, read alone now);
 `bank`, the same choice loaded from the contract's passage bank, read once before
-(engine/reading/passage_bank.py); `whole`, SnapKV at the budget from the contract's whole reading.
+(engine/reading/passage_bank.py); `whole`, SnapKV at the budget from the contract's whole reading, saved once and loaded for each
+question as a later `kvchat ask` loads it (its first token counts the loading).
 One JSON line per answer, then one per contract with the readings' times, then the totals. Use a
 KVCHAT_HOME where the contracts' readings are not saved (else the whole reading is loaded).
 """
@@ -44,7 +45,8 @@ def _answers(engine: Engine, conversation: Conversation, cases: list[Case], sett
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--contracts", type=int, default=2, help="the first (shortest) dev contracts")
+    parser.add_argument("--skip", type=int, default=0, help="leave out the first (shortest) dev contracts")
+    parser.add_argument("--contracts", type=int, default=2, help="how many dev contracts, shortest first")
     parser.add_argument("--max-document-tokens", type=int, default=16000)
     parser.add_argument("--model", default="default")
     parser.add_argument("--draft", default="small")
@@ -54,7 +56,7 @@ def main() -> None:
     totals: dict[str, list[float]] = {}
     with Engine(args.model, draft=args.draft) as engine:
         cases = cuad_cases(engine.model.count_tokens, args.max_document_tokens)
-        contracts = list(dict.fromkeys(case.meta["contract"] for case in cases))[: args.contracts]
+        contracts = list(dict.fromkeys(case.meta["contract"] for case in cases))[args.skip : args.skip + args.contracts]
         for contract in contracts:
             asked = [case for case in cases if case.meta["contract"] == contract]
             record: dict[str, object] = {"contract": contract, "questions": len(asked)}
@@ -73,10 +75,16 @@ def main() -> None:
                 whole = AskSettings(method=SnapKV(budget=args.budget), read="full")
                 conversation = engine.conversation(case_document(asked[0]), for_case(whole, asked[0]))
                 try:
-                    record["whole_read_s"] = _timed(conversation.open())
-                    rows += _answers(engine, conversation, asked, whole, "whole")
+                    record["whole_read_s"] = _timed(conversation.open())  # and saved
                 finally:
                     conversation.close()
+                for case in asked:  # each loads the saved reading, as a later question does
+                    conversation = engine.conversation(case_document(case), for_case(whole, case))
+                    try:
+                        list(conversation.open())
+                        rows += _answers(engine, conversation, [case], whole, "whole")
+                    finally:
+                        conversation.close()
             for row in rows:
                 print(json.dumps({"contract": contract, **row}), flush=True)
                 totals.setdefault(row["way"], []).append(row["score"])
