@@ -13,6 +13,9 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
+import reprlib
+import stat
 import subprocess
 import sys
 import time
@@ -30,6 +33,7 @@ NICENESS = 19  # the background reading gives way to anything the user runs mean
 SESSION_GROUP = Path("/proc/self/autogroup")  # Linux's scheduling group of this process's session
 _GROUP_RETRIES, _GROUP_RETRY_S = 10, 0.1  # unprivileged, Linux renices one group per 0.1 s, system-wide
 _ON, _OFF = ("on", "1", "yes", "true"), ("off", "0", "no", "false")
+JOB_NAME = re.compile(r"[0-9a-f]{32}\.json")  # write_job's: a uuid4's hex digits
 
 
 def background_reading_on() -> bool:
@@ -104,12 +108,76 @@ def write_job(document: Document, model: str, settings: AskSettings, gpu_layers:
 
 
 def take_job(path: Path) -> tuple[Document, str, int, AskSettings]:
-    """The document, model, GPU layers and settings of a job file, which is deleted."""
+    """The document, model, GPU layers and settings of a job file, which is deleted once read.
+    `kvchat read --job` takes any path: only a plain file in kvchat's jobs folder, named and shaped
+    as write_job writes one, is taken; anything else is refused (SettingsError) and left as it is."""
+    own = _own_job(path)
+    text = _job_text(own)
     try:
-        job = json.loads(path.read_text(encoding="utf-8"))
-    finally:
-        path.unlink(missing_ok=True)
-    found = job["document"]
-    document = Document(Path(found["path"]), found["kind"], found["text"], [Page(**page) for page in found["pages"]])
-    settings = AskSettings(threads=job["threads"], layout=KvLayout(**job["layout"]), read="full", system=job["system"])
+        taken = _job_of(json.loads(text))
+    except (ValueError, RecursionError) as error:  # JSONDecodeError, UnicodeDecodeError; nested too deep
+        raise _not_a_job(path, str(error)) from None
+    except SettingsError as error:  # a layout or settings of no reading
+        raise _not_a_job(path, error.message) from None
+    own.unlink(missing_ok=True)
+    return taken
+
+
+def _own_job(path: Path) -> Path:
+    """`path` as a job of kvchat's jobs folder (its own name there, never a link followed out of it)."""
+    folder = jobs_folder().resolve()
+    if path.absolute().parent.resolve() != folder or not JOB_NAME.fullmatch(path.name):
+        raise _not_a_job(path, "not in kvchat's jobs folder")
+    return folder / path.name
+
+
+def _job_text(path: Path) -> str:
+    """The text of job file `path`: a plain file, never opened through a link (nor a pipe waited on)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as error:
+        raise _not_a_job(path, "a symbolic link" if error.errno == errno.ELOOP else error.strerror or str(error)) from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise _not_a_job(path, "not a plain file")
+    with os.fdopen(fd, "rb") as handle:
+        try:
+            return handle.read().decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise _not_a_job(path, str(error)) from None
+
+
+# What write_job writes: each object's fields and their types (a job of another shape is not taken).
+JOB_FIELDS = {"document": dict, "model": str, "gpu_layers": int, "threads": (int, type(None)), "layout": dict,
+              "system": (str, type(None))}
+DOCUMENT_FIELDS = {"path": str, "kind": str, "text": str, "pages": list}
+PAGE_FIELDS = {"number": int, "start": int, "end": int, "source": str, "kind": str}
+LAYOUT_FIELDS = {"flash_attn": bool, "type_k": str, "type_v": str}
+
+
+def _job_of(job: object) -> tuple[Document, str, int, AskSettings]:
+    """What job `job` (parsed JSON) asks; ValueError (or SettingsError) where it is not what
+    write_job writes."""
+    job = _shaped(job, JOB_FIELDS, "the job")
+    found = _shaped(job["document"], DOCUMENT_FIELDS, "its document")
+    pages = [Page(**_shaped(page, PAGE_FIELDS, "a page")) for page in found["pages"]]
+    document = Document(Path(found["path"]), found["kind"], found["text"], pages)
+    layout = KvLayout(**_shaped(job["layout"], LAYOUT_FIELDS, "its layout"))
+    settings = AskSettings(threads=job["threads"], layout=layout, read="full", system=job["system"])
     return document, job["model"], job["gpu_layers"], settings
+
+
+def _shaped(value: object, fields: dict[str, type | tuple[type, ...]], what: str) -> dict:
+    """`value` where it is an object of exactly `fields`, each of its type; else ValueError."""
+    if not isinstance(value, dict) or set(value) != set(fields):
+        raise ValueError(f"{what} is not what kvchat writes")
+    for name, kind in fields.items():
+        field = value[name]
+        if not isinstance(field, kind) or (isinstance(field, bool) and kind is not bool):
+            raise ValueError(f"{what}'s {name} is {reprlib.repr(field)}")
+    return value
+
+
+def _not_a_job(path: Path, reason: str) -> SettingsError:
+    return SettingsError(f"{path} is not a kvchat job file ({reason}); it is left as it is",
+                         f"a job is what kvchat ask leaves in {jobs_folder()} for its reading in the background")

@@ -15,11 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from kvchat.cli.background import NICENESS, SESSION_GROUP, job_command, log_path, start_background_reading, write_job
+from kvchat.cli.background import (
+    NICENESS, SESSION_GROUP, job_command, jobs_folder, log_path, start_background_reading, take_job, write_job,
+)
 from kvchat.documents import load_document
 from kvchat.engine import WAITING_FOR_TURN, AskSettings, Engine, KvLayout, readings_in_progress
 from kvchat.engine.kvcache.foreground import PAUSED_CHECK_S, Foreground
-from kvchat.errors import CancelledError
+from kvchat.errors import CancelledError, SettingsError
 from kvchat.events import Notice, Progress
 from tests.cli.test_cli import ask_args, run_kvchat
 from tests.documents.test_formats import make_docx
@@ -440,3 +442,61 @@ def test_read_saves_a_folders_documents_and_skips_what_it_cannot_read(tmp_path, 
                        "--max-tokens", "4", "--json", home=isolated_home)
     record = json.loads(asked.stdout)
     assert record["read_tokens"] < 50 and record["loaded_tokens"] > 300
+
+
+def test_a_job_file_kvchat_wrote_is_taken_whole_and_removed(document) -> None:
+    settings = AskSettings(threads=1, layout=KvLayout(flash_attn=True, type_v="q8_0"), system="Answer briefly.")
+    job = write_job(load_document(document), "tiny.gguf", settings, 3)
+    taken, model, gpu_layers, read_settings = take_job(job)
+    assert (taken, model, gpu_layers) == (load_document(document), "tiny.gguf", 3)
+    assert (read_settings.threads, read_settings.layout, read_settings.system, read_settings.read) == (
+        1, settings.layout, "Answer briefly.", "full")
+    assert not job.exists()
+
+
+def _in_jobs_folder(kind: str, victim: Path) -> Path:
+    """Something in kvchat's jobs folder, named as a job is, that is not a job kvchat wrote."""
+    job = jobs_folder() / f"{'0' * 32}.json"
+    job.parent.mkdir(parents=True, exist_ok=True)
+    if kind == "link to the user's file":
+        job.symlink_to(victim)
+    elif kind == "folder":
+        job.mkdir()
+    else:
+        job.write_text({"not JSON": "notes\n", "another shape": '{"document": "notes.txt"}',
+                        "a wrong type": json.dumps({**json.loads(write_job(load_document(victim), "m", AskSettings(), 0).read_text()),
+                                                    "gpu_layers": "all"})}[kind])
+    return job
+
+
+@pytest.mark.parametrize("kind", ["the user's file", "the user's folder"])
+def test_a_job_outside_kvchats_jobs_folder_is_refused_and_left_alone(kind, tmp_path) -> None:
+    """`kvchat read --job precious.txt` once deleted precious.txt."""
+    named = tmp_path / "precious.txt"
+    named.mkdir() if kind == "the user's folder" else named.write_text("notes\n")
+    with pytest.raises(SettingsError) as refused:
+        take_job(named)
+    assert refused.value.message == f"{named} is not a kvchat job file (not in kvchat's jobs folder); it is left as it is"
+    assert named.is_dir() if kind == "the user's folder" else named.read_text() == "notes\n"
+
+
+@pytest.mark.parametrize("kind", ["link to the user's file", "folder", "not JSON", "another shape", "a wrong type"])
+def test_what_is_not_a_job_kvchat_wrote_is_refused_even_in_its_jobs_folder_and_left_there(kind, tmp_path) -> None:
+    victim = tmp_path / "precious.txt"
+    victim.write_text("notes\n")
+    job = _in_jobs_folder(kind, victim)
+    with pytest.raises(SettingsError, match=r" is not a kvchat job file \(.+\); it is left as it is$"):
+        take_job(job)
+    assert job.is_symlink() or job.exists()
+    assert victim.read_text() == "notes\n"
+
+
+@pytest.mark.system
+@pytest.mark.parametrize("kind", ["file", "folder"])
+def test_read_job_refuses_a_users_file_in_one_line_and_leaves_it(kind, tmp_path, isolated_home) -> None:
+    named = tmp_path / ("precious.txt" if kind == "file" else "some_dir")
+    named.mkdir() if kind == "folder" else named.write_text("notes\n")
+    result = run_kvchat("read", "--job", str(named), home=isolated_home)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert result.stderr.startswith(f"kvchat: error: {named} is not a kvchat job file (not in kvchat's jobs folder)")
+    assert named.is_dir() if kind == "folder" else named.read_text() == "notes\n"
