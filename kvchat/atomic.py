@@ -1,9 +1,17 @@
 """Write files so that nothing the user keeps is ever half-written, nor an update of one lost to
-another process's."""
+another process's; and open the lock files kvchat keeps beside them.
+
+A lock file is opened read-only (flock needs no more), without following a symbolic link, and only
+where it is a plain file: a link kvchat did not make would have it create, open and lock another
+file, /etc/passwd for root. Anything else where a lock file belongs is refused in one line.
+"""
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import os
+import stat
 import tempfile
 import time
 from collections.abc import Iterator
@@ -11,9 +19,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
 
-from filelock import FileLock
+from kvchat.paths import foreign
 
 TEMP_SUFFIX = ".tmp"
+LOCK_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC  # NONBLOCK: a named pipe there never hangs the open
 
 
 @contextmanager
@@ -35,13 +44,57 @@ def atomic_file(path: Path, mode: str = "wb") -> Iterator[IO]:
             os.unlink(temp_name)
 
 
+def open_lock_file(path: Path, create: bool = True) -> int | None:
+    """An fd of lock file `path`, to flock (nothing is read from it or written to it), made where
+    it is missing if `create`; None where it is missing and not to be made. Raises HomeError naming
+    `path` where something else than a plain file is there (see the module's doc), OSError where
+    its folder cannot be written."""
+    if create:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        kind = _not_plain(os.lstat(path))  # before the open: a device is never opened
+    except FileNotFoundError:
+        kind = None
+    if kind is not None:
+        raise foreign(path, kind)
+    try:
+        fd = os.open(path, LOCK_FLAGS | (os.O_CREAT if create else 0), 0o600)
+    except FileNotFoundError:
+        if create:
+            raise
+        return None
+    except OSError as error:
+        if error.errno == errno.ELOOP:  # O_NOFOLLOW met a link made since the look
+            raise foreign(path, "a symbolic link") from None
+        raise
+    kind = _not_plain(os.fstat(fd))
+    if kind is not None:
+        os.close(fd)
+        raise foreign(path, kind)
+    return fd
+
+
+def _not_plain(found: os.stat_result) -> str | None:
+    """What a file is where it is not a plain file ("a symbolic link", "a folder"); None for a plain one."""
+    mode = found.st_mode
+    if stat.S_ISREG(mode):
+        return None
+    kinds = ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a named pipe"),
+             (stat.S_ISSOCK, "a socket"))
+    return next((kind for test, kind in kinds if test(mode)), "a device")
+
+
 @contextmanager
 def locked(path: Path) -> Iterator[None]:
     """Hold the lock of `path` (a `.lock` file beside it) across a read-modify-write of it that
     other kvchat processes may be doing at once (the memo files: reading speeds, model digests)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(f"{path}.lock"):
+    fd = open_lock_file(Path(f"{path}.lock"))
+    assert fd is not None  # made where missing
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
         yield
+    finally:
+        os.close(fd)
 
 
 def remove_stale_temp_files(folder: Path, name_pattern: str, older_than_s: float) -> None:

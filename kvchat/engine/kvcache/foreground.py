@@ -22,6 +22,7 @@ from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 from typing import TypeVar
 
+from kvchat.atomic import open_lock_file
 from kvchat.events import Event, Progress
 
 Ended = TypeVar("Ended")  # what a reading returns
@@ -44,8 +45,10 @@ class Foreground:
         self._looked = (-LOOK_EVERY_S, False)  # when busy() last looked, and what it saw
 
     def _open(self) -> int:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        return os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        """The lock file, opened (atomic.open_lock_file: never through a link)."""
+        fd = open_lock_file(self.path)
+        assert fd is not None  # made where missing
+        return fd
 
     def _update(self) -> None:
         """Hold the shared lock while a question is answered and none steps aside (under _guard)."""

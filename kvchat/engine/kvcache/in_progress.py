@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, replace
 from enum import Enum
 from pathlib import Path
 
-from kvchat.atomic import atomic_file
+from kvchat.atomic import atomic_file, open_lock_file
 from kvchat.engine.kvcache.lock_files import holders, lock, remove_and_unlock
 from kvchat.engine.kvcache.progress_record import KEY_FORM, BadRecord, InProgress, read_record
 from kvchat.errors import raise_if_cancelled
@@ -127,8 +127,9 @@ class ReadingsInProgress:
 
     def turn(self) -> "ReadingTurn":
         """The background readings' turn (not yet taken): one of them reads at a time."""
-        self.root.mkdir(parents=True, exist_ok=True)
-        return ReadingTurn(os.open(self.root / "turn.lock", os.O_RDWR | os.O_CREAT, 0o600))
+        fd = open_lock_file(self.root / "turn.lock")
+        assert fd is not None  # made where missing
+        return ReadingTurn(fd)
 
     def find(self, key: str) -> InProgress | None:
         """Reading `key` if a live process is reading it."""

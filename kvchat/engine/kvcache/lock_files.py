@@ -4,7 +4,9 @@ holds it.
 A lock file is removed by whoever holds its lock (the reader when done, or whoever finds it free),
 while holding it. Another process may have opened the same file just before and then gets its
 lock on a file no longer in the folder; so every locker checks, once locked, that the path still
-names the file it locked, and starts over if not (as filelock and flufl.lock do).
+names the file it locked, and starts over if not (as filelock and flufl.lock do). A lock file is
+opened as atomic.open_lock_file opens one: never through a symbolic link, refused where it is not a
+plain file.
 """
 
 from __future__ import annotations
@@ -13,17 +15,17 @@ import fcntl
 import os
 from pathlib import Path
 
+from kvchat.atomic import open_lock_file
+
 PROC_LOCKS = Path("/proc/locks")  # Linux: every lock on the machine, with the process that took it
 
 
 def lock(path: Path, operation: int, create: bool) -> int | None:
     """An fd of `path` holding `operation` (fcntl.LOCK_EX or LOCK_SH, with LOCK_NB not to wait),
     or None when `path` does not exist (and `create` is False) or the lock is taken (LOCK_NB)."""
-    flags = os.O_RDWR | (os.O_CREAT if create else 0)
     while True:
-        try:
-            fd = os.open(path, flags, 0o600)
-        except FileNotFoundError:
+        fd = open_lock_file(path, create)
+        if fd is None:
             return None
         try:
             fcntl.flock(fd, operation)
