@@ -1,6 +1,10 @@
 """Write files so that nothing the user keeps is ever half-written, nor an update of one lost to
 another process's; and open the lock files kvchat keeps beside them.
 
+A file is written to a temp file beside it, which its writer holds an flock on from its making to
+its rename: a temp file that no process holds is a dead writer's (killed before the rename), and
+remove_dead_temp_files removes it at once; a live writer's, in any process, is kept.
+
 A lock file is opened read-only (flock needs no more), without following a symbolic link, and only
 where it is a plain file: a link kvchat did not make would have it create, open and lock another
 file, /etc/passwd for root. Anything else where a lock file belongs is refused in one line.
@@ -13,7 +17,6 @@ import fcntl
 import os
 import stat
 import tempfile
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -27,12 +30,11 @@ LOCK_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC  # NONBL
 
 @contextmanager
 def atomic_file(path: Path, mode: str = "wb") -> Iterator[IO]:
-    """Write to a temp file beside `path`, fsync it, then rename it over `path`.
-
-    If the body raises, the temp file is removed and `path` is left as it was.
-    """
+    """Write to a temp file beside `path`, locked while it is written, fsync it, then rename it over
+    `path`. If the body raises, the temp file is removed and `path` is left as it was."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temp_name = tempfile.mkstemp(prefix=path.name + ".", suffix=TEMP_SUFFIX, dir=path.parent)
+    handle, temp_name = _locked_temp(path)
+    held = os.dup(handle)  # the lock, held past the write's close until the rename is done
     try:
         with os.fdopen(handle, mode) as out:
             yield out
@@ -40,8 +42,58 @@ def atomic_file(path: Path, mode: str = "wb") -> Iterator[IO]:
             os.fsync(out.fileno())
         os.replace(temp_name, path)
     finally:
-        if os.path.exists(temp_name):
-            os.unlink(temp_name)
+        try:
+            if os.path.exists(temp_name):
+                os.unlink(temp_name)
+        finally:
+            os.close(held)
+
+
+def _locked_temp(path: Path) -> tuple[int, str]:
+    """A new temp file beside `path`, open and locked. A sweep (remove_dead_temp_files) may find it
+    between its making and its lock, take it for a dead writer's and remove it: then it is made anew."""
+    while True:
+        handle, name = tempfile.mkstemp(prefix=path.name + ".", suffix=TEMP_SUFFIX, dir=path.parent)
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        if _names(Path(name), handle):
+            return handle, name
+        os.close(handle)
+
+
+def remove_dead_temp_files(folder: Path, name_pattern: str) -> None:
+    """Delete the temp files that atomic_file left beside files named `name_pattern` (a glob) in
+    `folder` when its writer was killed before the rename: those no process holds the lock of. A
+    live writer's (any process's) is kept; so is what is not a plain file."""
+    for temp in folder.glob(f"{name_pattern}.*{TEMP_SUFFIX}") if folder.is_dir() else []:
+        try:
+            if stat.S_ISREG(os.lstat(temp).st_mode):
+                _remove_if_dead(temp)
+        except OSError:  # removed meanwhile by another process, or not ours to remove
+            continue
+
+
+def _remove_if_dead(temp: Path) -> None:
+    """Remove temp file `temp` unless its writer holds its lock (holding it meanwhile)."""
+    fd = os.open(temp, LOCK_FLAGS)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:  # a live writer's
+            return
+        if _names(temp, fd):
+            temp.unlink()
+    finally:
+        os.close(fd)
+
+
+def _names(path: Path, fd: int) -> bool:
+    """Whether `path` still names the file open as `fd`."""
+    try:
+        named = os.lstat(path)
+    except FileNotFoundError:
+        return False
+    held = os.fstat(fd)
+    return (named.st_dev, named.st_ino) == (held.st_dev, held.st_ino)
 
 
 def open_lock_file(path: Path, create: bool = True) -> int | None:
@@ -95,18 +147,3 @@ def locked(path: Path) -> Iterator[None]:
         yield
     finally:
         os.close(fd)
-
-
-def remove_stale_temp_files(folder: Path, name_pattern: str, older_than_s: float) -> None:
-    """Delete the temp files that atomic_file left beside files named `name_pattern` (a glob) in
-    `folder` when its writer was killed before the rename, once they are `older_than_s` old.
-
-    A younger temp file may be another process's write in progress: it is kept.
-    """
-    cutoff = time.time() - older_than_s
-    for temp in folder.glob(f"{name_pattern}.*{TEMP_SUFFIX}") if folder.is_dir() else []:
-        try:
-            if temp.stat().st_mtime < cutoff:
-                temp.unlink()
-        except OSError:  # removed meanwhile by another process, or not ours to remove
-            continue

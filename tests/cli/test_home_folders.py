@@ -5,7 +5,10 @@ is wrong and what to do, never a traceback, and nothing the user saved is lost o
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -49,3 +52,40 @@ def test_a_lock_file_that_is_not_kvchats_is_refused_in_one_line_and_never_follow
         f"kvchat: error: {lock} is {what}, not a file kvchat made (hint: remove it, and kvchat makes its own anew)")
     assert victim.read_text() == "root:x:0:0:root:/root:/bin/sh\n" and victim.stat().st_mode & 0o777 == 0o644
     assert not missing.exists()
+
+
+WRITER = """
+import sys, time
+from kvchat.atomic import atomic_file
+from kvchat.engine import state_store
+with atomic_file(state_store().path_for(sys.argv[1])) as out:
+    out.write(b"x" * 2**20)  # a reading being saved
+    out.flush()
+    print("writing", flush=True)
+    time.sleep(600)
+"""
+
+
+def _writer(key: str, home: Path) -> subprocess.Popen[str]:
+    """A process saving a reading under `key`, stopped in the middle of its write."""
+    writer = subprocess.Popen([sys.executable, "-c", WRITER, key], env={**os.environ, "KVCHAT_HOME": str(home)},
+                              stdout=subprocess.PIPE, text=True)
+    assert writer.stdout is not None and writer.stdout.readline() == "writing\n"
+    return writer
+
+
+def test_a_killed_writers_temp_file_goes_at_the_next_start_and_a_live_writers_stays(isolated_home) -> None:
+    states = isolated_home / "cache" / "states"
+    killed, live = _writer("a" * 40, isolated_home), _writer("b" * 40, isolated_home)
+    try:
+        killed.kill()  # SIGKILL mid-save, as `kvchat read --job` killed while it writes
+        killed.wait(30)
+        assert len(list(states.glob(f"{'a' * 40}.kvstate.*.tmp"))) == 1
+        listed = run_kvchat("cache", "list", "--json", home=isolated_home)
+        assert listed.returncode == 0 and json.loads(listed.stdout) == []
+        assert [path.name.split(".")[0] for path in states.glob("*.tmp")] == ["b" * 40]  # the live writer's stays
+    finally:
+        live.kill()
+        live.wait(30)
+    assert run_kvchat("cache", "list", home=isolated_home).returncode == 0
+    assert list(states.glob("*.tmp")) == []

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from kvchat.atomic import atomic_file
 from kvchat.documents import Document
 from kvchat.engine import AskSettings, Conversation
 from kvchat.engine.kvcache.states import DocumentStates, tokens_sha256
@@ -53,6 +54,7 @@ def test_save_then_load_gives_identical_logits(tiny_model, document, tmp_path) -
     assert not any(isinstance(e, Progress) and e.done > 0 for e in events)
     assert np.array_equal(next_logits(second), with_read)
     second.close()
+
 
 
 def _damage(path: Path, how: str) -> None:
@@ -182,19 +184,19 @@ def test_store_rejects_wrong_prompt(tmp_path) -> None:
     assert not store.path_for("k").exists()
 
 
-def test_opening_the_store_removes_stale_temp_files_only(tmp_path) -> None:
-    import os
-    import time
-
+def test_opening_the_store_removes_a_dead_writers_temp_file_and_keeps_a_live_ones(tmp_path) -> None:
     store = StateStore(tmp_path)
     store.save("k", new_header("m", "p", 1, b"xyz", "doc", "tiny"), b"xyz")
     saved = store.path_for("k").read_bytes()
-    stale = tmp_path / "k.kvstate.killed9.tmp"  # a writer killed mid-save two hours ago
-    fresh = tmp_path / "k.kvstate.writing.tmp"  # another process saving right now
-    for temp in (stale, fresh):
-        temp.write_bytes(b"half a state")
-    os.utime(stale, (time.time() - 7200,) * 2)
-    StateStore(tmp_path)
-    assert not stale.exists() and fresh.exists()
+    dead = tmp_path / "k.kvstate.killed9.tmp"  # a writer killed mid-save a moment ago: no lock held on it
+    dead.write_bytes(b"half a state")
+    odd = tmp_path / "k.kvstate.odd.tmp"
+    odd.mkdir()  # not a temp file of ours: left alone
+    with atomic_file(store.path_for("j")) as live:  # a save under way (its lock held, as in any process)
+        live.write(b"half")
+        StateStore(tmp_path)
+        writing = [path.name for path in tmp_path.glob("j.kvstate.*.tmp")]
+        assert len(writing) == 1 and not dead.exists() and odd.is_dir()
+    assert store.path_for("j").read_bytes() == b"half"  # the live save went on to its rename
     assert store.path_for("k").read_bytes() == saved
     assert [e.header.document for e in store.entries()] == ["doc"]

@@ -5,8 +5,9 @@ prompt hashes, token count, payload length, CRC-32), then llama.cpp's sequence s
 written to a temp file and renamed, so concurrent writers of one key never leave a torn file; a
 size cap evicts the least recently used. A damaged, truncated or foreign file (a header of the
 wrong shape included) is deleted and reported, never loaded: by load() to its caller, by entries()
-to the log. A writer killed mid-save leaves its temp file; opening the store removes
-those older than an hour.
+to the log. A writer killed mid-save leaves its temp file (the size of a whole reading); opening
+the store removes those whose writer is gone, in any process (atomic.py: a live writer holds its
+temp file's lock).
 """
 
 from __future__ import annotations
@@ -22,14 +23,13 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from kvchat.atomic import TEMP_SUFFIX, atomic_file, remove_stale_temp_files
+from kvchat.atomic import TEMP_SUFFIX, atomic_file, remove_dead_temp_files
 
 MAGIC = b"KVCHATST"
 FORMAT_VERSION = 1
 PREAMBLE = struct.Struct("<8sII")
 STATE_SUFFIX = ".kvstate"
 DEFAULT_MAX_BYTES = 4 * 2**30
-STALE_TEMP_S = 3600  # a save takes seconds; a temp file this old lost its writer
 MAX_HEADER_BYTES = 2**20  # a header is a few hundred bytes; a longer one is not ours
 
 LOGGER = logging.getLogger(__name__)
@@ -114,7 +114,7 @@ class StateStore:
     def __init__(self, root: Path, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
         self.root = root
         self.max_bytes = max_bytes
-        remove_stale_temp_files(root, f"*{STATE_SUFFIX}", STALE_TEMP_S)
+        remove_dead_temp_files(root, f"*{STATE_SUFFIX}")
 
     def path_for(self, key: str) -> Path:
         return self.root / f"{key}{STATE_SUFFIX}"
