@@ -23,6 +23,7 @@ from kvchat.cli.models import models_command
 from kvchat.cli.read import read_command
 from kvchat.cli.serve import serve_command
 from kvchat.errors import CancelledError, KvchatError
+from kvchat.paths import as_home_error
 
 app = typer.Typer(
     name="kvchat",
@@ -88,6 +89,11 @@ def main() -> None:
         _fail(error.one_line(flag), error.exit_code)
     except (KeyboardInterrupt, typer.Abort):
         code = EXIT_INTERRUPTED
+    except OSError as error:  # a write in kvchat's folders that no check foresaw: one line too
+        unusable = as_home_error(error)
+        if unusable is None:
+            raise
+        _fail(unusable.one_line(flag), unusable.exit_code)
     except _click_errors.NoArgsIsHelpError as error:  # `kvchat`, `kvchat cache`: the help, exit 2 as click does
         error.show()
         sys.exit(error.exit_code)

@@ -21,6 +21,7 @@ from kvchat.engine import (
     setting_names,
 )
 from kvchat.errors import CancelledError, DocumentError, SettingsError, printable
+from kvchat.paths import cache_dir, checked_writable
 
 
 def _question(paths: list[Path] | None, question: str | None) -> tuple[list[str], str]:
@@ -68,6 +69,8 @@ def ask_command(
     warn_about_gpu_layers(user.gpu_layers, console)
     settings = ask_settings(user)
     check_draft(user.draft, settings.read)
+    if user.cache:  # said now, not once the documents are read
+        checked_writable(cache_dir(), also="ask with --no-cache")
     draft = draft_for(model, user.draft, settings.read)
     stream = StreamSettings(chunk=user.chunk, recent=user.recent)
     selection = selection_named(select)

@@ -152,9 +152,12 @@ def model_sha256(path: Path) -> str:
     if (digest := _sha256_memo(memo_path).get(memo_key)) is not None:
         return digest
     digest = file_sha256(path)  # seconds for a large model: outside the lock
-    with locked(memo_path):  # others' digests written meanwhile are kept
-        memo = _sha256_memo(memo_path)
-        memo[memo_key] = digest
-        with atomic_file(memo_path, "w") as out:
-            json.dump(memo, out)
+    try:
+        with locked(memo_path):  # others' digests written meanwhile are kept
+            memo = _sha256_memo(memo_path)
+            memo[memo_key] = digest
+            with atomic_file(memo_path, "w") as out:
+                json.dump(memo, out)
+    except OSError as error:  # a memo: computed again next time (a read-only KVCHAT_HOME, `cache` off)
+        LOGGER.warning("could not remember the model's digest in %s: %s", memo_path, error)
     return digest

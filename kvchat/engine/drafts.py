@@ -8,6 +8,7 @@ loaded the first time a cheap pass needs it (Draft)."""
 from __future__ import annotations
 
 import json
+import logging
 import threading
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from kvchat.models import REGISTRY, find_entry, installed_draft, model_status, r
 from kvchat.paths import cache_dir
 
 MEMO_NAME = "draft-pairs.json"
+LOGGER = logging.getLogger(__name__)
 
 
 def paired_draft(name: str) -> str | None:
@@ -35,11 +37,14 @@ def paired_draft(name: str) -> str | None:
     if key in (memo := _memo(memo_path)):
         return memo[key] or None
     draft = _same_vocabulary(path, stat.st_size)
-    with locked(memo_path):
-        memo = _memo(memo_path)
-        memo[key] = draft or ""
-        with atomic_file(memo_path, "w") as out:
-            json.dump(memo, out)
+    try:
+        with locked(memo_path):
+            memo = _memo(memo_path)
+            memo[key] = draft or ""
+            with atomic_file(memo_path, "w") as out:
+                json.dump(memo, out)
+    except OSError as error:  # a memo: looked up again next time (a read-only KVCHAT_HOME, `cache` off)
+        LOGGER.warning("could not remember the draft in %s: %s", memo_path, error)
     return draft
 
 

@@ -25,7 +25,7 @@ from kvchat.errors import SettingsError
 from kvchat.events import Done, Event, Source
 from kvchat.llama import LlamaModel, Sampler
 from kvchat.models import cheap_depth, model_sha256, resolve_model
-from kvchat.paths import cache_dir
+from kvchat.paths import cache_dir, checked_writable
 
 PART_MAX_BYTES = 2**30  # the parts' readings: 18 parts of 2,048 tokens of the default model (57 MB each)
 
@@ -51,7 +51,8 @@ class Engine:
     """Load a model once (by registry name or GGUF path); talk about documents with it.
 
     `use_cache` saves each document's reading and loads it on the next question, and remembers
-    how fast the model reads here (for plan()); without it nothing is written to the cache.
+    how fast the model reads here (for plan()); without it nothing is written to the cache. With
+    it, a cache folder that cannot be written in is refused at once (paths.HomeError).
     `draft` (a name or GGUF path) is a smaller model with the same vocabulary that does the cheap
     pass of fast readings: loaded at start, or with `draft_at_start` False the first time a cheap
     pass needs it (drafts.Draft).
@@ -60,6 +61,8 @@ class Engine:
     def __init__(self, model: str = "default", gpu_layers: int = 0, use_cache: bool = True, draft: str | None = None,
                  draft_at_start: bool = True) -> None:
         self.model_name = model
+        if use_cache:  # said before the model loads, not when the first reading cannot be saved
+            checked_writable(cache_dir())
         self.model_path: Path = resolve_model(model)
         draft_path = resolve_model(draft) if draft is not None else None  # a missing one is refused first
         self.model = LlamaModel(self.model_path, gpu_layers=gpu_layers)
@@ -71,11 +74,14 @@ class Engine:
             self.cheap_pass = CheapPass(cheap_depth(draft), draft_model)
             if draft_at_start:
                 draft_model.model()
-        model_sha = model_sha256(self.model_path)
-        self.states = DocumentStates(state_store(), model_sha, model) if use_cache else None
-        self.part_states = DocumentStates(part_store(), model_sha, model) if use_cache else None
-        speeds_path, speeds_key = cache_dir() / "reading-speeds.json", f"{model_sha}|gpu_layers={gpu_layers}"
-        self.speeds = ReadingSpeeds(speeds_path, speeds_key) if use_cache else None
+        self.states: DocumentStates | None = None
+        self.part_states: DocumentStates | None = None
+        self.speeds: ReadingSpeeds | None = None
+        if use_cache:  # what names the model in the cache: computed (and its memo written) only for it
+            model_sha = model_sha256(self.model_path)
+            self.states = DocumentStates(state_store(), model_sha, model)
+            self.part_states = DocumentStates(part_store(), model_sha, model)
+            self.speeds = ReadingSpeeds(cache_dir() / "reading-speeds.json", f"{model_sha}|gpu_layers={gpu_layers}")
         self.in_progress = readings_in_progress()
         self.foreground = self.in_progress.foreground  # the questions answered now: background readings pause for them
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.cli.test_cli import ask_args, run_kvchat
+from tests.system_tools import read_only_home
 
 pytestmark = pytest.mark.system
 
@@ -25,11 +26,49 @@ def document(tmp_path: Path) -> Path:
     return path
 
 
+def run_in(prefix: list[str], *args: str, home: Path, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    """`kvchat args` run through `prefix` (system_tools.on_tmpfs), KVCHAT_HOME `home`."""
+    env = {**os.environ, "KVCHAT_HOME": str(home)}
+    return subprocess.run([*prefix, sys.executable, "-m", "kvchat.cli", *args], capture_output=True, text=True, env=env,
+                          timeout=timeout)
+
+
 def error_line(result: subprocess.CompletedProcess[str]) -> str:
     """The one line a failure ends in (the test fails on a traceback or anything more)."""
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("kvchat: error: "), result.stderr
     return lines[0]
+
+
+@pytest.mark.parametrize("command", ["ask", "read", "inspect", "serve"])
+def test_a_read_only_home_is_refused_in_one_line_naming_its_folder(command, document, tiny_model_path, tmp_path) -> None:
+    home = tmp_path / "home"
+    prefix = read_only_home(home)
+    model = ["--model", str(tiny_model_path)]
+    args = {"ask": ask_args(document, tiny_model_path), "read": ["read", str(document), *model],
+            "inspect": ["inspect", str(document), *model], "serve": ["serve", *model]}[command]
+    result = run_in(prefix, *args, home=home)
+    line = error_line(result)
+    assert result.returncode == 1 and line.startswith(f"kvchat: error: cannot write in {home / 'cache'} (")
+    assert f"it is under KVCHAT_HOME ({home}): make it writable, set KVCHAT_HOME to a folder that is" in line
+    assert ("or ask with --no-cache" in line) is (command == "ask")
+
+
+def test_without_the_cache_a_read_only_home_still_answers(document, tiny_model_path, tmp_path) -> None:
+    home = tmp_path / "home"
+    prefix = read_only_home(home)
+    result = run_in(prefix, *ask_args(document, tiny_model_path, "--read", "full", "--no-cache", "--json"), home=home)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["prompt_tokens"] > 0 and "Traceback" not in result.stderr
+
+
+def test_without_the_cache_an_ask_writes_only_the_lock_that_pauses_background_readings(
+    document, tiny_model_path, isolated_home,
+) -> None:
+    result = run_kvchat(*ask_args(document, tiny_model_path, "--read", "full", "--no-cache"), home=isolated_home)
+    assert result.returncode == 0, result.stderr
+    written = sorted(str(path.relative_to(isolated_home)) for path in isolated_home.rglob("*") if path.is_file())
+    assert written == ["cache/reading/foreground.lock", "logs/kvchat.log"]  # no model digest, no memo
 
 
 @pytest.mark.parametrize("kind", ["folder", "dangling link", "link to a missing file", "link to a file"])

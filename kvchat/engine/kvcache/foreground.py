@@ -9,6 +9,9 @@ question that dies never holds a reading up. flock locks belong to an open file,
 process's own background reading pauses for its own questions too. A question that awaits
 another process's whole reading of its document steps aside while it waits (in_progress.read_alone),
 or the two would wait for each other.
+
+Where the lock file cannot be made (its folder read-only or not the user's, `cache` off), no
+background reading can run there either (each makes it too): a question goes on without it.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from typing import TypeVar
 
 from kvchat.atomic import open_lock_file
 from kvchat.events import Event, Progress
+from kvchat.paths import is_unwritable
 
 Ended = TypeVar("Ended")  # what a reading returns
 
@@ -41,29 +45,36 @@ class Foreground:
         self._guard = threading.Lock()
         self._questions = 0  # this process's questions answered now
         self._aside = 0  # of them, those awaiting another process's reading
-        self._fd: int | None = None  # the shared lock, while held
+        self._held = False  # the shared lock is held (or, its file impossible to make, taken as held)
+        self._fd: int | None = None  # the shared lock's file, while held
         self._looked = (-LOOK_EVERY_S, False)  # when busy() last looked, and what it saw
 
-    def _open(self) -> int:
-        """The lock file, opened (atomic.open_lock_file: never through a link)."""
-        fd = open_lock_file(self.path)
-        assert fd is not None  # made where missing
-        return fd
+    def _open(self) -> int | None:
+        """The lock file, opened (atomic.open_lock_file: never through a link); None where it is
+        missing and cannot be made (see the module's doc)."""
+        try:
+            return open_lock_file(self.path)
+        except OSError as error:
+            if is_unwritable(error):
+                return None
+            raise
 
     def _update(self) -> None:
         """Hold the shared lock while a question is answered and none steps aside (under _guard)."""
         wanted = self._questions > 0 and self._aside == 0
-        if wanted and self._fd is None:
+        if wanted and not self._held:
             fd = self._open()
-            try:
-                fcntl.flock(fd, fcntl.LOCK_SH)
-            except BaseException:
-                os.close(fd)
-                raise
-            self._fd = fd
-        elif not wanted and self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+            if fd is not None:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_SH)
+                except BaseException:
+                    os.close(fd)
+                    raise
+            self._fd, self._held = fd, True
+        elif not wanted and self._held:
+            if self._fd is not None:
+                os.close(self._fd)
+            self._fd, self._held = None, False
 
     def _count(self, questions: int = 0, aside: int = 0) -> None:
         """Count a question in or out (or one stepping aside), and hold the lock as they say; where
@@ -101,6 +112,8 @@ class Foreground:
         """Whether a question is answered now (a look that never waits: the server's model thread
         has other work to do)."""
         fd = self._open()
+        if fd is None:  # no question can hold it either
+            return False
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             busy = False

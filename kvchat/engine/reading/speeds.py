@@ -8,11 +8,13 @@ writes it anew."""
 from __future__ import annotations
 
 import json
+import logging
 import math
 from pathlib import Path
 
 from kvchat.atomic import atomic_file, locked
 
+LOGGER = logging.getLogger(__name__)
 MIN_MEASURED_TOKENS = 512  # a shorter reading says more about overheads than about speed
 
 
@@ -50,11 +52,14 @@ class ReadingSpeeds:
         """Remember `tokens` read in `seconds`, if the reading was long enough to say anything."""
         if tokens < MIN_MEASURED_TOKENS or seconds <= 0:
             return
-        with locked(self.path):  # another process (a background reading) may record meanwhile
-            speeds = self._all()
-            speeds.setdefault(self.model_key, {})[kind] = round(tokens / seconds, 2)
-            with atomic_file(self.path, "w") as out:
-                json.dump(speeds, out, indent=1)
+        try:
+            with locked(self.path):  # another process (a background reading) may record meanwhile
+                speeds = self._all()
+                speeds.setdefault(self.model_key, {})[kind] = round(tokens / seconds, 2)
+                with atomic_file(self.path, "w") as out:
+                    json.dump(speeds, out, indent=1)
+        except OSError as error:  # a memo: the next reading measures again (a full disk)
+            LOGGER.warning("could not remember the reading speed in %s: %s", self.path, error)
 
     def measured(self, kind: str) -> float | None:
         """The last measured speed of `kind` alone, or None."""
