@@ -21,6 +21,9 @@ from kvchat.errors import CancelledError, DocumentError, SettingsError, printabl
 from kvchat.events import Notice, Progress
 
 
+SUMMED = {WholeReadingDone.UNSAVED: "could not be saved"}  # the summary's words, where not the ending's own
+
+
 def _minutes(seconds: float) -> str:
     return f"{seconds / 60:.0f} min" if seconds >= 90 else f"{seconds:.0f} s"
 
@@ -134,7 +137,7 @@ def read_command(
         raise SettingsError("nothing to read", f"name {SUPPORTED} files or folders holding them")
     with Engine(model, gpu_layers=user.gpu_layers) as engine:
         ended = read_documents(engine, documents, settings, console)
-    parts = [f"{count} {how.value}" for how, count in ended.items() if count]
+    parts = [f"{count} {SUMMED.get(how, how.value)}" for how, count in ended.items() if count]
     console.print("; ".join(parts) + (f"; {failed} could not be read" if failed else ""), highlight=False)
-    if failed:
+    if failed or ended[WholeReadingDone.UNSAVED]:  # read's only purpose is the saved reading
         raise typer.Exit(1)

@@ -117,6 +117,9 @@ class Conversation:
 
         `question`, when known, observes a streamed reading (query-aware streaming).
         """
+        yield from self._open(cancel, question)
+
+    def _open(self, cancel: threading.Event | None, question: str | None) -> Iterator[Event]:
         if question is not None:
             self.check_question(question)
         if self._notice:
@@ -126,6 +129,19 @@ class Conversation:
             return
         yield from self._read(cancel, question)
         self.opened = True
+
+    def read_whole(self, cancel: threading.Event | None = None, *, in_turn: bool = False,
+                   stoppable: bool = False) -> Generator[Event, None, WholeReadingDone]:
+        """Read the document whole and save the reading, unless it is saved (Engine.read_whole),
+        holding the reading's lock: while another process reads it, that reading is awaited, not
+        loaded (nothing here needs it). A reading read that could not be saved (a full disk, said in
+        a Notice) is no reading done: UNSAVED."""
+        claimant = self.claimant
+        if claimant is None or self.in_progress is None:
+            return WholeReadingDone.STREAMED
+        how = yield from read_alone(self.in_progress, claimant, lambda: self.saved, lambda: self._open(cancel, None),
+                                    cancel, in_turn=in_turn, stoppable=stoppable)
+        return WholeReadingDone.UNSAVED if how is WholeReadingDone.READ and not self.saved else how
 
     def skip_reading(self) -> None:
         """Open without reading: the first question is answered without this reading (in parts);

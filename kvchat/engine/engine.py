@@ -12,7 +12,7 @@ from kvchat.engine.answering import route
 from kvchat.engine.answering.elsewhere import PreparedPrompt, answer_sources, prepare_chat
 from kvchat.engine.conversation import Conversation
 from kvchat.engine.drafts import Draft
-from kvchat.engine.kvcache.in_progress import ReadingsInProgress, WholeReadingDone, read_alone
+from kvchat.engine.kvcache.in_progress import ReadingsInProgress, WholeReadingDone
 from kvchat.engine.kvcache.states import DocumentStates
 from kvchat.engine.kvcache.store import DEFAULT_MAX_BYTES, StateStore
 from kvchat.engine.reading.cheap_pass import CheapPass
@@ -164,18 +164,14 @@ class Engine:
     ) -> Generator[Event, None, WholeReadingDone]:
         """Read `document` whole and save the reading (`kvchat read`, a fast first answer's
         reading finished in the background, the server's), unless it is saved or another process
-        reads it: the reading's lock is held while it is read (kvcache/in_progress.read_alone).
+        reads it: the reading's lock is held while it is read (Conversation.read_whole).
         `in_turn`: wait for the background readings' turn first; `stoppable`: this process turns
         SIGTERM into stopping (`kvchat cache stop` may ask it). Needs the engine's store (use_cache)."""
         if self.states is None:
             raise SettingsError("reading a document to save it needs the saved readings", "leave `cache` on")
         conversation = self.conversation(document, replace(settings or AskSettings(), read="full"))
         try:
-            claimant = conversation.claimant
-            if claimant is None:
-                return WholeReadingDone.STREAMED
-            return (yield from read_alone(self.in_progress, claimant, lambda: conversation.saved,
-                                          lambda: conversation.open(cancel=cancel), cancel, in_turn=in_turn, stoppable=stoppable))
+            return (yield from conversation.read_whole(cancel, in_turn=in_turn, stoppable=stoppable))
         finally:
             conversation.close()
 

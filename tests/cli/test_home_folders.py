@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.cli.test_cli import ask_args, run_kvchat
-from tests.system_tools import read_only_home
+from tests.system_tools import on_tmpfs, read_only_home
 
 pytestmark = pytest.mark.system
 
@@ -69,6 +69,18 @@ def test_without_the_cache_an_ask_writes_only_the_lock_that_pauses_background_re
     assert result.returncode == 0, result.stderr
     written = sorted(str(path.relative_to(isolated_home)) for path in isolated_home.rglob("*") if path.is_file())
     assert written == ["cache/reading/foreground.lock", "logs/kvchat.log"]  # no model digest, no memo
+
+
+def test_read_on_a_full_disk_fails_saves_nothing_and_leaves_no_partial_file(document, tiny_model_path, tmp_path) -> None:
+    home = tmp_path / "home"
+    prefix = on_tmpfs(home, "size=300k")  # the tiny model's reading of the document is 0.8 MiB
+    listing = 'python="$1"; shift; "$python" "$@"; code=$?; find "$KVCHAT_HOME" -type f; exit $code'
+    result = run_in([*prefix, "sh", "-c", listing, "sh"], "read", str(document), "--model", str(tiny_model_path), home=home)
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 1, result.stderr
+    assert "kvchat: could not save the reading for next time (No space left on device)" in lines
+    assert lines[-2:] == [f"{document}: read, but its reading could not be saved", "1 could not be saved"]
+    assert not [name for name in result.stdout.split() if "/states/" in name]  # no saved reading, whole or half
 
 
 @pytest.mark.parametrize("kind", ["folder", "dangling link", "link to a missing file", "link to a file"])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import multiprocessing
 from pathlib import Path
 
@@ -10,7 +11,7 @@ import pytest
 
 from kvchat.atomic import atomic_file
 from kvchat.documents import Document
-from kvchat.engine import AskSettings, Conversation
+from kvchat.engine import AskSettings, Conversation, Engine, WholeReadingDone
 from kvchat.engine.kvcache.states import DocumentStates, tokens_sha256
 from kvchat.engine.kvcache.store import STATE_SUFFIX, DamagedState, StateStore, new_header
 from kvchat.engine.answering import route
@@ -56,6 +57,24 @@ def test_save_then_load_gives_identical_logits(tiny_model, document, tmp_path) -
     second.close()
 
 
+
+def test_a_whole_reading_that_could_not_be_saved_is_no_reading_done(tiny_model_path, document, monkeypatch) -> None:
+    """`kvchat read` on a full disk: its only purpose failed (cli/read.py exits 1 on it)."""
+    def full(self, key, header, payload) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(StateStore, "save", full)
+    with Engine(str(tiny_model_path)) as engine:
+        reading = engine.read_whole(document, SETTINGS)
+        events = []
+        while True:
+            try:
+                events.append(next(reading))
+            except StopIteration as finished:
+                how = finished.value
+                break
+    assert how is WholeReadingDone.UNSAVED
+    assert Notice("could not save the reading for next time (No space left on device)") in events
 
 def _damage(path: Path, how: str) -> None:
     data = bytearray(path.read_bytes())

@@ -45,6 +45,7 @@ class WholeReadingDone(Enum):
 
     READ = "read"  # read and saved
     SAVED = "already saved"
+    UNSAVED = "read, but its reading could not be saved"  # the disk full, say (Engine.read_whole)
     STREAMED = "too long for the model's context: read streamed for each question, never saved"
 
 
