@@ -51,6 +51,10 @@ def _load(names: list[str], console: Console) -> Document:
         return bundle([load_document(path, ocr_progress, stop) for path in files])
 
 
+def _tell(console: Console, line: str) -> None:
+    console.print(f"kvchat: {printable(line)}", markup=False, highlight=False, soft_wrap=True)
+
+
 @with_settings(*setting_names())
 def ask_command(
     paths: list[Path] = typer.Argument(
@@ -77,7 +81,7 @@ def ask_command(
     cache, gpu_layers = user.cache, user.gpu_layers
     in_background = cache and background_reading_on()
     # background readings pause from now on: the document's loading and the models' are the question's too
-    with readings_in_progress().foreground.answering():
+    with readings_in_progress().foreground.answering(told=lambda line: _tell(console, f"{line}, or press Ctrl-C to stop")):
         document = _load(names, console)
         with Engine(model, gpu_layers=gpu_layers, use_cache=cache, draft=draft,
                     draft_at_start=draft_at_start(user.draft, settings.read)) as engine, interrupt_as_cancel() as cancel:

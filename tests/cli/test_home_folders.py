@@ -5,10 +5,13 @@ is wrong and what to do, never a traceback, and nothing the user saved is lost o
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import select
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -140,3 +143,34 @@ def test_a_killed_writers_temp_file_goes_at_the_next_start_and_a_live_writers_st
         live.wait(30)
     assert run_kvchat("cache", "list", home=isolated_home).returncode == 0
     assert list(states.glob("*.tmp")) == []
+
+
+def _line_within(stream, seconds: float) -> str:
+    """The next line of `stream`, or "" when none comes within `seconds`."""
+    ready, _, _ = select.select([stream], [], [], seconds)
+    return stream.readline() if ready else ""
+
+
+def test_an_ask_kept_waiting_by_another_process_holding_the_questions_lock_says_so(
+    document, tiny_model_path, isolated_home,
+) -> None:
+    lock = isolated_home / "cache" / "reading" / "foreground.lock"
+    lock.parent.mkdir(parents=True)
+    held = os.open(lock, os.O_RDONLY | os.O_CREAT, 0o600)
+    fcntl.flock(held, fcntl.LOCK_EX)  # this test's process holds it, as `flock -x … sleep 45` would
+    env = {**os.environ, "KVCHAT_HOME": str(isolated_home)}
+    command = [sys.executable, "-m", "kvchat.cli", *ask_args(document, tiny_model_path)]
+    with subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as ask:
+        try:
+            started = time.monotonic()
+            line = _line_within(ask.stderr, 60)
+            name = Path("/proc/self/comm").read_text().strip()
+            assert line == (f"kvchat: waiting for process {os.getpid()} ({name}) to release "
+                            f"{lock}, which kvchat's questions share; end it (kill {os.getpid()}) to go on, or press "
+                            "Ctrl-C to stop\n"), line
+            assert time.monotonic() - started >= 1  # not at once: a background reading's look holds it a moment
+            assert ask.poll() is None  # still waiting
+        finally:
+            os.close(held)  # the ask goes on now (and ends, where the test failed)
+        _, rest = ask.communicate(timeout=120)
+    assert ask.returncode == 0 and "waiting" not in rest, rest

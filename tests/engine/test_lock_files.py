@@ -7,15 +7,17 @@ be written is named with where it comes from (KVCHAT_HOME)."""
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
 import re
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from kvchat.engine.kvcache import foreground as foreground_module
-from kvchat.engine.kvcache.foreground import Foreground
+from kvchat.engine.kvcache.foreground import WAIT_TOLD_S, Foreground
 from kvchat.engine.kvcache.in_progress import ReadingsInProgress
 from kvchat.engine.reading.speeds import ReadingSpeeds
 from kvchat.paths import HomeError, as_home_error, checked_writable, unwritable
@@ -57,6 +59,37 @@ def test_a_lock_file_that_is_not_a_plain_file_is_refused_naming_it_and_never_fol
                                         "(hint: remove it, and kvchat makes its own anew)")
     assert victim.read_text() == "root:x:0:0:root:/root:/bin/sh\n" and victim.stat().st_mode & 0o777 == 0o644
     assert not missing.exists()  # nothing made where a link points
+
+
+def test_a_question_kept_from_the_foreground_lock_says_once_what_it_waits_for(tmp_path) -> None:
+    foreground = Foreground(tmp_path)
+    held = os.open(tmp_path / "foreground.lock", os.O_RDONLY | os.O_CREAT, 0o600)
+    fcntl.flock(held, fcntl.LOCK_EX)  # as `flock -x foreground.lock sleep 45` holds it
+    told: list[str] = []
+    answering, answered = threading.Event(), threading.Event()
+
+    def ask() -> None:
+        with foreground.answering(told=told.append):
+            answering.set()
+            answered.wait(10)
+
+    threading.Thread(target=ask, daemon=True).start()
+    try:
+        assert not answering.wait(WAIT_TOLD_S + 1)  # kept waiting, and told so after a second
+        assert told == [f"waiting for another process to release {foreground.path}, which kvchat's questions share; "
+                        "end that process to go on"]  # this process's own pid is not named: it is not "another"
+    finally:
+        os.close(held)
+    assert answering.wait(10) and len(told) == 1
+    answered.set()
+
+
+def test_a_process_holding_the_foreground_lock_is_named_with_how_to_end_it(tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(foreground_module, "holders", lambda path: {4242, os.getpid()})
+    monkeypatch.setattr(foreground_module, "process_name", lambda pid: "flock")
+    line = Foreground(tmp_path).waiting_for()
+    assert line == (f"waiting for process 4242 (flock) to release {tmp_path / 'foreground.lock'}, which kvchat's "
+                    "questions share; end it (kill 4242) to go on")
 
 
 def test_where_the_lock_file_cannot_be_made_a_question_goes_on_without_it(tmp_path, monkeypatch) -> None:

@@ -10,14 +10,17 @@ process's own background reading pauses for its own questions too. A question th
 another process's whole reading of its document steps aside while it waits (in_progress.read_alone),
 or the two would wait for each other.
 
-Where the lock file cannot be made (its folder read-only or not the user's, `cache` off), no
-background reading can run there either (each makes it too): a question goes on without it.
+Only a look (busy()) takes the lock exclusively, for a few microseconds: a question kept waiting
+longer by another process holding it says which process, once, after WAIT_TOLD_S. Where the lock
+file cannot be made (its folder read-only or not the user's, `cache` off), no background reading can
+run there either (each makes it too): a question goes on without it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import logging
 import os
 import threading
 import time
@@ -26,13 +29,19 @@ from pathlib import Path
 from typing import TypeVar
 
 from kvchat.atomic import open_lock_file
+from kvchat.engine.kvcache.lock_files import holders, process_name
 from kvchat.events import Event, Progress
 from kvchat.paths import is_unwritable
+
+LOGGER = logging.getLogger(__name__)
 
 Ended = TypeVar("Ended")  # what a reading returns
 
 PAUSED_CHECK_S = 0.25  # how often a paused reading looks whether the questions are answered, or it was stopped
 LOOK_EVERY_S = 0.02  # how often a batch under way looks whether a question came (Foreground.lately_busy)
+WAIT_TOLD_S = 1.0  # a question kept this long from the lock says what holds it (a look holds it microseconds)
+LOCK_RETRY_S = 0.05  # how often a question kept from the lock tries it again
+Told = Callable[[str], None]  # how a front end tells the user a line (Foreground.answering)
 
 
 class Foreground:
@@ -59,14 +68,14 @@ class Foreground:
                 return None
             raise
 
-    def _update(self) -> None:
+    def _update(self, told: Told) -> None:
         """Hold the shared lock while a question is answered and none steps aside (under _guard)."""
         wanted = self._questions > 0 and self._aside == 0
         if wanted and not self._held:
             fd = self._open()
             if fd is not None:
                 try:
-                    fcntl.flock(fd, fcntl.LOCK_SH)
+                    self._share(fd, told)
                 except BaseException:
                     os.close(fd)
                     raise
@@ -76,23 +85,49 @@ class Foreground:
                 os.close(self._fd)
             self._fd, self._held = None, False
 
-    def _count(self, questions: int = 0, aside: int = 0) -> None:
+    def _share(self, fd: int, told: Told) -> None:
+        """Take the lock shared, waiting while another process holds it; after WAIT_TOLD_S of
+        waiting, `told` once what it waits for (see the module's doc)."""
+        began: float | None = time.monotonic()
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                pass
+            if began is not None and time.monotonic() - began >= WAIT_TOLD_S:
+                told(self.waiting_for())
+                began = None
+            time.sleep(LOCK_RETRY_S)
+
+    def waiting_for(self) -> str:
+        """What a question kept from the lock waits for, and how to end the wait: the processes
+        holding the lock, as the kernel tells."""
+        pids = sorted((holders(self.path) or set()) - {os.getpid()})
+        if not pids:
+            return f"waiting for another process to release {self.path}, which kvchat's questions share; end that process to go on"
+        named = ", ".join(f"process {pid} ({process_name(pid)})" for pid in pids)
+        return (f"waiting for {named} to release {self.path}, which kvchat's questions share; "
+                f"end {'it' if len(pids) == 1 else 'them'} (kill {' '.join(map(str, pids))}) to go on")
+
+    def _count(self, questions: int = 0, aside: int = 0, told: Told = LOGGER.warning) -> None:
         """Count a question in or out (or one stepping aside), and hold the lock as they say; where
         the lock cannot be taken, the count is as before."""
         with self._guard:
             self._questions += questions
             self._aside += aside
             try:
-                self._update()
+                self._update(told)
             except BaseException:
                 self._questions -= questions
                 self._aside -= aside
                 raise
 
     @contextlib.contextmanager
-    def answering(self) -> Iterator[None]:
-        """Held while this process reads for a question and answers it."""
-        self._count(questions=1)
+    def answering(self, told: Told = LOGGER.warning) -> Iterator[None]:
+        """Held while this process reads for a question and answers it; `told`: how the user is
+        told what the question waits for, where another process keeps it waiting."""
+        self._count(questions=1, told=told)
         try:
             yield
         finally:

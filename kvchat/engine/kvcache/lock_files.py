@@ -77,3 +77,11 @@ def _still_named(path: Path, fd: int) -> bool:
         return False
     held = os.fstat(fd)
     return (named.st_dev, named.st_ino) == (held.st_dev, held.st_ino)
+
+
+def process_name(pid: int) -> str:
+    """The name of process `pid` (its command, as ps shows it), or "?" where the system does not tell."""
+    try:
+        return Path(f"/proc/{pid}/comm").read_text(encoding="utf-8", errors="replace").strip() or "?"
+    except OSError:
+        return "?"
