@@ -75,7 +75,7 @@ def stop_command() -> None:
     for entry in readings.stop(survey):
         typer.echo(f"stopped the reading of {printable(entry.document)} ({entry.done:,} of {entry.total:,} tokens read)")
     for entry in (entry for entry in survey.live if not entry.stoppable):
-        typer.echo(f"left the reading of {printable(entry.document)} to the chat or server reading it (process {entry.pid})")
+        typer.echo(f"left the reading of {printable(entry.document)} to the question, chat or server reading it (process {entry.pid})")
     if not survey.live:
         typer.echo("no reading in progress")
 

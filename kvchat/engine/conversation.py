@@ -113,13 +113,15 @@ class Conversation:
         return question_part.tokens(self.model)[-self.settings.method.window :]
 
     def open(self, question: str | None = None, *, cancel: threading.Event | None = None) -> Iterator[Event]:
-        """Read the document (streamed, loaded from a saved state, or in full) and keep it.
+        """Read the document (streamed, loaded from a saved state, or in full) and keep it; a whole
+        reading that is saved is read alone (_read_alone).
 
         `question`, when known, observes a streamed reading (query-aware streaming).
         """
-        yield from self._open(cancel, question)
+        yield from self._open(cancel, question, alone=True)
 
-    def _open(self, cancel: threading.Event | None, question: str | None) -> Iterator[Event]:
+    def _open(self, cancel: threading.Event | None, question: str | None, alone: bool) -> Iterator[Event]:
+        """open(); `alone` False where the caller holds the reading's lock already (read_whole())."""
         if question is not None:
             self.check_question(question)
         if self._notice:
@@ -127,7 +129,7 @@ class Conversation:
         if self.reading.defers(self.saved):
             self.opened = self._unread = True  # questions read fast until the document is read whole (select())
             return
-        yield from self._read(cancel, question)
+        yield from self._read_alone(cancel, question, awaits_own=False) if alone else self._read(cancel, question)
         self.opened = True
 
     def read_whole(self, cancel: threading.Event | None = None, *, in_turn: bool = False,
@@ -139,7 +141,7 @@ class Conversation:
         claimant = self.claimant
         if claimant is None or self.in_progress is None:
             return WholeReadingDone.STREAMED
-        how = yield from read_alone(self.in_progress, claimant, lambda: self.saved, lambda: self._open(cancel, None),
+        how = yield from read_alone(self.in_progress, claimant, lambda: self.saved, lambda: self._open(cancel, None, alone=False),
                                     cancel, in_turn=in_turn, stoppable=stoppable)
         return WholeReadingDone.UNSAVED if how is WholeReadingDone.READ and not self.saved else how
 
@@ -204,14 +206,23 @@ class Conversation:
             return
         if self.run.holds_fast_answer:
             self.run.back_to_reading()  # it goes on from where it stopped for the fast answer, if it had begun
-        claimant = self.claimant
-        if self.in_progress is not None and claimant is not None:
-            how = yield from read_alone(self.in_progress, claimant, lambda: self.saved, lambda: self._read(cancel), cancel)
-            if how is WholeReadingDone.SAVED:
-                yield from self._read(cancel)  # another process's reading: loaded
-        else:
-            yield from self._read(cancel)
+        yield from self._read_alone(cancel)
         self._unread = False
+
+    def _read_alone(self, cancel: threading.Event | None, question: str | None = None, awaits_own: bool = True) -> Iterator[Event]:
+        """Read the document whole the conversation's way, holding its reading's lock where the
+        reading is saved: while another process reads it (a background reading, or another
+        question's: two `kvchat ask` about one new document), that reading is awaited and loaded
+        rather than the document read twice at once (in_progress.read_alone). `awaits_own` False
+        (open()): this process's own reading of it is not awaited (read_alone)."""
+        claimant = self.claimant
+        if self.in_progress is None or claimant is None or self.saved:
+            yield from self._read(cancel, question)  # not saved (streamed, `cache` off), or loaded
+            return
+        how = yield from read_alone(self.in_progress, claimant, lambda: self.saved, lambda: self._read(cancel, question), cancel,
+                                    awaits_own=awaits_own)
+        if how is WholeReadingDone.SAVED:
+            yield from self._read(cancel, question)  # another process's reading: loaded
 
     def read_bank(self, cancel: threading.Event | None = None) -> Iterator[Event]:
         """Read the document as a passage bank (passage_bank.py): the questions read fast after it

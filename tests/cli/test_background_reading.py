@@ -400,7 +400,7 @@ def test_cache_stop_leaves_a_chats_own_reading_to_the_chat(tmp_path, isolated_ho
             (listed,) = readings_in_progress().entries()
             assert listed.pid == os.getpid() and not listed.stoppable
             stopped = run_kvchat("cache", "stop", home=isolated_home)
-            assert stopped.stdout == f"left the reading of {long_document} to the chat or server reading it (process {os.getpid()})\n"
+            assert stopped.stdout == f"left the reading of {long_document} to the question, chat or server reading it (process {os.getpid()})\n"
         finally:
             cancel.set()
             reader.join(timeout=60)
@@ -500,3 +500,20 @@ def test_read_job_refuses_a_users_file_in_one_line_and_leaves_it(kind, tmp_path,
     assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
     assert result.stderr.startswith(f"kvchat: error: {named} is not a kvchat job file (not in kvchat's jobs folder)")
     assert named.is_dir() if kind == "folder" else named.read_text() == "notes\n"
+
+
+@pytest.mark.system
+def test_two_asks_at_once_about_one_new_document_read_it_once(tmp_path, isolated_home) -> None:
+    """The second awaits the first's whole reading and loads it, as it awaits a background reading."""
+    model = write_tiny_gguf(tmp_path / "long-context.gguf", context_length=32768)
+    ledger = tmp_path / "ledger.txt"
+    ledger.write_text(" ".join(f"Item {i} costs {i * 3} dollars." for i in range(400)))  # 11k tokens of the tiny vocabulary
+    env = {**os.environ, "KVCHAT_HOME": str(isolated_home)}
+    command = [sys.executable, "-m", "kvchat.cli", *ask_args(ledger, model, "--read", "full", "--json")]
+    asks = [subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    ended = [ask.communicate(timeout=300) for ask in asks]
+    assert [ask.returncode for ask in asks] == [0, 0], ended
+    loaded = sorted(json.loads(out)["loaded_tokens"] > 0 for out, _ in ended)
+    assert loaded == [False, True], ended  # one read it whole; the other loaded that reading
+    listed = json.loads(run_kvchat("cache", "list", "--json", home=isolated_home).stdout)
+    assert [row["state"] for row in listed] == ["saved"]

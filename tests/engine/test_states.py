@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import json
 import multiprocessing
 from pathlib import Path
 
@@ -12,6 +13,8 @@ import pytest
 from kvchat.atomic import atomic_file
 from kvchat.documents import Document
 from kvchat.engine import AskSettings, Conversation, Engine, WholeReadingDone
+from kvchat.engine.kvcache import in_progress
+from kvchat.engine.kvcache.in_progress import ReadingsInProgress
 from kvchat.engine.kvcache.states import DocumentStates, tokens_sha256
 from kvchat.engine.kvcache.store import STATE_SUFFIX, DamagedState, StateStore, new_header
 from kvchat.engine.answering import route
@@ -56,6 +59,30 @@ def test_save_then_load_gives_identical_logits(tiny_model, document, tmp_path) -
     assert np.array_equal(next_logits(second), with_read)
     second.close()
 
+
+
+def test_a_whole_reading_awaits_another_processs_reading_of_the_document_and_loads_it(
+    tiny_model, document, tmp_path, monkeypatch,
+) -> None:
+    """Two `kvchat ask` at once about one new document: the second awaits the first's whole reading
+    and loads it, as it awaits a background reading, rather than reading the document beside it."""
+    states = states_for(tmp_path / "states")
+    waiting = Conversation(tiny_model, "tiny", document, SETTINGS, states=states, in_progress=ReadingsInProgress(tmp_path / "reading"))
+    elsewhere = ReadingsInProgress(tmp_path / "reading")
+    claim = elsewhere.claim(waiting.reading_key, str(document.path), "tiny", len(waiting.document_tokens))
+    assert claim is not None  # held here, as process 4242 holds it: it reads the document whole
+    record = tmp_path / "reading" / f"{waiting.reading_key}.json"
+    record.write_text(json.dumps({**json.loads(record.read_text()), "pid": 4242}))
+    monkeypatch.setattr(in_progress, "holders", lambda path: {4242})
+    opening = waiting.open()
+    assert next(opening) == Notice(f"another kvchat process is reading {document.path}; waiting for it")
+    other, _ = open_conversation(tiny_model, document, states)  # its reading, saved
+    other.close()
+    claim.release()
+    rest = list(opening)
+    assert [event.text for event in rest if isinstance(event, Notice)][0].startswith("loaded the saved reading")
+    assert not any(isinstance(event, Progress) and event.done > 0 for event in rest)  # nothing read here
+    waiting.close()
 
 
 def test_a_whole_reading_that_could_not_be_saved_is_no_reading_done(tiny_model_path, document, monkeypatch) -> None:

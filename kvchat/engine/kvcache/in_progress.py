@@ -263,13 +263,16 @@ class ReadingTurn:
 def read_alone(
     readings: ReadingsInProgress, claimant: tuple[str, str, str, int], saved: Callable[[], bool],
     read: Callable[[], Iterator[Event]], cancel: threading.Event | None = None, *, in_turn: bool = False,
-    stoppable: bool = False,
+    stoppable: bool = False, awaits_own: bool = True,
 ) -> Generator[Event, None, WholeReadingDone]:
     """`read()` a document whole holding its reading's lock, unless `saved()`: so no two
     processes read it at once. `claimant`: (key, document, model, tokens) of the reading. While
     another process holds the lock, its progress is followed and the lock tried again; one that
     only waits for its turn is not waited for (it finds the reading saved when its turn comes).
-    `in_turn`: wait for the background readings' turn before reading (one reads at a time)."""
+    `in_turn`: wait for the background readings' turn before reading (one reads at a time).
+    `awaits_own` False: a reading of this process's own is not waited for either (a question's
+    reading, Conversation.open: the server reads its requests by turns on one thread, which such a
+    wait would hold up)."""
     key = claimant[0]
     while not saved():
         claim = readings.claim(*claimant, stoppable=stoppable)
@@ -277,7 +280,7 @@ def read_alone(
             with claim:
                 return (yield from _claimed(readings, claim, saved, read, cancel, in_turn))
         other = readings.find(key)
-        if other is not None and other.queued:
+        if other is not None and (other.queued or (not awaits_own and other.pid == os.getpid())):
             yield from read()
             return WholeReadingDone.READ
         yield Notice(f"another kvchat process is reading {claimant[1]}; waiting for it")
