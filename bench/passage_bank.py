@@ -2,12 +2,13 @@
 and the whole reading's selection (today's follow-up), on cuad's dev contracts.
 
 Usage: python bench/passage_bank.py [--skip 0] [--contracts 2] [--max-document-tokens 16000] [--model default]
-       [--draft small] [--budget 1024] [--no-whole]
+       [--draft small] [--budget 1024] [--read auto] [--max-tokens 512] [--no-fresh] [--no-whole]
 
-Each contract's questions are answered three ways, each question on its own (no earlier turn):
+Each contract's questions are answered four ways, each question on its own (no earlier turn):
 `fresh`, the default first answer (the passages the question's words choose, read alone now);
 `bank`, the same choice loaded from the contract's passage bank, read once before
-(engine/reading/passage_bank.py); `whole`, SnapKV at the budget from the contract's whole reading, saved once and loaded for each
+(engine/reading/passage_bank.py); `bank-q8`, that bank with its entries stored as q8_0 (llama/packed.py),
+as it is saved at about half the size; `whole`, SnapKV at the budget from the contract's whole reading, saved once and loaded for each
 question as a later `kvchat ask` loads it (its first token counts the loading).
 One JSON line per answer, then one per contract with the readings' times, then the totals. Use a
 KVCHAT_HOME where the contracts' readings are not saved (else the whole reading is loaded).
@@ -23,7 +24,7 @@ from collections.abc import Iterator
 from kvchat.bench.compare import case_document, for_case
 from kvchat.bench.cuad import cuad_cases
 from kvchat.bench.tasks import Case, case_score
-from kvchat.engine import AskSettings, Conversation, Engine
+from kvchat.engine import AskSettings, Conversation, Engine, PassageBank
 from kvchat.events import Done, Event
 from kvchat.policy import SnapKV
 
@@ -49,30 +50,37 @@ def main() -> None:
     parser.add_argument("--contracts", type=int, default=2, help="how many dev contracts, shortest first")
     parser.add_argument("--max-document-tokens", type=int, default=16000)
     parser.add_argument("--model", default="default")
-    parser.add_argument("--draft", default="small")
+    parser.add_argument("--draft", default="small", help="none: the model's own first layers choose where no word matches")
     parser.add_argument("--budget", type=int, default=1024)
+    parser.add_argument("--read", default="auto", help="how the fresh and the bank's questions choose (kvchat ask --read)")
+    parser.add_argument("--max-tokens", type=int, default=512)
+    parser.add_argument("--no-fresh", action="store_true", help="leave out the fresh readings' answers")
     parser.add_argument("--no-whole", action="store_true", help="leave out the whole reading's follow-ups")
     args = parser.parse_args()
     totals: dict[str, list[float]] = {}
-    with Engine(args.model, draft=args.draft) as engine:
+    with Engine(args.model, draft=None if args.draft == "none" else args.draft) as engine:
         cases = cuad_cases(engine.model.count_tokens, args.max_document_tokens)
         contracts = list(dict.fromkeys(case.meta["contract"] for case in cases))[args.skip : args.skip + args.contracts]
         for contract in contracts:
             asked = [case for case in cases if case.meta["contract"] == contract]
             record: dict[str, object] = {"contract": contract, "questions": len(asked)}
-            settings = AskSettings(method=SnapKV(budget=args.budget), read="auto")
+            settings = AskSettings(method=SnapKV(budget=args.budget), read=args.read, max_tokens=args.max_tokens)
             conversation = engine.conversation(case_document(asked[0]), for_case(settings, asked[0]))
             try:
                 list(conversation.open())
                 record["document_tokens"] = len(conversation.document_tokens)
-                rows = list(_answers(engine, conversation, asked, settings, "fresh"))
+                rows = [] if args.no_fresh else list(_answers(engine, conversation, asked, settings, "fresh"))
                 record["bank_read_s"] = _timed(conversation.read_bank())
                 record["bank_mib"] = round(conversation.bank.n_bytes / 2**20, 1)
                 rows += _answers(engine, conversation, asked, settings, "bank")
+                packed = conversation.bank.to_payload(packed=True)  # as saved at half the size
+                record["bank_q8_mib"] = round(len(packed) / 2**20, 1)
+                conversation.bank = PassageBank.from_payload(packed)
+                rows += _answers(engine, conversation, asked, settings, "bank-q8")
             finally:
                 conversation.close()
             if not args.no_whole:
-                whole = AskSettings(method=SnapKV(budget=args.budget), read="full")
+                whole = AskSettings(method=SnapKV(budget=args.budget), read="full", max_tokens=args.max_tokens)
                 conversation = engine.conversation(case_document(asked[0]), for_case(whole, asked[0]))
                 try:
                     record["whole_read_s"] = _timed(conversation.open())  # and saved

@@ -20,6 +20,7 @@ from kvchat.engine.kvcache.foreground import PAUSED_CHECK_S, HeldWhileBusy, batc
 from kvchat.engine.kvcache.in_progress import WAITING_FOR_TURN, InProgress, ReadingsInProgress, Survey, WholeReadingDone
 from kvchat.engine.engine import Engine, part_store, readings_in_progress, state_store
 from kvchat.engine.answering.generate import Generation, answer_stats
+from kvchat.engine.reading.passage_bank import PassageBank
 from kvchat.engine.reading.plan import ReadingPlan
 from kvchat.engine.answering.elsewhere import PreparedPrompt
 from kvchat.engine.answering.whole_question import about_whole
@@ -36,7 +37,7 @@ from kvchat.engine.reading.chunked import StreamSettings
 
 __all__ = [
     "ADVANCED", "ANSWER", "DEFAULT_MAX_TOKENS", "MOST_TOKENS", "PAUSED_CHECK_S", "SYSTEM_PROMPT", "WAITING_FOR_TURN", "SELECTIONS", "AskSettings", "Conversation",
-    "Engine", "FastSettings", "Generation", "HeldWhileBusy", "InProgress", "KvLayout", "PreparedPrompt", "ReadingPlan",
+    "Engine", "FastSettings", "Generation", "HeldWhileBusy", "InProgress", "KvLayout", "PassageBank", "PreparedPrompt", "ReadingPlan",
     "ReadingsInProgress", "Selection", "StreamSettings", "Survey", "Turn", "UserSettings", "WholeReadingDone",
     "about_whole", "above_most", "answer_stats", "ask_settings", "batches_stop_while", "choices", "form_label", "installation",
     "invalid_setting",

@@ -29,7 +29,7 @@ def joined_state(pieces: Sequence[StateBuffer]) -> bytes:
     otherwise than each other or than one stream of one sequence."""
     if not pieces:
         raise ValueError("nothing to join")
-    parsed = [_Piece(piece) for piece in pieces]
+    parsed = [StateParts(piece) for piece in pieces]
     first = parsed[0]
     if any(piece.layout != first.layout for piece in parsed):
         raise ValueError("the pieces have different KV layouts")
@@ -48,7 +48,7 @@ def joined_state(pieces: Sequence[StateBuffer]) -> bytes:
 def state_from(state: StateBuffer, first_cell: int, end_cell: int | None = None) -> bytes:
     """The state of the cells [first_cell, end_cell) (to the last when None): a passage read after
     the prompt's opening, or the part of it before a question's window."""
-    piece = _Piece(state)
+    piece = StateParts(state)
     end = piece.n_cells if end_cell is None else min(end_cell, piece.n_cells)
     offsets = piece.cell_offsets
     out = [HEADER.pack(STATE_MAGIC, piece.seq, 1, end - first_cell), piece.cell_bytes[offsets[first_cell] : offsets[end]],
@@ -63,42 +63,47 @@ def state_from(state: StateBuffer, first_cell: int, end_cell: int | None = None)
     return b"".join(out)
 
 
-class _Piece:
+class StateParts:
     """One state's cell table and its layers' data, as views of its bytes."""
 
     def __init__(self, state: StateBuffer) -> None:
-        magic, self.seq, n_stream, _ = HEADER.unpack_from(state, 0)
-        if magic != STATE_MAGIC or n_stream != 1:
-            raise ValueError("not a one-stream llama.cpp sequence state")
-        positions, offset = cell_table(state)
-        self.n_cells = len(positions)
-        self.cell_bytes = bytes(state[HEADER.size : offset])
+        self.layers_start, self.n_cells, self.n_layer, self.v_trans = self.prefix(state)
+        self.seq = HEADER.unpack_from(state, 0)[1]
+        self.cell_bytes = bytes(state[HEADER.size : self.layers_start - _LAYOUT.size])
         self.cell_offsets = _cell_offsets(self.cell_bytes, self.n_cells)
-        self.v_trans, self.n_layer = _LAYOUT.unpack_from(state, offset)
-        offset += _LAYOUT.size
         data = np.frombuffer(state, dtype=np.uint8)
         self.layer_headers: list[bytes] = []
-        self.layers: list[np.ndarray] = []
+        self.layers: list[np.ndarray] = []  # rows (n_cells, row bytes), or a transposed V's (n_embd_v, n_cells x element bytes)
+        offset = self.layers_start
         for layer in range(2 * self.n_layer):
-            offset = self._read_layer(data, offset, transposed=bool(self.v_trans) and layer >= self.n_layer)
+            transposed = bool(self.v_trans) and layer >= self.n_layer
+            header, size = self.layer_size(state, offset, self.n_cells, transposed)
+            self.layer_headers.append(data[offset : offset + header].tobytes())
+            rows = _COLUMNS.unpack_from(state, offset)[2] if transposed else self.n_cells
+            self.layers.append(data[offset + header : offset + header + size].reshape(rows, -1) if size else
+                               np.zeros((rows, 0), dtype=np.uint8))
+            offset += header + size
         if offset != len(data):
             raise ValueError("the state holds more than one KV cache")
 
-    def _read_layer(self, data: np.ndarray, offset: int, transposed: bool) -> int:
-        """Record the layer at `offset`: rows (n_cells, row bytes), or a transposed V's
-        (n_embd_v, n_cells x element bytes); returns where the next layer begins."""
+    @staticmethod
+    def prefix(state: StateBuffer) -> tuple[int, int, int, int]:
+        """Where a one-stream, one-sequence state's first layer begins, its cells, layers and v_trans."""
+        magic, _seq, n_stream, _ = HEADER.unpack_from(state, 0)
+        if magic != STATE_MAGIC or n_stream != 1:
+            raise ValueError("not a one-stream llama.cpp sequence state")
+        positions, offset = cell_table(state)
+        v_trans, n_layer = _LAYOUT.unpack_from(state, offset)
+        return offset + _LAYOUT.size, len(positions), n_layer, v_trans
+
+    @staticmethod
+    def layer_size(state: StateBuffer, offset: int, n_cells: int, transposed: bool) -> tuple[int, int]:
+        """The header's and the data's bytes of the layer at `offset`."""
         if transposed:
-            _, element_bytes, n_embd = _COLUMNS.unpack_from(data, offset)
-            header, width = _COLUMNS.size, self.n_cells * element_bytes
-            shape = (n_embd, width)
-        else:
-            _, row_bytes = _ROWS.unpack_from(data, offset)
-            header = _ROWS.size
-            shape = (self.n_cells, row_bytes)
-        self.layer_headers.append(data[offset : offset + header].tobytes())
-        size = shape[0] * shape[1]
-        self.layers.append(data[offset + header : offset + header + size].reshape(shape))
-        return offset + header + size
+            _, element_bytes, n_embd = _COLUMNS.unpack_from(state, offset)
+            return _COLUMNS.size, n_embd * n_cells * element_bytes
+        _, row_bytes = _ROWS.unpack_from(state, offset)
+        return _ROWS.size, n_cells * row_bytes
 
     @property
     def layout(self) -> tuple[object, ...]:

@@ -103,3 +103,17 @@ def test_page_screenshots_writes_the_light_and_the_dark_page(tiny_model_path, tm
     pytest.importorskip("playwright")
     _main("page_screenshots.py", monkeypatch, "--model", str(tiny_model_path), "--out", str(tmp_path))
     assert sorted(path.name for path in tmp_path.iterdir()) == ["page-dark.png", "page-light.png"]
+
+
+def test_passage_bank_answers_each_question_four_ways(tiny_model_path, monkeypatch, capsys, tmp_path) -> None:
+    monkeypatch.setenv("KVCHAT_HOME", str(tmp_path))
+    _main("passage_bank.py", monkeypatch, "--contracts", "1", "--max-document-tokens", "3000", "--budget", "256", "--read", "retrieval", "--max-tokens", "4", "--model", str(tiny_model_path),
+          "--draft", "none")
+    records = _records(capsys.readouterr().out)
+    answers = [record for record in records if "way" in record]
+    asked = sorted({record["id"] for record in answers})
+    assert asked and [record["way"] for record in answers] == ["fresh"] * len(asked) + ["bank"] * len(asked) + \
+        ["bank-q8"] * len(asked) + ["whole"] * len(asked)
+    assert all(record["read"].endswith(" loaded") for record in answers if record["way"].startswith("bank"))
+    (contract,) = [record for record in records if "bank_mib" in record]
+    assert contract["bank_q8_mib"] < 0.6 * contract["bank_mib"] and records[-1]["bank"]["of"] == len(asked)

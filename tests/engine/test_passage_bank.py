@@ -13,6 +13,8 @@ from kvchat.documents import Document
 from kvchat.engine import AskSettings, Conversation
 from kvchat.engine.answering import route
 from kvchat.engine.kvcache.cache import KvCache
+from kvchat.engine.kvcache.states import DocumentStates
+from kvchat.engine.kvcache.store import StateStore
 from kvchat.engine.reading.passage_bank import PassageBank, load_chosen, opening_end, read_bank
 from kvchat.engine.reading.passages import Passages
 from kvchat.events import Progress, Pruned
@@ -45,15 +47,13 @@ def _cache(model) -> KvCache:
 @pytest.fixture(scope="module")
 def banked(tiny_model) -> tuple[list[int], Passages, PassageBank, list[Progress]]:
     tokens, passages = _prompt(tiny_model)
-    cache = _cache(tiny_model)
-    with cache.ctx:
-        reading = read_bank(cache, tokens, passages)
-        progress: list[Progress] = []
-        while True:
-            try:
-                progress.append(next(reading))
-            except StopIteration as finished:
-                return tokens, passages, finished.value, progress
+    reading = read_bank(tiny_model, ContextSettings(n_ctx=4096, n_batch=256, threads=2), tokens, passages)
+    progress: list[Progress] = []
+    while True:
+        try:
+            progress.append(next(reading))
+        except StopIteration as finished:
+            return tokens, passages, finished.value, progress
 
 
 def test_a_bank_reads_every_token_of_the_document_once_and_keeps_each_piece(banked) -> None:
@@ -150,3 +150,36 @@ def test_a_window_that_begins_inside_the_last_passage_loads_the_passage_up_to_it
     assert events[-1].stats.read.endswith(f", {len(loaded):,} loaded")  # the last passage up to the window too
     progress = [event for event in events if isinstance(event, Progress)]
     assert [event.total for event in progress] == [len(conversation.prompt_tokens)]  # the opening's alone: no second pass
+
+
+def test_a_saved_bank_is_loaded_by_a_later_conversation_and_answers_as_the_bank_it_saved(tiny_model, tmp_path: Path) -> None:
+    settings = AskSettings(method=SnapKV(budget=256, window=16), max_tokens=4, threads=2, sources=False, read="retrieval")
+    states = DocumentStates(StateStore(tmp_path), "sha-of-the-tiny-model", "tiny")
+    question = "Which law governs this?"
+    answers = []
+    for reads_bank in (True, False):  # the second conversation, as a later process, finds the bank saved
+        conversation = Conversation(tiny_model, "tiny", PAGED, settings, states=states)
+        try:
+            list(conversation.open(question))
+            if reads_bank:
+                list(conversation.read_bank())
+            answers.append(list(route.answer(conversation, question)))
+        finally:
+            conversation.close()
+    (entry,) = states.store.entries()
+    assert entry.header.document == "topics.pdf (passages)" and entry.size > sum(len(piece) for piece in conversation.bank.passages)
+    assert answers[1][-1].stats.read == answers[0][-1].stats.read and answers[1][-1].stats.read.endswith(" loaded")
+    assert answers[1][-1].answer == answers[0][-1].answer
+
+
+def test_a_bank_payload_gives_back_every_piece_and_refuses_what_is_not_one(banked) -> None:
+    _, _, bank, _ = banked
+    again = PassageBank.from_payload(bank.to_payload())
+    assert bytes(again.opening) == bytes(bank.opening) and list(again.marks) == list(bank.marks)
+    assert [bytes(piece) for piece in again.passages] == [bytes(piece) for piece in bank.passages]
+    packed = PassageBank.from_payload(bank.to_payload(packed=True))
+    assert packed.packed and len(bank.to_payload(packed=True)) < 0.56 * len(bank.to_payload())
+    assert bytes(packed.state(packed.passages[3]))[:64] == bytes(bank.passages[3])[:64]  # the same cells, f16 again
+    for payload in (b"", b"\x05\x00\x00\x00{}", b"\x02\x00\x00\x00{}" + b"x" * 8, bank.to_payload()[:-1]):
+        with pytest.raises(ValueError, match="not a passage bank|runs past"):
+            PassageBank.from_payload(payload)

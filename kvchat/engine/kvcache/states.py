@@ -15,6 +15,7 @@ from kvchat.events import Event, Notice
 from kvchat.llama import STATE_FORMAT
 
 LOGGER = logging.getLogger(__name__)
+WHOLE = ""  # the kind of a prompt's whole reading, the store's first: its keys name no kind
 
 
 class DocumentStates:
@@ -34,29 +35,30 @@ class DocumentStates:
         """The same store for the cache layout of `settings`: states of other layouts differ."""
         return DocumentStates(self.store, self.model_sha256, self.model_name, settings.layout)
 
-    def key(self, prompt_sha256: str) -> str:
+    def key(self, prompt_sha256: str, kind: str = WHOLE) -> str:
+        """`kind`: the reading's, where it is not the prompt's whole reading (a passage bank's)."""
         layout = self.layout
         material = f"{STATE_FORMAT}|{self.model_sha256}|{prompt_sha256}|{layout.type_k}"
         material += (f"|v={layout.type_v}" if layout.type_v != "f16" else "") + ("|flash-attn" if layout.flash_attn else "")
-        return hashlib.sha256(material.encode()).hexdigest()[:40]
+        return hashlib.sha256((material + (f"|{kind}" if kind else "")).encode()).hexdigest()[:40]
 
-    def key_of(self, tokens: Sequence[int]) -> str:
+    def key_of(self, tokens: Sequence[int], kind: str = WHOLE) -> str:
         """What the reading of `tokens` is saved as (and locked as while it is read: in_progress.py)."""
-        return self.key(tokens_sha256(tokens))
+        return self.key(tokens_sha256(tokens), kind)
 
-    def has(self, tokens: Sequence[int]) -> bool:
+    def has(self, tokens: Sequence[int], kind: str = WHOLE) -> bool:
         """Whether a reading of `tokens` is saved (it may still turn out damaged when loaded)."""
-        return self.store.path_for(self.key_of(tokens)).exists()
+        return self.store.path_for(self.key_of(tokens, kind)).exists()
 
     def saved_lengths(self, at_most: int) -> list[int]:
         """Token counts of the saved readings, longest first (candidates for a prompt prefix)."""
         return sorted({entry.header.n_tokens for entry in self.store.entries() if entry.header.n_tokens <= at_most}, reverse=True)
 
-    def load(self, tokens: Sequence[int]) -> Iterator[Event]:
+    def load(self, tokens: Sequence[int], kind: str = WHOLE) -> Iterator[Event]:
         """The saved reading of `tokens`, or None; yields a Notice if a damaged one was found (and deleted)."""
         prompt_sha256 = tokens_sha256(tokens)
         try:
-            found = self.store.load(self.key(prompt_sha256), self.model_sha256, prompt_sha256)
+            found = self.store.load(self.key(prompt_sha256, kind), self.model_sha256, prompt_sha256)
         except DamagedState as damaged:
             yield _discarded(damaged.path, damaged.reason)
             return None
@@ -71,19 +73,19 @@ class DocumentStates:
             return None
         return payload
 
-    def discard(self, tokens: Sequence[int], reason: str) -> Iterator[Event]:
+    def discard(self, tokens: Sequence[int], reason: str, kind: str = WHOLE) -> Iterator[Event]:
         """Delete a saved reading that passed its checks but proved unusable (llama.cpp refused
         it), as a damaged one is: kept, it would fail every reading of the document."""
-        path = self.store.path_for(self.key(tokens_sha256(tokens)))
+        path = self.store.path_for(self.key(tokens_sha256(tokens), kind))
         path.unlink(missing_ok=True)
         yield _discarded(path, reason)
 
-    def save(self, tokens: Sequence[int], state: bytes, label: str) -> Iterator[Event]:
+    def save(self, tokens: Sequence[int], state: bytes, label: str, kind: str = WHOLE) -> Iterator[Event]:
         """Save the reading of `tokens`; `label` (the document's path) is what `kvchat cache list` shows."""
         prompt_sha256 = tokens_sha256(tokens)
         header = new_header(self.model_sha256, prompt_sha256, len(tokens), state, label, self.model_name)
         try:
-            self.store.save(self.key(prompt_sha256), header, state)
+            self.store.save(self.key(prompt_sha256, kind), header, state)
         except OSError as error:
             LOGGER.warning("could not save state: %s", error)
             yield Notice(f"could not save the reading for next time ({error.strerror})")

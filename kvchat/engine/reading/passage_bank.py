@@ -14,17 +14,27 @@ each of its passages after both; a question that chooses two passages of a page 
 
 from __future__ import annotations
 
+import json
+import struct
 import threading
 from collections.abc import Generator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from kvchat.engine.kvcache.cache import KvCache
-from kvchat.engine.reading.passages import Passages
+from kvchat.engine.reading.passages import PASSAGE_TOKENS, Passages
 from kvchat.events import Progress
-from kvchat.llama import StateBytes
+from kvchat.engine.reading.sizing import round_up
+from kvchat.llama import ContextSettings, LlamaContext, LlamaModel, StateBytes
 from kvchat.llama.joined import joined_state, state_from
+from kvchat.llama.packed import packed_state, unpacked_state
+
+
+# What a bank is saved as beside the document's whole reading (states.py): its layout and the
+# passages' size are part of what it holds.
+BANK = f"passage-bank-1-{PASSAGE_TOKENS}"
+_INDEX_BYTES = struct.Struct("<I")
 
 
 @dataclass(frozen=True)
@@ -36,10 +46,51 @@ class PassageBank:
     opening: StateBytes
     marks: dict[tuple[int, int], StateBytes]
     passages: tuple[StateBytes, ...]
+    packed: bool = False  # the pieces' f16 layers are q8_0 (llama/packed.py), unpacked as they load
 
     @property
     def n_bytes(self) -> int:
         return len(self.opening) + sum(map(len, self.marks.values())) + sum(map(len, self.passages))
+
+    def state(self, piece: StateBytes) -> StateBytes:
+        """One of the bank's pieces as llama.cpp loads it (unpacked)."""
+        return unpacked_state(piece) if self.packed else piece
+
+    def to_payload(self, packed: bool = False) -> bytes:
+        """The bank as one saved payload: the length of a JSON index, the index (each piece's
+        [offset, length] in what follows it; a mark's with its token range), then the pieces,
+        `packed` (q8_0) or as they are."""
+        pieces = [self.opening, *self.marks.values(), *self.passages]
+        if packed and not self.packed:
+            pieces = [packed_state(piece) for piece in pieces]
+        offsets = [0]
+        for piece in pieces:
+            offsets.append(offsets[-1] + len(piece))
+        spans = [[offset, len(piece)] for offset, piece in zip(offsets, pieces)]
+        index = {"opening": spans[0], "marks": [[*mark, *span] for mark, span in zip(self.marks, spans[1:])],
+                 "passages": spans[1 + len(self.marks) :], "packed": packed or self.packed}
+        encoded = json.dumps(index).encode()
+        return b"".join([_INDEX_BYTES.pack(len(encoded)), encoded, *pieces])
+
+    @classmethod
+    def from_payload(cls, payload: StateBytes) -> PassageBank:
+        """The bank to_payload() saved; its pieces are views of `payload` (a mapped file is not
+        read until a question loads them). ValueError where the payload is not one."""
+        view = memoryview(payload)
+        try:
+            (length,) = _INDEX_BYTES.unpack_from(view, 0)
+            index = json.loads(bytes(view[_INDEX_BYTES.size : _INDEX_BYTES.size + length]))
+            base = _INDEX_BYTES.size + length
+
+            def piece(offset: int, size: int) -> memoryview:
+                if offset < 0 or size < 0 or base + offset + size > len(view):
+                    raise ValueError("a piece runs past the payload")
+                return view[base + offset : base + offset + size]
+
+            return cls(piece(*index["opening"]), {(start, end): piece(offset, size) for start, end, offset, size in index["marks"]},
+                       tuple(piece(*span) for span in index["passages"]), bool(index["packed"]))
+        except (struct.error, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as error:
+            raise ValueError(f"not a passage bank ({error})") from None
 
 
 def opening_end(passages: Passages) -> int:
@@ -48,10 +99,18 @@ def opening_end(passages: Passages) -> int:
 
 
 def read_bank(
-    cache: KvCache, tokens: list[int], passages: Passages, cancel: threading.Event | None = None,
+    model: LlamaModel, settings: ContextSettings, tokens: list[int], passages: Passages, cancel: threading.Event | None = None,
 ) -> Generator[Progress, None, PassageBank]:
-    """Read the document prompt `tokens` into the empty `cache` as a bank (the module's doc), with
-    progress over the prompt's tokens; the cache holds the opening after."""
+    """Read the document prompt `tokens` as a bank (the module's doc), with progress over the
+    prompt's tokens, on a context of its own with `settings` but as large as the opening, a mark and
+    a passage need: whatever the caller's context holds stays."""
+    first = opening_end(passages)
+    longest = int((passages.mark_ends - passages.mark_starts).max() + (passages.ends - passages.starts).max())
+    with LlamaContext(model, replace(settings, n_ctx=round_up(first + longest))) as ctx:
+        return (yield from _read(KvCache(ctx), tokens, passages, cancel))
+
+
+def _read(cache: KvCache, tokens: list[int], passages: Passages, cancel: threading.Event | None) -> Generator[Progress, None, PassageBank]:
     first, total = opening_end(passages), passages.n_tokens
     yield from cache.prefill(tokens[:first], 0, total, cancel)
     opening, done = cache.state(), first
@@ -68,7 +127,6 @@ def read_bank(
         banked.append((yield from _read_piece(cache, tokens, span, done, total, cancel)))
         done += span[1] - span[0]
         cache.drop_from(after_mark)
-    cache.drop_from(first)
     return PassageBank(opening, marks, tuple(banked))
 
 
@@ -99,18 +157,19 @@ def load_chosen(
     into `cache`, at consecutive positions, each passage's tokens before the prompt index `upto`
     only (all when None); returns the prompt indices of the tokens loaded."""
     first = opening_end(passages)
-    pieces: list[StateBytes] = [bank.opening]
+    pieces: list[StateBytes] = [bank.state(bank.opening)]
     origins = [np.arange(first)]
     loaded_marks: set[tuple[int, int]] = set()
     for index in chosen.tolist():
         mark = (int(passages.mark_starts[index]), int(passages.mark_ends[index]))
         if mark not in loaded_marks:
             loaded_marks.add(mark)
-            pieces.append(bank.marks[mark])
+            pieces.append(bank.state(bank.marks[mark]))
             origins.append(np.arange(*mark))
         start, end = int(passages.starts[index]), int(passages.ends[index])
         kept = end - start if upto is None else min(end, upto) - start
-        pieces.append(bank.passages[index] if kept == end - start else state_from(bank.passages[index], 0, kept))
+        passage = bank.state(bank.passages[index])
+        pieces.append(passage if kept == end - start else state_from(passage, 0, kept))
         origins.append(np.arange(start, start + kept))
     held = np.concatenate(origins).astype(np.int64)
     cache.load(joined_state(pieces), held, np.asarray(tokens, dtype=np.int64)[held])
