@@ -2,8 +2,8 @@
 and its turns. How a question is answered on it, in parts or from the entries its reading keeps,
 with its sources, is the answering route's (answering/route.py).
 
-How the document comes into the cache is the conversation's way of reading (reading/way.py,
-chosen by reading/registry.py): whole, streamed within the budget (a streaming method, or a
+How the document comes into the cache is the conversation's way of reading (reading/ways/reading.py,
+chosen by reading/ways/registry.py): whole, streamed within the budget (a streaming method, or a
 document too long to read whole unless the method was named: reading/sizing.py), put together
 from several documents' readings, or fast for the questions asked before the document is read
 whole (select(): while that is sooner than the rest of the reading) and whole for those after.
