@@ -572,8 +572,8 @@ def test_llama_cpp_short_options_mean_the_long_ones(document, tiny_model_path, i
 
 @pytest.mark.system
 def test_a_long_question_beside_a_document_exits_2_with_its_size_and_the_limit(document, tiny_model_path, isolated_home) -> None:
-    """Before, a 10,000-character question was answered on a context of 11,520 cells, on a model
-    trained on 4,096."""
+    """A 10,000-character question is refused with its size and the model's trained context
+    (4,096), not answered on a context of 11,520 cells."""
     args = ask_args(document, tiny_model_path)
     args[2] = "why " * 2500
     result = run_kvchat(*args, home=isolated_home)
@@ -801,7 +801,7 @@ def test_a_noisy_answer_reaches_the_terminal_without_control_characters(tmp_path
 
 @pytest.mark.parametrize("path", [path for path, _ in _commands() if path], ids=lambda path: " ".join(("kvchat", *path)))
 def test_a_commands_help_is_prose_that_the_terminal_wraps(path) -> None:
-    """Before, a docstring's line breaks stood in the help ("the answer⏎ streams to stdout")."""
+    """A command's help is its docstring's paragraphs, their line breaks taken out ("the answer streams to stdout")."""
     help_text = dict(_commands())[path].help  # type: ignore[attr-defined]
     assert help_text and all("\n" not in paragraph for paragraph in help_text.split("\n\n"))
     assert "  " not in help_text

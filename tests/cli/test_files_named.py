@@ -17,7 +17,7 @@ LOOP_WITHIN_S = 60  # on a busy 2-core machine; before, the loop ran until kille
 
 @pytest.fixture
 def looped(tmp_path: Path) -> Path:
-    """`d/c.txt`, `d/sub/e.txt`, and links from `d` to itself (the issue's loop), and to `c.txt`."""
+    """`d/c.txt`, `d/sub/e.txt`, and links from `d` to itself (a loop), and to `c.txt`."""
     folder = tmp_path / "d"
     (folder / "sub").mkdir(parents=True)
     (folder / "c.txt").write_text("The fee is 5 dollars.\n")
@@ -60,7 +60,7 @@ def test_read_of_a_glob_through_a_link_loop_ends(looped, tiny_model_path, isolat
 
 @pytest.mark.system
 def test_ask_puts_a_file_reached_by_several_paths_in_the_prompt_once(looped, tiny_model_path, isolated_home) -> None:
-    os.unlink(looped / "l2"), os.unlink(looped / "l3"), os.unlink(looped / "sub" / "e.txt")  # the issue's `ln -s . self`
+    os.unlink(looped / "l2"), os.unlink(looped / "l3"), os.unlink(looped / "sub" / "e.txt")  # a loop: `ln -s . self`
     args = ["How much is the fee?", "--model", str(tiny_model_path), "--max-tokens", "1", "--threads", "2", "--json"]
     once = run_kvchat("ask", str(looped / "c.txt"), *args, home=isolated_home)
     globbed = run_kvchat("ask", str(looped / "**" / "*.txt"), str(looped / "c.txt"), *args, home=isolated_home)

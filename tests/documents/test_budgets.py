@@ -163,7 +163,7 @@ PARAGRAPHS = b"<w:p/>" * (MIB // 6)  # ~1 MiB of empty paragraphs
         (lambda p: make_docx(p / "files.docx", add=[stored(f"f{n}", b"") for n in range(10_001 - len(DOCX_MEMBERS))]),
          "the DOCX holds 10,001 files, over the limit of 10,000 for an archive"),
         (lambda p: make_epub(p / "image.epub", ["<p>The boat was called Grey Heron.</p>"],
-                             add=[deflated("cover.png", [(bytes(MIB), 2048)])]),  # listed nowhere, as in the issue
+                             add=[deflated("cover.png", [(bytes(MIB), 2048)])]),  # listed nowhere
          "part 'cover.png' of the EPUB unpacks to 2,048 MiB, over the limit of 64 MiB for one part"),
         (lambda p: make_epub(p / "manifest.epub", ["<p>The boat was called Grey Heron.</p>"],
                              [(f"i{n}", "big.png", "image/png") for n in range(100)], [deflated("big.png", [(SPACES, 64)])]),
@@ -446,7 +446,7 @@ def ocr_images(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
 @pytest.mark.parametrize(
     ("width", "height", "user_unit", "expected"),
     [
-        (1e6, 1e6, 75000, (6000, 6000)),  # the issue's 343-byte hugebox_userunit.pdf: a MemoryError before
+        (1e6, 1e6, 75000, (6000, 6000)),  # a 343-byte hugebox_userunit.pdf
         (14400, 14400, None, (6000, 6000)),  # the largest page PDF allows: 60,000 x 60,000 pixels at 300 dpi
         (14400, 100, None, (32767, 228)),  # a strip: the side tesseract takes at most
         (612, 792, None, (2550, 3300)),  # US Letter: 300 dpi, as ever

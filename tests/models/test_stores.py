@@ -159,7 +159,8 @@ def test_no_draft_of_another_vocabulary(tiny_model_path: Path, small_model_path:
 def test_a_model_whose_chat_template_is_not_utf8_is_listed_with_why_and_refused_in_one_line(
     home: Path, tmp_path: Path, isolated_home: Path
 ) -> None:
-    """Before, one such file in a store ended all of `kvchat models` (and ask, inspect) in a UnicodeDecodeError."""
+    """`kvchat models` lists such a file with why it cannot be used beside the store's others, and
+    ask and inspect with it are refused in one line."""
     damaged = home / ".lmstudio" / "models" / "pub" / "damaged-GGUF" / "damaged-Q8_0.gguf"
     damaged.parent.mkdir(parents=True)
     write_tiny_gguf(damaged, chat_template=CHATML_TEMPLATE.encode().replace(b"assistant", b"assist\xff\xfent"))

@@ -739,8 +739,8 @@ def test_a_requests_system_message_or_else_the_servers_is_the_document_prompts_s
 
 
 def test_a_long_question_beside_a_document_is_refused_before_anything_is_read(client, server, contexts_made) -> None:
-    """Before, a 10,000-character question beside a document was read on a context of 11,520
-    cells (a 1 MB one on 1,001,472), as if the model had been trained on that many."""
+    """A 10,000-character question beside a document is refused before a context is made for it:
+    no context larger than the model was trained on (11,520 cells for it, 1,001,472 for 1 MB)."""
     url, _ = server
     uploaded = httpx.post(f"{url}/v1/documents", files={"file": ("notes.txt", NOTES)}).json()
     with pytest.raises(openai.BadRequestError) as refused:
@@ -804,7 +804,7 @@ PAGE_POLICY = ("default-src 'self'; style-src 'self' 'unsafe-inline'; img-src 's
 
 @pytest.mark.parametrize("path", ["/", "/static/index.html", "/static/app.js", "/static/app.css", "/static/absent.js", "/v1/models"])
 def test_every_route_of_the_page_and_its_files_sends_the_same_security_headers(server, path) -> None:
-    """Before, /static/index.html served the page without the policy, nosniff or framing rule `/` sent."""
+    """/static/index.html serves the page with the policy, nosniff and framing rule `/` sends."""
     url, _ = server
     headers = httpx.get(f"{url}{path}").headers
     assert (headers["content-security-policy"], headers["x-content-type-options"], headers["x-frame-options"]) == (
@@ -813,8 +813,8 @@ def test_every_route_of_the_page_and_its_files_sends_the_same_security_headers(s
 
 @pytest.mark.parametrize("path", ["/docs", "/redoc"])
 def test_the_api_docs_load_nothing_from_another_origin(server, path) -> None:
-    """Before, /docs loaded Swagger UI from a CDN; now its files come with kvchat (fastapi-offline),
-    and its policy allows nothing from elsewhere."""
+    """/docs loads Swagger UI from kvchat's own files (fastapi-offline), not a CDN, and its policy
+    allows nothing from elsewhere."""
     url, _ = server
     page = httpx.get(f"{url}{path}")
     assert page.status_code == 200 and "http://" not in page.text and "https://" not in page.text
@@ -833,7 +833,7 @@ def test_the_api_docs_load_nothing_from_another_origin(server, path) -> None:
     ("kv_sources", 0, "kv_sources is true or false, not 0 (hint: true is the default)"),
 ])
 def test_kvchats_request_fields_are_strict(client: openai.OpenAI, field, value, expected) -> None:
-    """Before, "512" and true were taken as a budget of 512 and of 1."""
+    """A kv_ field of another type ("512", true for a budget) is refused, not converted."""
     with pytest.raises(openai.BadRequestError) as refused:
         ask(client, extra_body={field: value})
     assert refused.value.body == {"message": expected, "type": "invalid_request_error", "param": field, "code": "invalid_request"}
