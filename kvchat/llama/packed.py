@@ -3,7 +3,7 @@ f16's), for saving a passage bank at about half the size; unpacked to f16 before
 it. A layer of another type, or whose values do not fill whole blocks of 32, is kept as it is.
 
 Packed: b"KVQ8", then the state's bytes up to its first layer, then per layer one byte (1: q8_0
-blocks follow, 0: the layer's own bytes) and the layer as its header and data (joined.py's reading
+blocks follow, 0: the layer's own bytes) and the layer as its header and data (state.py's reading
 of the layout).
 """
 
@@ -13,7 +13,7 @@ import numpy as np
 from gguf import GGMLQuantizationType
 from gguf.quants import dequantize, quantize
 
-from kvchat.llama.joined import StateBuffer, StateParts
+from kvchat.llama.state import StateBuffer, StateParts
 
 PACKED_MAGIC = b"KVQ8"
 _F16 = int(GGMLQuantizationType.F16)
