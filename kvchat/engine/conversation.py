@@ -27,7 +27,7 @@ from kvchat.engine.kvcache.states import DocumentStates
 from kvchat.engine.prompt import PromptPart, Turn, chat_messages, document_part, split_rendered
 from kvchat.engine.prompt_text import document_runs, prompt_text
 from kvchat.engine.reading.cheap_pass import CheapPass, fast_is_sooner, fast_reading_s, pays, reread_tokens, speed_kind
-from kvchat.engine.reading.passage_bank import BANK, PassageBank, read_bank
+from kvchat.engine.reading.passage_bank import PassageBank, read_bank, save_bank, saved_bank
 from kvchat.engine.reading.passages import Question
 from kvchat.engine.reading.prompt_run import PromptRun
 from kvchat.engine.reading.ways.registry import reading_for
@@ -225,21 +225,10 @@ class Conversation:
             yield from self._read(cancel, question)  # another process's reading: loaded
 
     def read_bank(self, cancel: threading.Event | None = None) -> Iterator[Event]:
-        """Read the document as a passage bank (passage_bank.py): the questions read fast after it
-        load the passages they choose instead of reading them."""
+        """Read the document as a passage bank (passage_bank.py), and save it: the questions read
+        fast after it load the passages they choose instead of reading them."""
         self.bank = yield from read_bank(self.model, self.run.cache.ctx.settings, self.document_tokens, self._text.passages, cancel)
-        if self.states is not None:
-            yield from self.states.save(self.document_tokens, self.bank.to_payload(), f"{self.document.path} (passages)", BANK)
-
-    def _saved_bank(self) -> Generator[Event, None, PassageBank | None]:
-        """The bank read_bank() read, here or in an earlier process (saved); None where none was."""
-        if self.bank is None and self.states is not None and self.states.has(self.document_tokens, BANK):
-            payload = yield from self.states.load(self.document_tokens, BANK)
-            try:
-                self.bank = None if payload is None else PassageBank.from_payload(payload)
-            except ValueError as error:
-                yield from self.states.discard(self.document_tokens, str(error), BANK)
-        return self.bank
+        yield from save_bank(self.states, self.document_tokens, self.bank, str(self.document.path))
 
     def check_question(self, question: str, settings: AskSettings | None = None) -> None:
         """Refuse `question` now if its prompt does not fit (sizing.check_prompt), before the
@@ -313,10 +302,16 @@ class Conversation:
         """The Selected of a fast reading of the prompt `tokens` (the run's read_fast())."""
         self._make_room(len(tokens), settings.max_tokens)  # it reads at most the prompt, its turns whole
         self.prompt_tokens = tokens
-        selected = yield from self._text.with_kept_text(self.run.read_fast(tokens, settings, cancel, question, (yield from self._saved_bank())))
+        selected = yield from self._text.with_kept_text(self.run.read_fast(tokens, settings, cancel, question, (yield from self._bank())))
         if self.speeds is not None:
             self.speeds.record(speed_kind(settings), len(tokens), time.perf_counter() - selected.started)
         return selected
+
+    def _bank(self) -> Generator[Event, None, PassageBank | None]:
+        """The bank read_bank() read, here or in an earlier process; None where none was."""
+        if self.bank is None:
+            self.bank = yield from saved_bank(self.states, self.document_tokens)
+        return self.bank
 
     def decode(self, selected: Selected, settings: AskSettings, cancel: threading.Event | None) -> Iterator[Event]:
         """The answer to the prompt select() kept, decoded on this context with `settings` (as

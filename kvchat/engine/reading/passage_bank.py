@@ -17,14 +17,15 @@ from __future__ import annotations
 import json
 import struct
 import threading
-from collections.abc import Generator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass, replace
 
 import numpy as np
 
 from kvchat.engine.kvcache.cache import KvCache
+from kvchat.engine.kvcache.states import DocumentStates
 from kvchat.engine.reading.passages import PASSAGE_TOKENS, Passages
-from kvchat.events import Progress
+from kvchat.events import Event, Progress
 from kvchat.engine.reading.sizing import round_up
 from kvchat.llama import ContextSettings, LlamaContext, LlamaModel, StateBytes
 from kvchat.llama.joined import joined_state, state_from
@@ -91,6 +92,24 @@ class PassageBank:
                        tuple(piece(*span) for span in index["passages"]), bool(index["packed"]))
         except (struct.error, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as error:
             raise ValueError(f"not a passage bank ({error})") from None
+
+
+def save_bank(states: DocumentStates | None, tokens: list[int], bank: PassageBank, document: str) -> Iterator[Event]:
+    """Save the bank of the document prompt `tokens` beside its whole reading (none without a store)."""
+    if states is not None:
+        yield from states.save(tokens, bank.to_payload(), f"{document} (passages)", BANK)
+
+
+def saved_bank(states: DocumentStates | None, tokens: list[int]) -> Generator[Event, None, PassageBank | None]:
+    """The bank saved for the document prompt `tokens`, or None; one that is not a bank is discarded."""
+    if states is None or not states.has(tokens, BANK):
+        return None
+    payload = yield from states.load(tokens, BANK)
+    try:
+        return None if payload is None else PassageBank.from_payload(payload)
+    except ValueError as error:
+        yield from states.discard(tokens, str(error), BANK)
+        return None
 
 
 def opening_end(passages: Passages) -> int:
