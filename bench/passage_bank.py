@@ -1,14 +1,17 @@
 """Later questions from a passage bank, beside the first answer's fresh reading of the same passages
 and the whole reading's selection (today's follow-up), on cuad's dev contracts.
 
-Usage: python bench/passage_bank.py [--skip 0] [--contracts 2] [--max-document-tokens 16000] [--model default]
-       [--draft small] [--budget 1024] [--read auto] [--max-tokens 512] [--no-fresh] [--no-whole]
+Usage: python bench/passage_bank.py [--skip 0] [--contracts 2] [--max-document-tokens 16000] [--cuad-data FOLDER]
+       [--model default] [--draft small] [--budget 1024] [--bank-budgets 1024,2048] [--read auto] [--max-tokens 512]
+       [--no-fresh] [--retrieval] [--no-whole] [--no-q8]
 
 Each contract's questions are answered four ways, each question on its own (no earlier turn):
 `fresh`, the default first answer (the passages the question's words choose, read alone now);
+`retrieval` (`--retrieval`), what a user would pick instead: `--read retrieval`, read alone now;
 `bank`, the same choice loaded from the contract's passage bank, read once before
 (engine/reading/passage_bank.py); `bank-q8`, that bank with its entries stored as q8_0 (llama/packed.py),
-as it is saved at about half the size; `whole`, SnapKV at the budget from the contract's whole reading, saved once and loaded for each
+as it is saved at about half the size; `bank@N`, the bank's questions at another budget N
+(`--bank-budgets`: loading more passages costs little, reading none); `whole`, SnapKV at the budget from the contract's whole reading, saved once and loaded for each
 question as a later `kvchat ask` loads it (its first token counts the loading).
 One JSON line per answer, then one per contract with the readings' times, then the totals. Use a
 KVCHAT_HOME where the contracts' readings are not saved (else the whole reading is loaded).
@@ -19,6 +22,8 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from dataclasses import replace
+from pathlib import Path
 from collections.abc import Iterator
 
 from kvchat.bench.compare import case_document, for_case
@@ -49,17 +54,21 @@ def main() -> None:
     parser.add_argument("--skip", type=int, default=0, help="leave out the first (shortest) dev contracts")
     parser.add_argument("--contracts", type=int, default=2, help="how many dev contracts, shortest first")
     parser.add_argument("--max-document-tokens", type=int, default=16000)
+    parser.add_argument("--cuad-data", type=Path, help="another folder of cuad questions and contracts (kvchat bench --cuad-data)")
     parser.add_argument("--model", default="default")
     parser.add_argument("--draft", default="small", help="none: the model's own first layers choose where no word matches")
     parser.add_argument("--budget", type=int, default=1024)
+    parser.add_argument("--bank-budgets", default="", help="more budgets the bank's questions are answered at, e.g. 2048")
     parser.add_argument("--read", default="auto", help="how the fresh and the bank's questions choose (kvchat ask --read)")
     parser.add_argument("--max-tokens", type=int, default=512)
     parser.add_argument("--no-fresh", action="store_true", help="leave out the fresh readings' answers")
+    parser.add_argument("--retrieval", action="store_true", help="add retrieval's answers (--read retrieval), read fresh")
     parser.add_argument("--no-whole", action="store_true", help="leave out the whole reading's follow-ups")
+    parser.add_argument("--no-q8", action="store_true", help="leave out the q8_0 bank's answers")
     args = parser.parse_args()
     totals: dict[str, list[float]] = {}
     with Engine(args.model, draft=None if args.draft == "none" else args.draft) as engine:
-        cases = cuad_cases(engine.model.count_tokens, args.max_document_tokens)
+        cases = cuad_cases(engine.model.count_tokens, args.max_document_tokens, folder=args.cuad_data)
         contracts = list(dict.fromkeys(case.meta["contract"] for case in cases))[args.skip : args.skip + args.contracts]
         for contract in contracts:
             asked = [case for case in cases if case.meta["contract"] == contract]
@@ -70,13 +79,19 @@ def main() -> None:
                 list(conversation.open())
                 record["document_tokens"] = len(conversation.document_tokens)
                 rows = [] if args.no_fresh else list(_answers(engine, conversation, asked, settings, "fresh"))
+                if args.retrieval:
+                    rows += _answers(engine, conversation, asked, replace(settings, read="retrieval"), "retrieval")
                 record["bank_read_s"] = _timed(conversation.read_bank())
                 record["bank_mib"] = round(conversation.bank.n_bytes / 2**20, 1)
                 rows += _answers(engine, conversation, asked, settings, "bank")
-                packed = conversation.bank.to_payload(packed=True)  # as saved at half the size
-                record["bank_q8_mib"] = round(len(packed) / 2**20, 1)
-                conversation.bank = PassageBank.from_payload(packed)
-                rows += _answers(engine, conversation, asked, settings, "bank-q8")
+                for budget in [int(budget) for budget in args.bank_budgets.split(",") if budget]:
+                    wider = replace(settings, method=SnapKV(budget=budget))
+                    rows += _answers(engine, conversation, asked, wider, f"bank@{budget}")
+                if not args.no_q8:
+                    packed = conversation.bank.to_payload(packed=True)  # as saved at half the size
+                    record["bank_q8_mib"] = round(len(packed) / 2**20, 1)
+                    conversation.bank = PassageBank.from_payload(packed)
+                    rows += _answers(engine, conversation, asked, settings, "bank-q8")
             finally:
                 conversation.close()
             if not args.no_whole:

@@ -21,7 +21,11 @@ from kvchat.engine import (
     setting_names,
 )
 from kvchat.errors import CancelledError, DocumentError, SettingsError, printable
+from kvchat.events import LaterReading
 from kvchat.paths import cache_dir, checked_writable
+
+# what the line after an answer says the background reading reads (Done.read_later)
+_LATER = {LaterReading.PASSAGES: "reading the document's passages", LaterReading.WHOLE: "reading the whole document"}
 
 
 def _question(paths: list[Path] | None, question: str | None) -> tuple[list[str], str]:
@@ -90,12 +94,12 @@ def ask_command(
                 done = render(events, as_json, console)
     if cancel.is_set():
         raise CancelledError("stopped", "")
-    if done is not None and done.read_whole_after and in_background:
+    if done is not None and done.read_later and in_background:
         try:
-            start_background_reading(document, model, settings, gpu_layers)
+            start_background_reading(document, model, settings, gpu_layers, done.read_later)
         except OSError as error:  # the answer stands; only the next question's wait is at stake
-            console.print(f"kvchat: could not start reading the whole document in the background ({error})",
+            console.print(f"kvchat: could not start reading the document in the background ({error})",
                           markup=False, highlight=False, soft_wrap=True)
             return
-        console.print("reading the whole document in the background, so the next question loads it "
+        console.print(f"{_LATER[done.read_later]} in the background, so that the next question loads it "
                       "(kvchat cache list shows it, kvchat cache stop stops it)", highlight=False, soft_wrap=True)

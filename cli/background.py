@@ -27,6 +27,7 @@ from kvchat.atomic import atomic_file
 from kvchat.documents import Document, Page
 from kvchat.engine import AskSettings, KvLayout, readings_in_progress
 from kvchat.errors import SettingsError
+from kvchat.events import LaterReading
 
 BACKGROUND_ENV = "KVCHAT_BACKGROUND_READING"
 NICENESS = 19  # the background reading gives way to anything the user runs meanwhile
@@ -78,9 +79,10 @@ def log_path() -> Path:
     return readings_in_progress().root / "background.log"
 
 
-def start_background_reading(document: Document, model: str, settings: AskSettings, gpu_layers: int) -> None:
-    """Start a detached `kvchat read --job` process that reads `document` whole and saves it."""
-    job = write_job(document, model, settings, gpu_layers)
+def start_background_reading(document: Document, model: str, settings: AskSettings, gpu_layers: int, later: LaterReading) -> None:
+    """Start a detached `kvchat read --job` process that reads `document` as `later` says (its
+    passages, or whole: Engine.read_later) and saves that."""
+    job = write_job(document, model, settings, gpu_layers, later)
     with open(log_path(), "ab") as log:
         subprocess.Popen(
             job_command(job),
@@ -93,13 +95,14 @@ def job_command(job: Path) -> list[str]:
     return [sys.executable, "-m", "kvchat.cli", "read", "--job", str(job)]
 
 
-def write_job(document: Document, model: str, settings: AskSettings, gpu_layers: int) -> Path:
+def write_job(document: Document, model: str, settings: AskSettings, gpu_layers: int, later: LaterReading) -> Path:
     """A job file for `kvchat read --job`: the document as loaded, and how to read it."""
     job = {
         "document": {"path": str(document.path), "kind": document.kind, "text": document.text,
                      "pages": [asdict(page) for page in document.pages]},
         "model": model, "gpu_layers": gpu_layers, "threads": settings.threads, "layout": asdict(settings.layout),
         "system": settings.system,  # part of the document's prompt: the reading saved must be the one asked about
+        "later": later.value,
     }
     path = jobs_folder() / f"{uuid.uuid4().hex}.json"
     with atomic_file(path, "w") as out:
@@ -107,8 +110,8 @@ def write_job(document: Document, model: str, settings: AskSettings, gpu_layers:
     return path
 
 
-def take_job(path: Path) -> tuple[Document, str, int, AskSettings]:
-    """The document, model, GPU layers and settings of a job file, which is deleted once read.
+def take_job(path: Path) -> tuple[Document, str, int, AskSettings, LaterReading]:
+    """The document, model, GPU layers, settings and what to read (Engine.read_later) of a job file, which is deleted once read.
     `kvchat read --job` takes any path: only a plain file in kvchat's jobs folder, named and shaped
     as write_job writes one, is taken; anything else is refused (SettingsError) and left as it is."""
     own = _own_job(path)
@@ -149,13 +152,13 @@ def _job_text(path: Path) -> str:
 
 # What write_job writes: each object's fields and their types (a job of another shape is not taken).
 JOB_FIELDS = {"document": dict, "model": str, "gpu_layers": int, "threads": (int, type(None)), "layout": dict,
-              "system": (str, type(None))}
+              "system": (str, type(None)), "later": str}
 DOCUMENT_FIELDS = {"path": str, "kind": str, "text": str, "pages": list}
 PAGE_FIELDS = {"number": int, "start": int, "end": int, "source": str, "kind": str}
 LAYOUT_FIELDS = {"flash_attn": bool, "type_k": str, "type_v": str}
 
 
-def _job_of(job: object) -> tuple[Document, str, int, AskSettings]:
+def _job_of(job: object) -> tuple[Document, str, int, AskSettings, LaterReading]:
     """What job `job` (parsed JSON) asks; ValueError (or SettingsError) where it is not what
     write_job writes."""
     job = _shaped(job, JOB_FIELDS, "the job")
@@ -164,7 +167,7 @@ def _job_of(job: object) -> tuple[Document, str, int, AskSettings]:
     document = Document(Path(found["path"]), found["kind"], found["text"], pages)
     layout = KvLayout(**_shaped(job["layout"], LAYOUT_FIELDS, "its layout"))
     settings = AskSettings(threads=job["threads"], layout=layout, read="full", system=job["system"])
-    return document, job["model"], job["gpu_layers"], settings
+    return document, job["model"], job["gpu_layers"], settings, LaterReading(job["later"])
 
 
 def _shaped(value: object, fields: dict[str, type | tuple[type, ...]], what: str) -> dict:

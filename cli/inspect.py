@@ -27,13 +27,18 @@ def _duration(seconds: float | None) -> str:
 
 def _table(plans: list[ReadingPlan], model: str, n_ctx_train: int) -> Table:
     table = Table(title=Text(f"kvchat inspect · model {model}, trained on {n_ctx_train:,} tokens", style="table.title"))
-    for column in ("document", "format", "pages", "chars", "tokens", "fits", "method", "first answer", "whole reading"):
+    for column in ("document", "format", "pages", "chars", "tokens", "fits", "method", "first answer", "then read"):
         table.add_column(column, justify="right" if column in ("pages", "chars", "tokens") else "left")
     for plan in plans:
-        first = f"fast, {_duration(plan.est_fast_s)}" if plan.reads_fast else "whole"
-        whole = _duration(plan.est_read_s) if plan.reads_whole_later or not plan.reads_fast else "none: every question reads fast"
+        first = f"fast, {_duration(plan.est_fast_s)}" if plan.reads_fast else f"whole, {_duration(plan.est_read_s)}"
+        if not plan.reads_fast:
+            then = "nothing more"
+        elif plan.later_reading is None:
+            then = "nothing: every question reads fast"
+        else:
+            then = f"{plan.later_reading}, {_duration(plan.est_later_s)}"
         table.add_row(Text(printable(Path(plan.path).name)), plan.format, f"{plan.pages:,}", f"{plan.chars:,}", f"{plan.tokens:,}",
-                      "yes" if plan.fits_context else "no", plan.method, first, whole)
+                      "yes" if plan.fits_context else "no", plan.method, first, then)
     return table
 
 
@@ -46,8 +51,8 @@ def inspect_command(
 ) -> None:
     """Show each document's format, pages, size in the model's tokens, whether it fits the model's
     context (and so how it will be read), and how long the first answer's reading (fast, by
-    default, with the whole reading following in the background) and the whole reading will
-    take on this machine."""
+    default) and the reading that follows it in the background for the questions after (the
+    document's passages by default, or whole) will take on this machine."""
     console = Console(stderr=True)
     settings = AskSettings(read=user.read)
     check_draft(user.draft, settings.read)

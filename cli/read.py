@@ -86,7 +86,7 @@ def _read_job(job: Path) -> None:
     SIGTERM (`kvchat cache stop`) part-way through a batch, saving nothing then. Its stderr is the
     background log: one line when it begins to read, one when it ends (and one before them where
     its session's scheduling group could not be lowered)."""
-    document, model, gpu_layers, settings = take_job(job)
+    document, model, gpu_layers, settings, later = take_job(job)
     not_lowered = lower_priority()
 
     def log(line: str) -> None:
@@ -101,7 +101,7 @@ def _read_job(job: Path) -> None:
 
     began = False  # "reading" is logged once, when the reading (not a wait for another's) begins
     with Engine(model, gpu_layers=gpu_layers) as engine, interrupt_as_cancel(terminate=True) as cancel:
-        reading = engine.read_whole(document, settings, cancel, in_turn=True, stoppable=True)  # one background reading at a time
+        reading = engine.read_later(document, settings, later, cancel, in_turn=True, stoppable=True)  # one background reading at a time
         events = engine.foreground.giving_way(reading, cancel, paused)
         try:
             while True:

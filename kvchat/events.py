@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import TypeVar
 
 from kvchat.errors import printable
@@ -123,6 +124,14 @@ class Source:
         return f'{self.where} · "{self.text}"'
 
 
+class LaterReading(str, Enum):
+    """What a document is read as after its first fast answers, for the questions after
+    (AskSettings.later_reading): its passages, each alone (a passage bank), or whole."""
+
+    WHOLE = "whole"
+    PASSAGES = "passages"
+
+
 @dataclass(frozen=True)
 class Done:
     answer: str
@@ -131,9 +140,9 @@ class Done:
     # where in the document's text the answer's attention went: its share in each of equal
     # stretches of the text (answering/sources.py STRIP_CELLS), start to end; empty with sources off
     attention: tuple[float, ...] = field(default=(), repr=False)
-    # the document is not read whole yet (a fast reading answered, or its parts) and no process reads
-    # it: the front end reads it whole now, in the background, for the questions after this one
-    read_whole_after: bool = False
+    # the document is not read for the questions after this one yet (a fast reading answered, or its
+    # parts) and no process reads it: the front end reads it so now, in the background (Engine.read_later)
+    read_later: LaterReading | None = None
 
 
 Event = Progress | Pruned | Evicted | Notice | Token | Done

@@ -120,14 +120,16 @@ class ChatService:
         return ChatRequest(settings, document=document, turns=tuple(turns), question=question)
 
     def read_later(self, stored: StoredDocument) -> None:
-        """Read an upload whole in the background, with the server's system prompt and cache
-        layout, as soon as the model has nothing else to do: a question asked meanwhile is answered
-        from a fast reading where that is sooner than the rest, the ones after it load the whole
-        reading. Not where the server's questions read retrieval's way: they would never load it."""
-        if not AskSettings(read=self.limits.defaults.read).reads_whole_later:
-            return
-        settings = AskSettings(threads=self.threads, layout=self.limits.layout, system=self.limits.defaults.system)
-        self.scheduler.read_later(ChatRequest(settings, document=stored.document))
+        """Read an upload in the background as its questions after a fast first answer need it (its
+        passages, or whole: Engine.later_reading), with the server's system prompt and cache layout,
+        as soon as the model has nothing else to do: a question asked meanwhile is answered from a
+        fast reading (awaiting the rest of a whole reading where that is sooner), the ones after it
+        load what was read. Not where the server's questions read retrieval's way: they load nothing."""
+        settings = AskSettings(threads=self.threads, layout=self.limits.layout, system=self.limits.defaults.system,
+                               read=self.limits.defaults.read)
+        later = self.engine.later_reading(settings)
+        if later is not None:
+            self.scheduler.read_later(ChatRequest(settings, document=stored.document), later)
 
     def document_text(self, document_ids: list[str]) -> dict[str, object]:
         """The text a request about these documents asks about (several: bundled, as in the

@@ -27,12 +27,12 @@ from typing import Generic, TypeVar
 
 import numpy as np
 
-from kvchat.engine import KvLayout, PreparedPrompt
+from kvchat.engine import AskSettings, KvLayout, PreparedPrompt
 from kvchat.engine.kvcache.cache import SavedCells
 from kvchat.engine.kvcache.foreground import Foreground, batch_stop
 from kvchat.engine.reading.selected import Selected
 from kvchat.errors import CancelledError, KvchatError
-from kvchat.events import Done, Event, Progress, Stats, Token
+from kvchat.events import Done, Event, LaterReading, Progress, Stats, Token
 from kvchat.llama import ModelShape, SamplerSettings, StateBytes
 from kvchat.server.service import ChatService, ServerLimits
 from kvchat.serving.requests import ChatRequest
@@ -144,7 +144,7 @@ def _answered_in_parts(script: Script, said: int, stop_reason: str) -> Done:
     """An answer in parts of its script: its first `said` characters, one a part."""
     stats = Stats("fake", "full", 0, script.prompt_tokens, script.prompt_tokens, 0, said, 1, 1, 1.0, 1.0, 0.0, 0.0,
                   script.prompt_tokens, stop_reason, read=f"in {said} parts")
-    return Done(script.answer[:said], stats, read_whole_after=script.unread)
+    return Done(script.answer[:said], stats, read_later=LaterReading.WHOLE if script.unread else None)
 
 
 class FakeModel:
@@ -293,6 +293,10 @@ class FakeEngine:
         self.now = 0.0  # the scheduler's clock: it moves only as a script's chunks and the steps say
         self.step_s = step_s
 
+    def later_reading(self, settings: AskSettings) -> LaterReading | None:
+        """Engine.later_reading's stand-in: a fake engine has a cheap pass (its questions read fast)."""
+        return settings.later_reading
+
     def answer_sources(self, _prompt: PreparedPrompt, _answer_tokens: list[int]) -> tuple[tuple, tuple]:
         """Engine.answer_sources' stand-in: a fake prompt is about no document, so names no sources."""
         return (), ()
@@ -306,7 +310,7 @@ class FakeEngine:
     ) -> Scheduler:
         """ChatService's `new_scheduler`."""
         return Scheduler(engine, n_slots, slot_cells, max_waiting, threads, layout, max_readings, prepare=self.prepare,
-                         new_decoder=self.new_decoder, new_sampler=self.new_sampler, read_whole=self.read_whole,
+                         new_decoder=self.new_decoder, new_sampler=self.new_sampler, read_later=self.read_whole,
                          clock=lambda: self.now)
 
     def service(self, **limits: object) -> ChatService:
@@ -365,7 +369,7 @@ class FakeEngine:
         positions = np.arange(script.prompt_tokens - script.kept_tokens, script.prompt_tokens)
         selected = Selected(script.prompt_tokens, script.kept_tokens, script.loaded_tokens, 0.0, 0.0, time.perf_counter())
         kept = SavedCells(answer[1:], positions, np.zeros(len(positions), dtype=np.int64), positions)
-        return PreparedPrompt(kept, answer[0] if answer else END, selected, request.settings, read_whole_after=script.unread)
+        return PreparedPrompt(kept, answer[0] if answer else END, selected, request.settings, read_later=LaterReading.WHOLE if script.unread else None)
 
     def plan(self, _document: object, _settings: object) -> SimpleNamespace:
         """Engine.plan's stand-in: only whether a question reads fast before the rest of the reading."""
@@ -375,8 +379,8 @@ class FakeEngine:
 
         return SimpleNamespace(reads_fast_before_the_rest=reads_fast_before_the_rest)
 
-    def read_whole(self, _engine: object, request: ChatRequest) -> Iterator[Event]:
-        """reading_on.read_whole's stand-in: `whole_chunks` chunks, each once whole_allowed is
+    def read_whole(self, _engine: object, request: ChatRequest, _later: object) -> Iterator[Event]:
+        """background_readings.read_later's stand-in: `whole_chunks` chunks, each once whole_allowed is
         released, logged in `order` with the decode steps done before it."""
         try:
             for chunk in range(1, self.whole_chunks + 1):

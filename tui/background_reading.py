@@ -1,5 +1,6 @@
-"""After an answer from a fast reading, the chat app reads the whole document in the background,
-so that the follow-ups are selected from it (Conversation.read_on), as after a full reading.
+"""From a new document's arrival, and after an answer from a fast reading, the chat app reads the
+document for the follow-ups in the background (Conversation.read_on): as its passages, from which
+they load what they choose, or whole, for them to be selected from it as after a full reading.
 
 It runs in a worker of its own while the user reads the answer. A question, a new document, Esc
 or quitting stops it first (`stop_reading_on`, on the UI thread); a worker that uses the model
@@ -36,8 +37,8 @@ class BackgroundReading(App[None]):
         self._paused_for_question = False
 
     def start_reading_on(self, session: ChatSession, going_on: bool = False) -> None:
-        """Read `session`'s document whole in the background: from its start, or `going_on` from
-        where a question paused it."""
+        """Read `session`'s document for the follow-ups in the background: from its start, or
+        `going_on` from where a question paused it."""
         self.reading_on_idle.clear()
         self._reading_on_cancel = threading.Event()
         self._paused_for_question = False
@@ -61,7 +62,7 @@ class BackgroundReading(App[None]):
             return
         if session.unread and answered:
             self.start_reading_on(session, going_on=True)
-        elif not session.unread and self.query_one(KvPanel).figures.full_reading is not None:
+        elif not session.unread and self.query_one(KvPanel).figures.later_reading is not None:
             self._show_reading_on("done")
 
     @work(thread=True, group="reading-on", exit_on_error=False)
@@ -83,7 +84,7 @@ class BackgroundReading(App[None]):
             await self.query_one("#transcript").mount(NoticeView(event.text, markup=False))
 
     def reading_on_ended(self, message: JobEnded) -> None:
-        if not self._paused_for_question and self.query_one(KvPanel).figures.full_reading is not None:
+        if not self._paused_for_question and self.query_one(KvPanel).figures.later_reading is not None:
             self._show_reading_on({"done": "done", "cancelled": "stopped"}.get(message.outcome, "failed"))
         if message.outcome == "error":
             self.notify(message.error, title="kvchat", severity="error", timeout=12, markup=False)
@@ -96,5 +97,5 @@ class BackgroundReading(App[None]):
 
     def _show_reading_on(self, state: str | None) -> None:
         panel = self.query_one(KvPanel)
-        panel.figures.full_reading = state
+        panel.figures.later_reading = state
         panel.refresh_figures()

@@ -14,7 +14,7 @@ from kvchat.events import Event
 
 LOGGER = logging.getLogger(__name__)
 
-Job = Literal["reading", "answering", "reading on"]  # reading on: the whole document, after a fast answer
+Job = Literal["reading", "answering", "reading on"]  # reading on: the document for the follow-ups (Conversation.read_on)
 Outcome = Literal["done", "cancelled", "error"]
 
 

@@ -22,7 +22,7 @@ class ChatSession(Protocol):
 
     @property
     def unread(self) -> bool:
-        """Only a fast reading answered so far: the document is still to be read whole."""
+        """Only a fast reading answered so far: the document is still to be read for the follow-ups."""
 
     def read(self, cancel: threading.Event) -> Iterator[Event]:
         """Read (or load the saved reading of) the document."""

@@ -36,7 +36,7 @@ class KvFigures:
     decode_tps: float | None = None
     ttft_s: float | None = None
     read: str = "full"  # how the last answer's prompt was read ("fast 12/24": by the first 12 of 24 layers)
-    full_reading: str | None = None  # after a fast answer, the whole document's reading in the background
+    later_reading: str | None = None  # after a fast answer, the reading for the follow-ups (its passages, or whole) in the background
 
 
 def _count(value: int | None) -> str:
@@ -87,7 +87,7 @@ class KvPanel(Static):
             ("decode", _figure(figures.decode_tps, "tok/s")),
             ("TTFT", _figure(figures.ttft_s, "s", 2)),
             *([("read", figures.read)] if figures.read != "full" else []),
-            *([("full reading", figures.full_reading)] if figures.full_reading else []),
+            *([("for follow-ups", figures.later_reading)] if figures.later_reading else []),
             ("", ""),
             ("Settings", ""),
             ("method", settings.method.name),

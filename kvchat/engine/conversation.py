@@ -27,17 +27,18 @@ from kvchat.engine.kvcache.states import DocumentStates
 from kvchat.engine.prompt import PromptPart, Turn, chat_messages, document_part, split_rendered
 from kvchat.engine.prompt_text import document_runs, prompt_text
 from kvchat.engine.reading.cheap_pass import CheapPass, fast_is_sooner, fast_reading_s, pays, reread_tokens, speed_kind
-from kvchat.engine.reading.passage_bank import PassageBank, read_bank, save_bank, saved_bank
+from kvchat.engine.reading.passage_bank import BANK, BankPieces, PassageBank, read_bank, save_bank, saved_bank
 from kvchat.engine.reading.passages import Question
 from kvchat.engine.reading.prompt_run import PromptRun
 from kvchat.engine.reading.ways.registry import reading_for
 from kvchat.engine.reading.selected import Selected
 from kvchat.engine.reading.sizing import RING_MIN, check_prompt, context_size, reading_settings, round_up
-from kvchat.engine.reading.speeds import ReadingSpeeds
+from kvchat.engine.reading.speeds import PASSAGES_SPEED, ReadingSpeeds
 from kvchat.engine.reading.chunked import StreamSettings, stream_context_size
 from kvchat.engine.reading.ways.reading import DocumentPrompt
 from kvchat.engine.selections import PerQuestion, Selection
 from kvchat.engine.settings import AskSettings
+from kvchat.events import LaterReading
 from kvchat.events import Event, Notice
 from kvchat.llama import LlamaModel
 
@@ -89,7 +90,8 @@ class Conversation:
         self.opened = False  # open() (done) or skip_reading() was called
         self._unread = False  # the whole reading was deferred: questions read fast meanwhile (select())
         self._text = DocumentText(model, document, self._prompt_text, part.text, self.document_tokens)
-        self.bank: PassageBank | None = None  # the passages' reading, where read_bank() read it
+        self.bank: PassageBank | None = None  # the passages' reading, where read_bank() read or _bank() loaded it
+        self._bank_pieces = BankPieces()  # what read_bank() read before it was stopped
 
     @cached_property
     def run(self) -> PromptRun:
@@ -186,9 +188,29 @@ class Conversation:
 
     @property
     def unread(self) -> bool:
-        """The document is still to be read whole: only a fast reading answered (see read_on());
-        never where every question reads fast (retrieval)."""
-        return self._unread and self.reading.reads_on
+        """The document is still to be read for the questions after (read_on()): only a fast
+        reading answered; never where every question reads fast (retrieval)."""
+        later = self.reading.later
+        return self._unread and later is not None and not (later is LaterReading.PASSAGES and (self.bank is not None or self.bank_saved))
+
+    @property
+    def later_key(self) -> str | None:
+        """What the document's later reading (read_on()) is saved as; None when it is not saved."""
+        return self._bank_key if self.reading.later is LaterReading.PASSAGES else self.reading_key
+
+    @property
+    def _bank_key(self) -> str | None:
+        return self.states.key_of(self.document_tokens, BANK) if self.states is not None else None
+
+    @property
+    def later_saved(self) -> bool:
+        """Whether the document's later reading (read_on()) is saved, here or by another process."""
+        return self.bank_saved if self.reading.later is LaterReading.PASSAGES else self.saved
+
+    @property
+    def bank_saved(self) -> bool:
+        """Whether the document's passage bank is saved (read_bank()), here or by another process."""
+        return self.states is not None and self.states.has(self.document_tokens, BANK)
 
     def read_on(self, cancel: threading.Event | None = None) -> Iterator[Event]:
         """After a fast answer, read the whole document (and save it): the questions after it are
@@ -196,8 +218,14 @@ class Conversation:
         `cancel`, it goes on from where it stopped at the next call, or for a question that waits
         for it because the rest is sooner than a fast reading (select()). While another
         process reads the document, its reading is awaited and loaded (in_progress.read_alone).
-        Nothing where every question reads fast (retrieval)."""
-        if self.unread:
+        Nothing where every question reads fast (retrieval). Read as its passages (the default,
+        LaterReading), the document's passage bank is read instead and saved (read_passages()):
+        no question waits for it, and those after it load the passages they choose."""
+        if not self.unread:
+            return
+        if self.reading.later is LaterReading.PASSAGES:
+            yield from self.read_passages(cancel)
+        else:
             yield from self._read_rest(cancel)
 
     def _read_rest(self, cancel: threading.Event | None) -> Iterator[Event]:
@@ -224,10 +252,39 @@ class Conversation:
         if how is WholeReadingDone.SAVED:
             yield from self._read(cancel, question)  # another process's reading: loaded
 
+    def read_passages(self, cancel: threading.Event | None = None, *, in_turn: bool = False,
+                      stoppable: bool = False) -> Generator[Event, None, WholeReadingDone]:
+        """Read the document's passage bank and save it, unless it is saved (Engine.read_later),
+        holding its reading's lock as read_whole() does; stopped by `cancel`, it goes on from where
+        it stopped at the next call."""
+        claimant, key = self.claimant, self._bank_key
+        if claimant is None or key is None or self.in_progress is None:  # no store: kept for this conversation only
+            yield from self.read_bank(cancel)
+            return WholeReadingDone.UNSAVED
+        how = yield from read_alone(self.in_progress, (key, f"{claimant[1]} (passages)", *claimant[2:]), lambda: self.bank_saved,
+                                    lambda: self.read_bank(cancel), cancel, in_turn=in_turn, stoppable=stoppable)
+        return WholeReadingDone.UNSAVED if how is WholeReadingDone.READ and not self.bank_saved else how
+
     def read_bank(self, cancel: threading.Event | None = None) -> Iterator[Event]:
         """Read the document as a passage bank (passage_bank.py), and save it: the questions read
         fast after it load the passages they choose instead of reading them."""
-        self.bank = yield from read_bank(self.model, self.run.cache.ctx.settings, self.document_tokens, self._text.passages, cancel)
+        settings = self.settings.layout.context(0, self.settings.n_batch, self.settings.threads)  # read_bank sizes it
+        reading = read_bank(self.model, settings, self.document_tokens, self._text.passages, cancel, self._bank_pieces)
+        from_start, reading_s = self._bank_pieces.opening is None, 0.0  # its speed for `kvchat inspect`: not paused
+        bank = None
+        while bank is None:
+            started = time.perf_counter()
+            try:
+                event = next(reading)
+            except StopIteration as read:
+                bank = read.value
+                continue
+            finally:
+                reading_s += time.perf_counter() - started
+            yield event
+        self.bank, self._bank_pieces = bank, BankPieces()
+        if self.speeds is not None and from_start:
+            self.speeds.record(PASSAGES_SPEED, len(self.document_tokens), reading_s)
         yield from save_bank(self.states, self.document_tokens, self.bank, str(self.document.path))
 
     def check_question(self, question: str, settings: AskSettings | None = None) -> None:
@@ -284,7 +341,7 @@ class Conversation:
         if not settings.reads_fast(with_draft):
             return False
         read, speed = self.run.whole_read_upto, self.speeds.tokens_per_s(self.reading.speed) if self.speeds else None
-        awaits = read and speed and self.reading.reads_on  # retrieval awaits none: every question reads fast
+        awaits = read and speed and self.reading.later is LaterReading.WHOLE  # none awaits a passage bank, nor retrieval
         left_s = (len(self.document_tokens) - read) / speed if awaits else None  # None: nothing to await here
         if not pays(n_prompt, settings, with_draft):
             why = f"a fast reading would re-read {reread_tokens(settings, with_draft):,} of this prompt's {n_prompt:,} tokens"

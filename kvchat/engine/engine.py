@@ -21,6 +21,7 @@ from kvchat.engine.reading.speeds import ReadingSpeeds
 from kvchat.engine.reading.chunked import StreamSettings
 from kvchat.engine.selections import PerQuestion, Selection
 from kvchat.engine.settings import AskSettings
+from kvchat.events import LaterReading
 from kvchat.errors import SettingsError
 from kvchat.events import Done, Event, Source
 from kvchat.llama import LlamaModel, Sampler
@@ -172,6 +173,29 @@ class Engine:
         conversation = self.conversation(document, replace(settings or AskSettings(), read="full"))
         try:
             return (yield from conversation.read_whole(cancel, in_turn=in_turn, stoppable=stoppable))
+        finally:
+            conversation.close()
+
+    def later_reading(self, settings: AskSettings) -> LaterReading | None:
+        """What a document asked about with `settings` is read as after its first answer, for the
+        questions after (Done.read_later): as settings.later_reading says where its questions read
+        fast with this engine's cheap pass, whole otherwise."""
+        return settings.later_reading if settings.reads_fast(self.cheap_pass.drafted) else LaterReading.WHOLE
+
+    def read_later(
+        self, document: Document, settings: AskSettings, later: LaterReading, cancel: threading.Event | None = None,
+        *, in_turn: bool = False, stoppable: bool = False,
+    ) -> Generator[Event, None, WholeReadingDone]:
+        """Read `document` as `later` says (its passage bank, or whole: Done.read_later) and save
+        that, unless it is saved or another process reads it: a fast first answer's reading finished
+        in the background, the server's reading of an upload."""
+        if later is not LaterReading.PASSAGES:
+            return (yield from self.read_whole(document, settings, cancel, in_turn=in_turn, stoppable=stoppable))
+        if self.states is None:
+            raise SettingsError("reading a document to save it needs the saved readings", "leave `cache` on")
+        conversation = self.conversation(document, settings)
+        try:
+            return (yield from conversation.read_passages(cancel, in_turn=in_turn, stoppable=stoppable))
         finally:
             conversation.close()
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from kvchat.engine.user_settings import UserSettings, user_settings
 from kvchat.errors import SettingsError
+from kvchat.events import LaterReading
 from kvchat.llama import ContextSettings, SamplerSettings, gpu_offload_supported
 from kvchat.policy import SPAN_MODES, HeadReduction, Method, SnapKV, method_named
 
@@ -92,6 +93,7 @@ class FastSettings:
 # (docs/how-it-works.md, "Reading what the question chooses").
 AUTO_READING = FastSettings(choose="bm25", opening=1, opening_for="document")
 
+
 MIN_PART_TOKENS = 256  # a part smaller than this says too little to be worth its answer
 DEFAULT_PART_TOKENS = 2048
 
@@ -164,11 +166,16 @@ class AskSettings:
         return self.read in ("fast", "retrieval")
 
     @property
-    def reads_whole_later(self) -> bool:
-        """Whether a document whose questions read fast is read whole after them, for the
-        follow-ups to be selected from that reading (and saved): not for retrieval, whose every
-        question reads only the passages its words choose, as retrieval tools answer."""
-        return self.read != "retrieval"
+    def later_reading(self) -> LaterReading | None:
+        """What a document whose questions read fast is read as afterwards, in the background, for
+        the questions after: its passages, each alone (a passage bank, from which a
+        follow-up loads the passages it chooses and reads none of them) by default (auto); whole
+        (the follow-ups selected from that reading) for a fast reading asked for by name;
+        nothing for retrieval, whose every question reads the passages its words choose, as
+        retrieval tools answer."""
+        if self.read == "retrieval":
+            return None
+        return LaterReading.PASSAGES if self.read == "auto" else LaterReading.WHOLE
 
     @property
     def fast_reading(self) -> FastSettings:

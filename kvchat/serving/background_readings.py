@@ -18,31 +18,31 @@ import threading
 from collections.abc import Callable, Iterator
 
 from kvchat.engine import Engine, KvLayout
-from kvchat.events import Event, Progress
+from kvchat.events import Event, LaterReading, Progress
 from kvchat.serving.requests import ChatRequest
 
 LOGGER = logging.getLogger(__name__)
 
 DocumentKey = tuple[str, KvLayout]  # a document's text, and the cache layout its reading is saved in
-ReadWhole = Callable[[Engine, ChatRequest], Iterator[Event]]  # read_whole (a fake engine's, in tests)
+ReadLater = Callable[[Engine, ChatRequest, LaterReading], Iterator[Event]]  # read_later (a fake engine's, in tests)
 
 
 def _key(request: ChatRequest) -> DocumentKey | None:
     return None if request.document is None else (request.document.text, request.settings.layout)
 
 
-def read_whole(engine: Engine, request: ChatRequest) -> Iterator[Event]:
-    """Read `request`'s document in full and save the reading, a batch per step (Engine.read_whole:
-    under the reading's lock, so a `kvchat ask` reading it in the background is waited for, not
-    doubled). Dropped unfinished (close() of this generator), it saves nothing."""
+def read_later(engine: Engine, request: ChatRequest, later: LaterReading) -> Iterator[Event]:
+    """Read `request`'s document as `later` says (its passages, or whole) and save that, a batch
+    per step (Engine.read_later: under the reading's lock, so a `kvchat ask` reading it in the
+    background is waited for, not doubled). Dropped unfinished (close() of this generator), it saves nothing."""
     assert request.document is not None
-    yield from engine.read_whole(request.document, request.settings)
+    yield from engine.read_later(request.document, request.settings, later)
 
 
 class BackgroundReadings:
-    """The whole readings still to do, oldest first; used by the model thread only."""
+    """The readings for later questions still to do, oldest first; used by the model thread only."""
 
-    def __init__(self, engine: Engine, reader: ReadWhole = read_whole) -> None:
+    def __init__(self, engine: Engine, reader: ReadLater = read_later) -> None:
         self.engine = engine
         self._reader = reader
         self._pending: dict[DocumentKey, Iterator[Event]] = {}
@@ -56,11 +56,11 @@ class BackgroundReadings:
         server's threads: a copy made in one step)."""
         return list(self._read.values())
 
-    def add(self, request: ChatRequest) -> None:
-        """Read `request`'s document whole later, unless it is under way or cannot be saved."""
+    def add(self, request: ChatRequest, later: LaterReading) -> None:
+        """Read `request`'s document as `later` says, unless it is under way or cannot be saved."""
         key = _key(request)
         if key is not None and key not in self._pending and self.engine.states is not None:
-            self._pending[key] = self._reader(self.engine, request)
+            self._pending[key] = self._reader(self.engine, request, later)
             assert request.document is not None
             self._read[key] = {"document": request.document.path.name, "done": 0, "total": 0}
 

@@ -28,11 +28,11 @@ from dataclasses import dataclass
 
 from kvchat.engine import PAUSED_CHECK_S, Engine, HeldWhileBusy, KvLayout, PreparedPrompt, batches_stop_while
 from kvchat.errors import CancelledError, InternalError, KvchatError
-from kvchat.events import Done, Event, Token
+from kvchat.events import Done, Event, LaterReading, Token
 from kvchat.llama import LlamaModel, Sampler, SamplerSettings
 from kvchat.serving.answers import AnswersInProgress
 from kvchat.serving.jobs import ChatJob, QueueFull, ShuttingDown
-from kvchat.serving.background_readings import BackgroundReadings, ReadWhole, read_whole
+from kvchat.serving.background_readings import BackgroundReadings, ReadLater, read_later
 from kvchat.serving.prepared import prepare
 from kvchat.serving.requests import ChatRequest
 from kvchat.serving.slots import SlotDecoder
@@ -63,7 +63,7 @@ class Scheduler:
     def __init__(
         self, engine: Engine, n_slots: int, slot_cells: int, max_waiting: int = 16, threads: int | None = None,
         layout: KvLayout = KvLayout(), max_readings: int = 2, *, prepare: Prepare = prepare,
-        new_decoder: NewDecoder = SlotDecoder, new_sampler: NewSampler = Sampler, read_whole: ReadWhole = read_whole,
+        new_decoder: NewDecoder = SlotDecoder, new_sampler: NewSampler = Sampler, read_later: ReadLater = read_later,
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         self.engine = engine
@@ -75,9 +75,9 @@ class Scheduler:
         self.max_readings = max_readings  # each holds a context of its own while it reads
         self._readings: list[_JobBeingRead] = []  # in turn order: of those that took least time, the first reads next
         self._clock = clock  # what the fair share of time is measured by
-        self._readings_on = BackgroundReadings(engine, read_whole)
+        self._readings_on = BackgroundReadings(engine, read_later)
         self._answering = HeldWhileBusy(engine.foreground)  # the foreground, while a question is read or answered here
-        self._to_read: queue.SimpleQueue[ChatRequest] = queue.SimpleQueue()  # documents uploaded, for _readings_on
+        self._to_read: queue.SimpleQueue[tuple[ChatRequest, LaterReading]] = queue.SimpleQueue()  # documents uploaded, for _readings_on
         self._wake = threading.Event()
         self._stopping = False
         self._submitting = threading.Lock()  # no job slips into the queue after the last one was refused
@@ -97,10 +97,10 @@ class Scheduler:
                 raise QueueFull from None
         self._wake.set()
 
-    def read_later(self, request: ChatRequest) -> None:
-        """Read `request`'s document whole and save it while the model has nothing else to do (an
-        upload: the questions after its first then load the reading)."""
-        self._to_read.put(request)
+    def read_later(self, request: ChatRequest, later: LaterReading = LaterReading.WHOLE) -> None:
+        """Read `request`'s document as `later` says (its passages, or whole) and save that while
+        the model has nothing else to do (an upload: the questions after its first then load it)."""
+        self._to_read.put((request, later))
         self._wake.set()
 
     @property
@@ -142,7 +142,7 @@ class Scheduler:
         while not self._stopping:
             self._wake.clear()  # before looking: a submit() from now on wakes the wait below
             while not self._to_read.empty():
-                self._readings_on.add(self._to_read.get_nowait())
+                self._readings_on.add(*self._to_read.get_nowait())
             self._admit()
             busy = bool(self._readings or self._answers)
             self._answering.hold(busy)  # other processes' background readings pause meanwhile
@@ -263,16 +263,16 @@ class Scheduler:
     def _start(self, reading: _JobBeingRead, prepared: PreparedPrompt | Done) -> None:
         """Move a prepared prompt into a free sequence, where it answers; a question answered in
         parts while it was read is done. The document is read whole later where the answer says so
-        (read_whole_after)."""
+        (read_later)."""
         job = reading.job
         if isinstance(prepared, Done):
             reading.sampler.close()
-            if prepared.read_whole_after:
-                self._readings_on.add(job.request)
+            if prepared.read_later:
+                self._readings_on.add(job.request, prepared.read_later)
             return job.emit(prepared)
         try:
             self._answers.start(job, prepared, reading.sampler, reading.used_s)
         except Exception as error:
             return self._end_reading(reading, self._failure(error))
-        if prepared.read_whole_after:
-            self._readings_on.add(job.request)
+        if prepared.read_later:
+            self._readings_on.add(job.request, prepared.read_later)

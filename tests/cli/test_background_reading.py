@@ -22,7 +22,7 @@ from kvchat.documents import load_document
 from kvchat.engine import WAITING_FOR_TURN, AskSettings, Engine, KvLayout, readings_in_progress
 from kvchat.engine.kvcache.foreground import PAUSED_CHECK_S, Foreground
 from kvchat.errors import CancelledError, SettingsError
-from kvchat.events import Notice, Progress
+from kvchat.events import LaterReading, Notice, Progress
 from tests.cli.test_cli import ask_args, run_kvchat
 from tests.documents.test_formats import make_docx
 from tests.documents.test_normalize import make_text_pdf
@@ -106,7 +106,7 @@ def test_with_retrieval_each_ask_reads_its_own_passages_and_nothing_in_the_backg
 def test_two_background_readings_of_one_document_read_it_once(document, tiny_model_path, isolated_home) -> None:
     settings = AskSettings(threads=1, layout=KvLayout())
     for _ in range(2):  # as two terminals asking about the same new document would
-        start_background_reading(load_document(document), str(tiny_model_path), settings, 0)
+        start_background_reading(load_document(document), str(tiny_model_path), settings, 0, LaterReading.WHOLE)
     await_background_readers(isolated_home)
     ends = [line.split(": ", 1)[1] for line in background_log() if line.endswith((": read", ": already saved"))]
     assert sorted(ends) == [f"{document}: already saved", f"{document}: read"]
@@ -120,7 +120,7 @@ def test_cache_stop_ends_a_background_reading_and_saves_nothing(tmp_path, isolat
     model = write_tiny_gguf(tmp_path / "long-context.gguf", context_length=32768)
     long_document = tmp_path / "ledger.txt"
     long_document.write_text(" ".join(f"Item {i} costs {i * 3} dollars." for i in range(1000)))  # 29k tokens of the tiny vocabulary
-    job = write_job(load_document(long_document), str(model), AskSettings(threads=1), 0)
+    job = write_job(load_document(long_document), str(model), AskSettings(threads=1), 0, LaterReading.WHOLE)
     with subprocess.Popen(job_command(job), stderr=subprocess.PIPE, text=True) as reader:
         assert reader.stderr.readline().endswith(f"reading {long_document}\n")  # it holds the reading's lock now
         stopped = run_kvchat("cache", "stop", home=isolated_home)
@@ -139,7 +139,7 @@ def test_background_readings_of_two_documents_take_turns_and_a_waiting_one_stops
     model = write_tiny_gguf(tmp_path / "long-context.gguf", context_length=32768)
     long_document = tmp_path / "ledger.txt"
     long_document.write_text(" ".join(f"Item {i} costs {i * 3} dollars." for i in range(1000)))  # 29k tokens
-    jobs = [write_job(load_document(path), str(model), AskSettings(threads=1), 0) for path in (long_document, document)]
+    jobs = [write_job(load_document(path), str(model), AskSettings(threads=1), 0, LaterReading.WHOLE) for path in (long_document, document)]
     with subprocess.Popen(job_command(jobs[0]), stderr=subprocess.PIPE, text=True) as first:
         assert first.stderr.readline().endswith(f"reading {long_document}\n")  # it holds the turn now
         with subprocess.Popen(job_command(jobs[1]), stderr=subprocess.PIPE, text=True) as second:
@@ -169,7 +169,7 @@ def test_a_background_reading_pauses_while_a_question_is_answered_and_then_goes_
     model = write_tiny_gguf(tmp_path / "long-context.gguf", context_length=16384)
     long_document = tmp_path / "ledger.txt"
     long_document.write_text(" ".join(f"Item {i} costs {i * 3} dollars." for i in range(300)))  # 8.4k tokens: 17 batches
-    job = write_job(load_document(long_document), str(model), AskSettings(threads=1), 0)
+    job = write_job(load_document(long_document), str(model), AskSettings(threads=1), 0, LaterReading.WHOLE)
     question = Foreground(readings_in_progress().root).answering()
     question.__enter__()
     with subprocess.Popen(job_command(job), stderr=subprocess.PIPE, text=True) as reader:
@@ -196,7 +196,7 @@ def test_kvchat_ask_holds_the_foreground_from_its_start_before_its_models_load(t
     model = write_tiny_gguf(tmp_path / "long-context.gguf", context_length=16384)
     long_document = tmp_path / "ledger.txt"
     long_document.write_text(" ".join(f"Item {i} costs {i * 3} dollars." for i in range(300)))
-    job = write_job(load_document(long_document), str(model), AskSettings(threads=1), 0)
+    job = write_job(load_document(long_document), str(model), AskSettings(threads=1), 0, LaterReading.WHOLE)
     ask = [sys.executable, "-m", "kvchat.cli", *ask_args(Path("-"), model, "--no-cache")]
     env, foreground = {**os.environ, "KVCHAT_HOME": str(isolated_home)}, Foreground(readings_in_progress().root)
     with subprocess.Popen(ask, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) as asking:
@@ -237,7 +237,7 @@ def test_an_ask_that_awaits_a_background_reading_of_its_document_lets_it_go_on(t
     model = write_tiny_gguf(tmp_path / "long-context.gguf", context_length=16384)
     long_document = tmp_path / "ledger.txt"
     long_document.write_text(" ".join(f"Item {i} costs {i * 3} dollars." for i in range(300)))
-    job = write_job(load_document(long_document), str(model), AskSettings(threads=1), 0)
+    job = write_job(load_document(long_document), str(model), AskSettings(threads=1), 0, LaterReading.WHOLE)
     elsewhere = Foreground(readings_in_progress().root).answering()  # holds the reader after its first batch
     elsewhere.__enter__()
     with subprocess.Popen(job_command(job), stderr=subprocess.PIPE, text=True) as reader:
@@ -274,7 +274,7 @@ def test_a_background_reading_gives_way_in_its_sessions_scheduling_group_too(tmp
     model = write_tiny_gguf(tmp_path / "long-context.gguf", context_length=32768)
     long_document = tmp_path / "ledger.txt"
     long_document.write_text(" ".join(f"Item {i} costs {i * 3} dollars." for i in range(1000)))  # 29k tokens
-    job = write_job(load_document(long_document), str(model), AskSettings(threads=1), 0)
+    job = write_job(load_document(long_document), str(model), AskSettings(threads=1), 0, LaterReading.WHOLE)
     ours = _group_niceness("self")
     with subprocess.Popen(job_command(job), stderr=subprocess.PIPE, text=True, start_new_session=own_session) as reader:
         try:
@@ -446,9 +446,9 @@ def test_read_saves_a_folders_documents_and_skips_what_it_cannot_read(tmp_path, 
 
 def test_a_job_file_kvchat_wrote_is_taken_whole_and_removed(document) -> None:
     settings = AskSettings(threads=1, layout=KvLayout(flash_attn=True, type_v="q8_0"), system="Answer briefly.")
-    job = write_job(load_document(document), "tiny.gguf", settings, 3)
-    taken, model, gpu_layers, read_settings = take_job(job)
-    assert (taken, model, gpu_layers) == (load_document(document), "tiny.gguf", 3)
+    job = write_job(load_document(document), "tiny.gguf", settings, 3, LaterReading.PASSAGES)
+    taken, model, gpu_layers, read_settings, later = take_job(job)
+    assert (taken, model, gpu_layers, later) == (load_document(document), "tiny.gguf", 3, LaterReading.PASSAGES)
     assert (read_settings.threads, read_settings.layout, read_settings.system, read_settings.read) == (
         1, settings.layout, "Answer briefly.", "full")
     assert not job.exists()
@@ -464,7 +464,7 @@ def _in_jobs_folder(kind: str, victim: Path) -> Path:
         job.mkdir()
     else:
         job.write_text({"not JSON": "notes\n", "another shape": '{"document": "notes.txt"}',
-                        "a wrong type": json.dumps({**json.loads(write_job(load_document(victim), "m", AskSettings(), 0).read_text()),
+                        "a wrong type": json.dumps({**json.loads(write_job(load_document(victim), "m", AskSettings(), 0, LaterReading.WHOLE).read_text()),
                                                     "gpu_layers": "all"})}[kind])
     return job
 

@@ -170,7 +170,7 @@ def test_inspect_tells_tokens_fit_and_reading_time_from_the_last_measured_speed(
     assert before.returncode == 0, before.stderr
     short, long = json.loads(before.stdout)
     assert set(short) == {"path", "format", "pages", "chars", "tokens", "fits_context", "method", "est_read_s", "reads_fast",
-                          "est_fast_s", "reads_whole_later"}
+                          "est_fast_s", "later_reading", "est_later_s"}
     assert (short["reads_fast"], short["est_fast_s"]) == (False, None)  # no draft: a first answer reads in full
     assert (short["path"], short["format"], short["pages"], short["chars"]) == (str(document), "text", 1, len(document.read_text()))
     assert (short["fits_context"], short["method"], short["est_read_s"]) == (True, "snapkv", None)

@@ -255,8 +255,8 @@ def test_a_follow_up_before_the_whole_reading_reads_fast_with_its_earlier_turns_
     n_turn = second.stats.kept_tokens - first.stats.kept_tokens  # kept beside the budget's, as from a whole reading
     assert n_turn > 20 and set(range(n_document, n_document + n_turn)) <= held  # the tokens right after the document's
     assert len(origins) == len(held)  # each read once
-    assert first.read_whole_after and second.read_whole_after and read_whole[-1].done == n_document
-    assert third.stats.read == "full" and third.stats.loaded_tokens == 0 and not third.read_whole_after
+    assert first.read_later and second.read_later and read_whole[-1].done == n_document
+    assert third.stats.read == "full" and third.stats.loaded_tokens == 0 and not third.read_later
     assert again.stats.read == "full" and again.stats.loaded_tokens > 1500  # the saved reading, not a fast one
 
 
@@ -278,7 +278,7 @@ def test_with_retrieval_a_follow_up_reads_its_own_passages_and_nothing_is_read_w
     assert first.stats.read.startswith("bm25, ") and second.stats.read.startswith("bm25, ")
     assert first.stats.loaded_tokens == second.stats.loaded_tokens == 0 and second.stats.prompt_tokens > first.stats.prompt_tokens
     assert second.stats.kept_tokens > first.stats.kept_tokens  # the first turn is read whole beside the follow-up's passages
-    assert not first.read_whole_after and not second.read_whole_after and not unread and read_on == []  # nothing to read on
+    assert not first.read_later and not second.read_later and not unread and read_on == []  # nothing to read on
     assert never_awaits  # a whole reading under way, all but done, is not awaited: it would not be loaded
 
 
@@ -416,9 +416,9 @@ async def test_the_chat_answers_after_the_cheap_pass_and_follow_ups_from_the_rea
         await ask(pilot, app, "What was the boat called?", timeout_s=60)
         panel = app.query_one(KvPanel)
         assert panel.figures.read == "fast 1/2 layers" and panel.figures.cells == 64
-        assert (await asyncio.wait_for(read_on, 60)).outcome == "done" and panel.figures.full_reading == "done"
+        assert (await asyncio.wait_for(read_on, 60)).outcome == "done" and panel.figures.later_reading == "done"
         n_document = app.session.token_count
-        assert panel.figures.full_reading == "done" and not app.session.unread
+        assert panel.figures.later_reading == "done" and not app.session.unread
         progress: list[Progress] = []
         def keep_progress(message: object) -> None:
             if isinstance(message, EngineEvent) and isinstance(message.event, Progress):
@@ -440,7 +440,7 @@ async def test_with_retrieval_the_chat_reads_nothing_whole_in_the_background(tin
         for question in ("What was the boat called?", "What failed?"):
             await ask(pilot, app, question, timeout_s=60)
             panel = app.query_one(KvPanel)
-            assert panel.figures.read.startswith("bm25, ") and panel.figures.full_reading is None
+            assert panel.figures.read.startswith("bm25, ") and panel.figures.later_reading is None
             assert app.reading_on_idle.is_set() and not app.session.unread
     await asyncio.to_thread(app.close_engine)
     assert started == []  # no reading on began, so none ended

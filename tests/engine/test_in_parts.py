@@ -236,7 +236,7 @@ def test_a_conversation_answers_a_summary_from_the_parts_and_reads_the_document_
             conversation.close()
         off = list(engine.ask(document, "Summarize this document.", replace(settings, in_parts="off")))
     assert n_parts >= 2 and unread_after_summary  # the parts answered: the document itself is not read yet
-    assert summary[-1].read_whole_after and not lookup[-1].read_whole_after  # so it is to be read whole, until it is
+    assert summary[-1].read_later and not lookup[-1].read_later  # so it is to be read whole, until it is
     assert summary[0].text.startswith("a question about the whole document") and summary[-1].stats.read == f"in {n_parts} parts"
     stats = lookup[-1].stats  # selected from the whole reading, the summary's turn pinned besides the budget
     assert stats.read == "full" and stats.prompt_tokens > stats.kept_tokens > 1024

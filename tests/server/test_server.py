@@ -29,7 +29,7 @@ from tests.fake_engine import WAIT_S, FakeEngine, Script
 from kvchat.cli.serve import PYTHON_EXAMPLE
 from kvchat.engine import KvLayout, UserSettings
 from kvchat.errors import SettingsError
-from kvchat.events import Event, Notice, Progress
+from kvchat.events import Event, LaterReading, Notice, Progress
 from kvchat.server.service import NewScheduler
 from kvchat.engine import PreparedPrompt
 from kvchat.serving.prepared import prepare
@@ -466,16 +466,16 @@ def test_uploads_over_the_memory_budget_push_out_the_least_recently_used_documen
 # ---- uploads ----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("read", "read_later"), [("auto", 1), ("retrieval", 0)])
-def test_an_upload_is_read_whole_in_the_background_unless_questions_read_retrievals_way(read: str, read_later: int) -> None:
+@pytest.mark.parametrize(("read", "read_later"), [("auto", [LaterReading.PASSAGES]), ("fast", [LaterReading.WHOLE]), ("retrieval", [])])
+def test_an_upload_is_read_in_the_background_as_its_follow_ups_need_it(read: str, read_later: list[LaterReading]) -> None:
     fake = FakeEngine(saves_readings=True)
     service = fake.service(defaults=UserSettings(read=read))
-    asked_to_read: list[ChatRequest] = []
-    service.scheduler.read_later = asked_to_read.append
+    asked_to_read: list[LaterReading] = []
+    service.scheduler.read_later = lambda request, later: asked_to_read.append(later)
     with serving(service) as url:
         uploaded = httpx.post(f"{url}/v1/documents", files={"file": ("notes.txt", b"The boat was named the Grey Heron.")},
                               timeout=WAIT_S)
-    assert uploaded.status_code == 200 and len(asked_to_read) == read_later
+    assert uploaded.status_code == 200 and asked_to_read == read_later
 
 
 @pytest.mark.parametrize(("filename", "shown"), [("..", "document"), ("/etc/../notes.txt", "notes.txt"),

@@ -21,7 +21,7 @@ from kvchat.engine.kvcache.foreground import Foreground
 from kvchat.engine.prompt import chat_tokens
 from kvchat.engine.reading.prompt_run import PromptRun
 from kvchat.errors import CancelledError, InternalError, KvchatError, PromptTooLongError, SettingsError
-from kvchat.events import Done, Progress, Token
+from kvchat.events import Done, LaterReading, Progress, Token
 from kvchat.llama import Sampler
 from kvchat.policy import SnapKV
 from kvchat.serving.background_readings import BackgroundReadings
@@ -335,8 +335,8 @@ def test_a_document_a_fast_reading_answered_is_read_whole_only_while_no_answer_i
 
 def test_a_whole_reading_in_the_background_tells_how_far_it_got_until_it_ends() -> None:
     engine = type("SavesReadings", (), {"states": object()})()
-    readings = BackgroundReadings(engine, lambda _engine, _request: iter([Progress(512, 1024, 1.0), Progress(1024, 1024, 2.0)]))
-    readings.add(ChatRequest(FAKE_SETTINGS, document=NOTES, question="Boat?"))
+    readings = BackgroundReadings(engine, lambda _engine, _request, _later: iter([Progress(512, 1024, 1.0), Progress(1024, 1024, 2.0)]))
+    readings.add(ChatRequest(FAKE_SETTINGS, document=NOTES, question="Boat?"), LaterReading.PASSAGES)
     told = [readings.progress()]
     for _ in range(3):  # two chunks, then the end
         readings.step()

@@ -119,10 +119,10 @@ async def test_after_a_fast_answer_the_document_is_read_whole_in_the_background_
         session, panel = sessions.opened[0], app.query_one(KvPanel)
         assert session.unread and not app.reading_on_idle.is_set() and app.busy is None
         session.allow(2)
-        await wait_for(pilot, lambda: panel.figures.full_reading == "1,000/2,000")
+        await wait_for(pilot, lambda: panel.figures.later_reading == "1,000/2,000")
         session.allow(2)
         assert (await asyncio.wait_for(ended, 10)).outcome == "done"
-        assert panel.figures.full_reading == "done" and not session.unread
+        assert panel.figures.later_reading == "done" and not session.unread
         await ask(pilot, app, "What failed?")
         assert [reader for reader, _ in session.chunks_read_on] == ["background"] * 4  # the follow-up read nothing
 
@@ -137,28 +137,28 @@ async def test_a_question_pauses_the_background_reading_and_it_goes_on_from_wher
         await ask(pilot, app, "What was the boat called?")
         session, panel = sessions.opened[0], app.query_one(KvPanel)
         session.allow()
-        await wait_for(pilot, lambda: panel.figures.full_reading == "500/2,000")
+        await wait_for(pilot, lambda: panel.figures.later_reading == "500/2,000")
         ended = reading_on_ended(app)
         answered = next_handled(app, lambda message: isinstance(message, JobEnded) and message.job == "answering")
         await submit(pilot, app, "What failed?")
         await wait_for(pilot, lambda: app.busy == "answering")
-        assert panel.figures.full_reading == "paused at 500/2,000"
+        assert panel.figures.later_reading == "paused at 500/2,000"
         session.allow()  # the background reading's next chunk sees the stop
         assert (await asyncio.wait_for(ended, 10)).outcome == "cancelled"
-        assert panel.figures.full_reading == "paused at 500/2,000"  # not "stopped"
+        assert panel.figures.later_reading == "paused at 500/2,000"  # not "stopped"
         assert (await asyncio.wait_for(answered, 10)).outcome == "done"
         assert not app.query_one(ReadingBar).display and app.query_one("#question", Input).border_subtitle == ""
         if not follow_ups_read_fast:
             assert session.chunks_read_on == [("background", 0), ("What failed?", 500), ("What failed?", 1000), ("What failed?", 1500)]
-            assert panel.figures.full_reading == "done"  # the question read the rest
+            assert panel.figures.later_reading == "done"  # the question read the rest
             return
-        assert panel.figures.full_reading == "going on from 500/2,000" and session.unread
+        assert panel.figures.later_reading == "going on from 500/2,000" and session.unread
         ended = reading_on_ended(app)
         session.allow()
-        await wait_for(pilot, lambda: panel.figures.full_reading == "1,000/2,000")
+        await wait_for(pilot, lambda: panel.figures.later_reading == "1,000/2,000")
         assert session.chunks_read_on == [("background", 0), ("background", 500)]  # the follow-up read none of it
         session.allow(2)
-        assert (await asyncio.wait_for(ended, 10)).outcome == "done" and panel.figures.full_reading == "done"
+        assert (await asyncio.wait_for(ended, 10)).outcome == "done" and panel.figures.later_reading == "done"
 
 
 async def test_the_background_reading_waits_while_another_kvchat_process_answers_a_question(tmp_path: Path) -> None:
@@ -170,11 +170,11 @@ async def test_the_background_reading_waits_while_another_kvchat_process_answers
         session, panel = sessions.opened[0], app.query_one(KvPanel)
         with elsewhere.answering():
             session.allow(4)  # allowed, yet after its first chunk the reading waits for the question
-            await wait_for(pilot, lambda: panel.figures.full_reading == "paused at 500/2,000: a question elsewhere")
+            await wait_for(pilot, lambda: panel.figures.later_reading == "paused at 500/2,000: a question elsewhere")
             assert session.chunks_read_on == [("background", 0)]
             ended = reading_on_ended(app)
         assert (await asyncio.wait_for(ended, 10)).outcome == "done"
-        assert panel.figures.full_reading == "done" and len(session.chunks_read_on) == 4
+        assert panel.figures.later_reading == "done" and len(session.chunks_read_on) == 4
 
 
 async def test_quitting_stops_the_background_reading_and_closes_the_engine() -> None:

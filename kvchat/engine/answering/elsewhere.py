@@ -21,7 +21,7 @@ from kvchat.engine.reading.selected import Selected
 from kvchat.engine.reading.sizing import context_size, round_up
 from kvchat.engine.settings import AskSettings
 from kvchat.errors import SettingsError
-from kvchat.events import Event, Source
+from kvchat.events import Event, LaterReading, Source
 from kvchat.llama import LlamaContext, LlamaModel, Sampler
 
 MIN_SAVED_READING = 256  # shorter new readings of a chat are not worth a state file
@@ -34,19 +34,19 @@ class PreparedPrompt:
     selected: Selected  # the prompt's length, the cells kept and loaded, the reading's and the selection's time
     settings: AskSettings  # those it was read with: the request's, or streamed for a long document
     finder: SourceFinder | None = None  # about a document, with sources on: what names an answer's sources
-    read_whole_after: bool = False  # a fast reading answered: the document is to be read whole (Done.read_whole_after)
+    read_later: LaterReading | None = None  # a fast reading answered: the document is to be read so (Done.read_later)
 
 
 def kept_prompt(
     run: PromptRun, selected: Selected, sampler: Sampler, settings: AskSettings, finder: SourceFinder | None = None,
-    read_whole_after: bool = False,
+    read_later: LaterReading | None = None,
 ) -> PreparedPrompt:
     """What `run` kept of its prompt, and the answer's first token `sampler` draws from the logits
     the observation window left (as in a single ask, the first token sees the whole prompt; the
     rest see what was kept)."""
     cache = run.cache
     first_token = sampler.sample(cache.ctx.handle)
-    return PreparedPrompt(cache.saved(), first_token, selected, settings, finder, read_whole_after)
+    return PreparedPrompt(cache.saved(), first_token, selected, settings, finder, read_later)
 
 
 def prepare_chat(

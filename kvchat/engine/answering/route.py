@@ -10,7 +10,7 @@ Engine's ask, answer and prepare).
    (_sooner_to_wait); otherwise it is read, loaded, or left to the question to read fast
    (Conversation.open, then Conversation.select).
 3. The answer's Done names its sources (unless they are off) and says whether the document is to
-   be read whole now, in the background, for the questions after it (Done.read_whole_after);
+   be read now, in the background, for the questions after it (Done.read_later);
    the front end starts that reading its own way.
 
 answer() decodes the answer on the conversation's context; prepare() stops before the decoding,
@@ -34,6 +34,7 @@ from kvchat.engine.kvcache.in_progress import InProgress
 from kvchat.engine.prompt import Turn
 from kvchat.engine.reading.cheap_pass import fast_is_sooner, fast_reading_s
 from kvchat.engine.settings import AskSettings
+from kvchat.events import LaterReading
 from kvchat.errors import raise_if_cancelled
 from kvchat.events import Done, Event, Notice
 from kvchat.llama import Sampler
@@ -64,7 +65,7 @@ def answer(
         else:
             done = yield from _all_but_done(answer_from_kept(conversation, question, settings, cancel))
     conversation.turns.append(Turn(question, done.answer))
-    yield replace(done, read_whole_after=_read_whole_after(conversation))
+    yield replace(done, read_later=_read_later(conversation))
 
 
 def prepare(
@@ -79,12 +80,12 @@ def prepare(
     if parts is not None and answers_in_parts(settings.in_parts, question):
         conversation.skip_reading()
         done = yield from _answer_in_parts(conversation, parts, question, settings, cancel)
-        return replace(done, read_whole_after=_read_whole_after(conversation))
+        return replace(done, read_later=_read_later(conversation))
     conversation.check_question(question, settings)  # before the document is read for it
     yield from conversation.open(cancel=cancel)
     selected = yield from conversation.select(question, cancel, settings)
     finder = conversation.source_finder if settings.sources else None
-    return kept_prompt(conversation.run, selected, sampler, settings, finder, _read_whole_after(conversation))
+    return kept_prompt(conversation.run, selected, sampler, settings, finder, _read_later(conversation))
 
 
 def _answer_in_parts(
@@ -108,13 +109,15 @@ def _all_but_done(events: Iterator[Event]) -> Generator[Event, None, Done]:
     return done
 
 
-def _read_whole_after(conversation: Conversation) -> bool:
-    """Whether the document is to be read whole and saved after this answer: it was not (a fast
-    reading, or the parts answered), it can be saved, and no process reads it already."""
-    key = conversation.reading_key  # None: nothing is saved (no store, or read streamed)
-    if key is None or not conversation.unread or conversation.saved:
-        return False
-    return conversation.in_progress is None or conversation.in_progress.find(key) is None
+def _read_later(conversation: Conversation) -> LaterReading | None:
+    """Whether the document is to be read (whole, or as its passages) and saved after this answer:
+    it was not (a fast reading, or the parts answered), it can be saved, and no process reads it already."""
+    key = conversation.later_key  # None: nothing is saved (no store, or read streamed)
+    if key is None or not conversation.unread or conversation.later_saved:
+        return None
+    if conversation.in_progress is not None and conversation.in_progress.find(key) is not None:
+        return None
+    return conversation.reading.later
 
 
 def _await_if_sooner(conversation: Conversation, cancel: threading.Event | None) -> Iterator[Event]:
@@ -143,8 +146,8 @@ def _sooner_to_wait(conversation: Conversation, reading: InProgress) -> bool:
         return False
     if not conversation.reads_fast_first():
         return True
-    if not conversation.reading.reads_on:
-        return False  # every question reads fast (retrieval): the other's reading would not be loaded
+    if conversation.reading.later is not LaterReading.WHOLE:
+        return False  # every question reads fast (retrieval, a passage bank): the other's reading would not be loaded
     fast_s = fast_reading_s(len(conversation.document_tokens), conversation.settings, conversation.speeds)
     return not fast_is_sooner(fast_s, _left_s(conversation, reading))
 

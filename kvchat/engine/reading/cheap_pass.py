@@ -129,10 +129,11 @@ def fast_select(
     window_start = max(n_prompt - settings.method.window, 0)  # the question's window observes from here
     yield Progress(done=0, total=n_prompt, elapsed_s=0.0)
     body, read = yield from _choose(cache, tokens, window_start, settings, reread, cheap_pass, question, cancel)
+    n_loaded = 0
     if bank is not None and question is not None:  # the chosen passages' reading is banked: loaded, not read
         loaded = load_passages_of(cache, bank, question.passages, body, tokens)
-        body = np.setdiff1d(body, loaded)
-        read += f", {len(loaded):,} loaded"
+        body, n_loaded = np.setdiff1d(body, loaded), len(loaded)
+        read += f", {n_loaded:,} loaded"
     yield from cache.prefill_chosen(tokens, body, window_start, cancel)  # the second pass; the question's window follows
     window = tokens[window_start:]
     compact_s = 0.0
@@ -146,7 +147,7 @@ def fast_select(
         cache.move_to(cache.origins)  # llama.cpp reads a batch only right after the last position
     window_s = time.perf_counter() - started - compact_s
     yield cache.pruned(n_prompt, window_s, compact_s)
-    return Selected(n_prompt, cache.cells, 0, 0.0, window_s, started, read=read)
+    return Selected(n_prompt, cache.cells, n_loaded, 0.0, window_s, started, read=read)
 
 
 def _choose(

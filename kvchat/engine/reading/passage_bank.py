@@ -18,7 +18,7 @@ import json
 import struct
 import threading
 from collections.abc import Generator, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -117,36 +117,63 @@ def opening_end(passages: Passages) -> int:
     return int(min(passages.starts[0], passages.mark_starts[0]))
 
 
+@dataclass
+class BankPieces:
+    """What a bank's reading has read so far: read_bank() goes on from here after a stop (a
+    question answered meanwhile, in the chat or the server), not from the document's start."""
+
+    opening: StateBytes | None = None
+    marks: dict[tuple[int, int], StateBytes] = field(default_factory=dict)
+    passages: list[StateBytes] = field(default_factory=list)
+
+    def read_tokens(self, passages: Passages) -> int:
+        """How many of the prompt's tokens these pieces read (the opening, marks and passages)."""
+        if self.opening is None:
+            return 0
+        marks = sum(end - start for start, end in self.marks)
+        return opening_end(passages) + marks + int((passages.ends - passages.starts)[: len(self.passages)].sum())
+
+
 def read_bank(
     model: LlamaModel, settings: ContextSettings, tokens: list[int], passages: Passages, cancel: threading.Event | None = None,
+    pieces: BankPieces | None = None,
 ) -> Generator[Progress, None, PassageBank]:
     """Read the document prompt `tokens` as a bank (the module's doc), with progress over the
-    prompt's tokens, on a context of its own with `settings` but as large as the opening, a mark and
-    a passage need: whatever the caller's context holds stays."""
+    prompt's tokens up to the document's end (a question reads the closing template), on a context of its own with `settings` but as large as the opening, a mark and
+    a passage need: whatever the caller's context holds stays. `pieces`: where an earlier call
+    stopped (CancelledError), filled as the reading goes on."""
     first = opening_end(passages)
     longest = int((passages.mark_ends - passages.mark_starts).max() + (passages.ends - passages.starts).max())
     with LlamaContext(model, replace(settings, n_ctx=round_up(first + longest))) as ctx:
-        return (yield from _read(KvCache(ctx), tokens, passages, cancel))
+        return (yield from _read(KvCache(ctx), tokens, passages, cancel, BankPieces() if pieces is None else pieces))
 
 
-def _read(cache: KvCache, tokens: list[int], passages: Passages, cancel: threading.Event | None) -> Generator[Progress, None, PassageBank]:
-    first, total = opening_end(passages), passages.n_tokens
-    yield from cache.prefill(tokens[:first], 0, total, cancel)
-    opening, done = cache.state(), first
-    marks: dict[tuple[int, int], StateBytes] = {}
-    banked: list[StateBytes] = []
-    for index in range(len(passages.starts)):
+def _read(
+    cache: KvCache, tokens: list[int], passages: Passages, cancel: threading.Event | None, pieces: BankPieces,
+) -> Generator[Progress, None, PassageBank]:
+    first, total, done = opening_end(passages), int(passages.ends[-1]), pieces.read_tokens(passages)  # the question reads the rest
+    opening = cache.prefill(tokens[:first], 0, total, cancel)
+    if pieces.opening is None:
+        yield from opening
+        pieces.opening, done = cache.state(), first
+    else:  # read again after a stop (a few tokens), its progress told unchanged
+        yield from (replace(event, done=done) for event in opening)
+    held_mark, after_mark = None, first
+    for index in range(len(pieces.passages), len(passages.starts)):
         mark = (int(passages.mark_starts[index]), int(passages.mark_ends[index]))
-        if mark not in marks:
+        if mark != held_mark:
             cache.drop_from(first)  # the last page's mark
-            marks[mark] = yield from _read_piece(cache, tokens, mark, done, total, cancel)
-            done += mark[1] - mark[0]
-        after_mark = cache.cells
+            if mark in pieces.marks:  # a page begun before a stop: its mark read again, its progress told unchanged
+                yield from (replace(event, done=done) for event in _read_piece(cache, tokens, mark, done, total, cancel))
+            else:
+                pieces.marks[mark] = yield from _read_piece(cache, tokens, mark, done, total, cancel)
+                done += mark[1] - mark[0]
+            held_mark, after_mark = mark, cache.cells
         span = (int(passages.starts[index]), int(passages.ends[index]))
-        banked.append((yield from _read_piece(cache, tokens, span, done, total, cancel)))
+        pieces.passages.append((yield from _read_piece(cache, tokens, span, done, total, cancel)))
         done += span[1] - span[0]
         cache.drop_from(after_mark)
-    return PassageBank(opening, marks, tuple(banked))
+    return PassageBank(pieces.opening, pieces.marks, tuple(pieces.passages))
 
 
 def _read_piece(

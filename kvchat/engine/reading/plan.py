@@ -10,9 +10,10 @@ from kvchat.documents import Document
 from kvchat.engine.prompt import document_part
 from kvchat.engine.prompt_text import prompt_text
 from kvchat.engine.settings import AskSettings
+from kvchat.events import LaterReading
 from kvchat.engine.reading.cheap_pass import fast_is_sooner, fast_reading_s, pays
 from kvchat.engine.reading.sizing import reading_settings
-from kvchat.engine.reading.speeds import ReadingSpeeds
+from kvchat.engine.reading.speeds import PASSAGES_SPEED, ReadingSpeeds
 from kvchat.llama import LlamaModel
 
 
@@ -29,14 +30,17 @@ class ReadingPlan:
     # the questions read fast (cheap_pass.py) while the whole reading follows in the background
     reads_fast: bool = False
     est_fast_s: float | None = None  # that fast reading, at the last measured speed of one
-    reads_whole_later: bool = True  # False: every question reads fast (retrieval), none from a whole reading
+    # what the document is read as after the first fast answers (AskSettings.later_reading): "passages",
+    # "whole", or None where every question reads fast (retrieval)
+    later_reading: str | None = "whole"
+    est_later_s: float | None = None  # that reading, at the last measured speed of one
 
     def reads_fast_before_the_rest(self, read: int) -> bool:
         """Whether a question about the document reads fast rather than awaiting the rest of its
         whole reading under way, `read` of its tokens read (cheap_pass.fast_is_sooner): always
         where every question reads fast."""
         left_s = None if self.est_read_s is None else self.est_read_s * (1 - read / max(self.tokens, 1))
-        return self.reads_fast and (not self.reads_whole_later or fast_is_sooner(self.est_fast_s, left_s))
+        return self.reads_fast and (self.later_reading != LaterReading.WHOLE or fast_is_sooner(self.est_fast_s, left_s))
 
     def as_json(self) -> dict[str, object]:
         return asdict(self)
@@ -51,6 +55,10 @@ def reading_plan(
     speed = speeds.tokens_per_s("stream" if read_with.method.streams else "read") if speeds else None
     reads_fast = read_with.reads_fast(with_draft) and pays(tokens, read_with, with_draft)
     fast_s = fast_reading_s(tokens, read_with, speeds) if reads_fast else None
+    est_read_s = round(tokens / speed, 1) if speed else None
+    later = read_with.later_reading if reads_fast else LaterReading.WHOLE
+    bank_speed = speeds.measured(PASSAGES_SPEED) if speeds else None
+    est_later_s = est_read_s if later is LaterReading.WHOLE else round(tokens / bank_speed, 1) if later and bank_speed else None
     return ReadingPlan(
         path=str(document.path),
         format=document.kind,
@@ -59,8 +67,9 @@ def reading_plan(
         tokens=tokens,
         fits_context=tokens <= model.shape.n_ctx_train,
         method=read_with.method.name,
-        est_read_s=round(tokens / speed, 1) if speed else None,
+        est_read_s=est_read_s,
         reads_fast=reads_fast,
         est_fast_s=round(fast_s, 1) if fast_s is not None else None,
-        reads_whole_later=read_with.reads_whole_later,
+        later_reading=later.value if later is not None else None,
+        est_later_s=est_later_s,
     )

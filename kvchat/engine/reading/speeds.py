@@ -16,6 +16,7 @@ from kvchat.atomic import atomic_file, locked
 
 LOGGER = logging.getLogger(__name__)
 MIN_MEASURED_TOKENS = 512  # a shorter reading says more about overheads than about speed
+PASSAGES_SPEED = "passages"  # a passage bank's reading (passage_bank.py), each passage alone
 
 
 def _speed(value: object) -> float | None:
@@ -27,7 +28,7 @@ def _speed(value: object) -> float | None:
 
 class ReadingSpeeds:
     """Tokens per second of the last reading long enough to measure, per model and per kind of
-    reading ("read": whole, "stream": streamed), in one small JSON file. `model_key` names the
+    reading ("read": whole, "stream": streamed, PASSAGES_SPEED …), in one small JSON file. `model_key` names the
     model file and where it runs (a GPU reads many times faster)."""
 
     def __init__(self, path: Path, model_key: str) -> None:

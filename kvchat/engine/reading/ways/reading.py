@@ -11,6 +11,7 @@ from typing import ClassVar
 from kvchat.engine.kvcache.states import DocumentStates
 from kvchat.engine.reading.prompt_run import PromptRun
 from kvchat.engine.settings import AskSettings
+from kvchat.events import LaterReading
 from kvchat.events import Event
 
 
@@ -39,10 +40,11 @@ class Reading:
         return False
 
     @property
-    def reads_on(self) -> bool:
-        """Whether a document its questions read fast (or in parts) is read whole after them
-        (Conversation.read_on), for the questions after to be selected from that reading."""
-        return True
+    def later(self) -> LaterReading | None:
+        """What a document its questions read fast (or in parts) is read as after them
+        (Conversation.read_on): whole, for the questions after to be selected from that reading;
+        None: nothing, every question reads fast (retrieval)."""
+        return LaterReading.WHOLE
 
     def read(
         self, document: DocumentPrompt, run: PromptRun, settings: AskSettings, cancel: threading.Event | None,

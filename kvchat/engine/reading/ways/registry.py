@@ -11,11 +11,11 @@ from kvchat.engine.settings import AskSettings
 
 
 def reading_for(settings: AskSettings, stream: StreamSettings, drafted: bool) -> Reading:
-    """Streamed for a streaming method; whole otherwise, and then its questions read fast until it
-    is read whole, where the settings say so (`drafted`: a draft model does the cheap pass), or
-    every question fast for retrieval."""
+    """Streamed for a streaming method; whole otherwise; or its questions read fast first, where the
+    settings say so (`drafted`: a draft model does the cheap pass), the document read afterwards as
+    settings.later_reading says (its passages, whole, or nothing for retrieval)."""
     if settings.method.streams:
         return StreamedReading(stream)
     if not settings.reads_fast(drafted):
         return WholeReading()
-    return FastFirst(WholeReading(), then_whole=settings.reads_whole_later)
+    return FastFirst(WholeReading(), then=settings.later_reading)

@@ -1,0 +1,139 @@
+"""The questions after a fast first answer (read auto, with a draft): the document is then read as
+its passages (a passage bank) in the background, saved, and each later question loads the passages
+it chooses from it and reads only the rest of its prompt, in this process or a later one."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kvchat.documents import load_document
+from kvchat.engine import AskSettings, Engine
+from kvchat.engine.kvcache.cache import KvCache
+from kvchat.engine.reading.passage_bank import BANK, load_chosen
+from kvchat.errors import CancelledError
+from kvchat.events import Done, LaterReading, Progress, Pruned
+from kvchat.llama import ContextSettings, LlamaContext
+from kvchat.policy import SnapKV
+
+from tests.inspect_helpers import last_logits
+from tests.tiny_gguf import write_tiny_gguf
+
+SETTINGS = AskSettings(method=SnapKV(budget=64, window=16), max_tokens=4, threads=2, sources=False)
+TOPICS = ["orchard apples", "harbour ferries", "governing law", "violin strings", "glacier ice", "copper mines",
+          "desert owls", "paper lanterns", "river otters", "clock towers", "salt marshes", "tea gardens"]
+QUESTION = [5, 9, 13, 17, 21, 25, 29, 33]  # token ids read after the passages: a question's stand-in
+
+
+@pytest.fixture(scope="module")
+def draft_path(tmp_path_factory) -> Path:
+    """Another tiny model (other weights) with the same vocabulary."""
+    return write_tiny_gguf(tmp_path_factory.mktemp("draft") / "draft.gguf", seed=9)
+
+
+@pytest.fixture
+def topics(tmp_path: Path) -> Path:
+    path = tmp_path / "topics.txt"
+    path.write_text("\n\n".join(" ".join(f"Note {n} is on {topic}." for n in range(12)) for topic in TOPICS))
+    return path
+
+
+def _done(events) -> Done:
+    return [event for event in events if isinstance(event, Done)][0]
+
+
+def test_after_a_fast_answer_the_passages_are_read_and_saved_and_a_follow_up_loads_those_it_chooses(
+    tiny_model_path: Path, draft_path: Path, topics: Path,
+) -> None:
+    with Engine(str(tiny_model_path), draft=str(draft_path)) as engine:
+        conversation = engine.conversation(load_document(topics), SETTINGS)
+        try:
+            assert list(conversation.open()) == []  # nothing read before the question
+            first = _done(engine.answer(conversation, "Which notes are on glacier ice?"))
+            assert conversation.unread and not conversation.bank_saved
+            reading = [event for event in conversation.read_on() if isinstance(event, Progress)]
+            assert conversation.bank_saved and not conversation.unread and list(conversation.read_on()) == []
+            conversation.reset()
+            events = list(engine.answer(conversation, "Which notes are on tea gardens?"))
+            passages, n_prompt = conversation._text.passages, len(conversation.prompt_tokens)
+        finally:
+            conversation.close()
+        later = _done(engine.ask(load_document(topics), "Which notes are on tea gardens?", SETTINGS))  # as the next process
+        saved = engine.states.has(conversation.document_tokens, BANK)
+    assert first.read_later is LaterReading.PASSAGES and first.stats.read.startswith("bm25")
+    assert reading[-1].done == reading[-1].total == passages.ends[-1] and saved
+    (pruned,) = [event for event in events if isinstance(event, Pruned)]
+    kept = np.asarray(pruned.kept_positions)
+    window_start = n_prompt - SETTINGS.method.window
+    loaded = kept[kept < passages.ends[-1]]  # the opening, the chosen passages and their marks
+    done = _done(events)
+    assert done.stats.read.endswith(f", {len(loaded):,} loaded") and done.stats.loaded_tokens == len(loaded) and done.read_later is None
+    second_pass = [event for event in events if isinstance(event, Progress)][-1]
+    assert second_pass.total == len(kept) - len(loaded) - SETTINGS.method.window  # the closing template, before the window
+    assert int(kept[-1]) == n_prompt - 1 and window_start > passages.ends[-1]
+    assert later.stats.read == done.stats.read and later.answer == done.answer and later.read_later is None
+
+
+def test_a_passages_reading_stopped_part_way_goes_on_from_where_it_stopped(tiny_model_path: Path, draft_path: Path,
+                                                                            topics: Path) -> None:
+    stop = threading.Event()
+    with Engine(str(tiny_model_path), draft=str(draft_path)) as engine:
+        conversation = engine.conversation(load_document(topics), SETTINGS)
+        try:
+            list(conversation.open())
+            _done(engine.answer(conversation, "Which notes are on glacier ice?"))
+            stopped: list[Progress] = []
+            with pytest.raises(CancelledError):
+                for event in conversation.read_on(stop):
+                    if isinstance(event, Progress):
+                        stopped.append(event)
+                        if len(stopped) == 8:
+                            stop.set()
+            went_on = [event for event in conversation.read_on() if isinstance(event, Progress)]
+        finally:
+            conversation.close()
+        again = engine.conversation(load_document(topics), SETTINGS)
+        try:
+            list(again.read_bank())
+        finally:
+            again.close()
+        tokens, passages = conversation.document_tokens, conversation._text.passages
+        logits = []
+        for bank in (conversation.bank, again.bank):  # each passage read after the stop, and one before, with the question
+            cache = KvCache(LlamaContext(engine.model, ContextSettings(n_ctx=4096, n_batch=256, threads=2)))
+            with cache.ctx:
+                load_chosen(cache, bank, passages, np.arange(len(passages.starts)), tokens)
+                cache.decode(QUESTION, want_logits=True)
+                logits.append(last_logits(cache.ctx))
+    total = passages.ends[-1]
+    assert 0 < stopped[-1].done < total and went_on[-1].done == total
+    assert min(event.done for event in went_on) >= stopped[-2].done  # nothing read before the stop counted again
+    assert len(conversation.bank.passages) == len(again.bank.passages) == len(passages.starts)
+    np.testing.assert_allclose(logits[0], logits[1], atol=1e-3)  # as a reading that was never stopped, within float noise
+
+
+def test_the_engine_reads_a_documents_passages_for_later_and_a_new_question_loads_them(
+    tiny_model_path: Path, draft_path: Path, topics: Path,
+) -> None:
+    with Engine(str(tiny_model_path), draft=str(draft_path)) as engine:
+        assert engine.later_reading(SETTINGS) is LaterReading.PASSAGES
+        assert engine.later_reading(AskSettings(read="fast")) is LaterReading.WHOLE
+        assert engine.later_reading(AskSettings(read="retrieval")) is None
+        reading = engine.read_later(load_document(topics), SETTINGS, LaterReading.PASSAGES)
+        events = []
+        while True:
+            try:
+                events.append(next(reading))
+            except StopIteration as finished:
+                how = finished.value
+                break
+        again = list(engine.read_later(load_document(topics), SETTINGS, LaterReading.PASSAGES))
+        done = _done(engine.ask(load_document(topics), "Which notes are on copper mines?", SETTINGS))
+    assert how.value == "read" and again == []  # saved: not read twice
+    assert done.stats.read.endswith(f", {done.stats.loaded_tokens:,} loaded") and done.read_later is None
+    assert done.stats.kept_tokens - done.stats.loaded_tokens < done.stats.loaded_tokens / 2  # most of what it holds: loaded, not read
+    with Engine(str(tiny_model_path)) as engine:  # no draft: every question reads in full, and the document whole after
+        assert engine.later_reading(SETTINGS) is LaterReading.WHOLE
