@@ -96,8 +96,12 @@ class Conversation:
     @cached_property
     def run(self) -> PromptRun:
         """The context the document is read into, made when it is first needed: a question the
-        document's parts answer (answering/in_parts.py) never holds one as large as the document."""
-        return PromptRun(self.model, self._n_ctx, self.settings, self.model_name, self._cheap_pass)
+        document's parts answer (answering/in_parts.py) never holds one as large as the document,
+        nor does a fast reading (it grows to what it reads: cheap_pass.make_room); a whole
+        reading grows it to the document's (_read())."""
+        fast = round_up(self.settings.method.budget + CONVERSATION_ROOM + self.settings.max_tokens)
+        return PromptRun(self.model, min(fast, self._n_ctx) if self._unread else self._n_ctx, self.settings, self.model_name,
+                         self._cheap_pass)
 
     def _context_size(self) -> int:
         if self.settings.method.streams:
@@ -157,6 +161,7 @@ class Conversation:
         def observer() -> list[int] | None:  # the question's window, when it is known
             return self.question_window(question) if question else None
 
+        self.run.grow(self._n_ctx)  # made for fast readings first
         yield from self.reading.read(self._prompt, self.run, self.settings, cancel, observer)
         self.selection.after_reading(self.run, self.settings.method, self.question_window)
         self._reading_s = self.run.read_s
@@ -356,8 +361,8 @@ class Conversation:
     def _read_fast(
         self, question: Question, tokens: list[int], settings: AskSettings, cancel: threading.Event | None,
     ) -> Generator[Event, None, Selected]:
-        """The Selected of a fast reading of the prompt `tokens` (the run's read_fast())."""
-        self._make_room(len(tokens), settings.max_tokens)  # it reads at most the prompt, its turns whole
+        """The Selected of a fast reading of the prompt `tokens` (the run's read_fast(), which makes
+        room for what it reads)."""
         self.prompt_tokens = tokens
         selected = yield from self._text.with_kept_text(self.run.read_fast(tokens, settings, cancel, question, (yield from self._bank())))
         if self.speeds is not None:

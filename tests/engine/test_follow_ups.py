@@ -58,7 +58,7 @@ def test_after_a_fast_answer_the_passages_are_read_and_saved_and_a_follow_up_loa
             assert conversation.bank_saved and not conversation.unread and list(conversation.read_on()) == []
             conversation.reset()
             events = list(engine.answer(conversation, "Which notes are on tea gardens?"))
-            passages, n_prompt = conversation._text.passages, len(conversation.prompt_tokens)
+            passages, n_prompt, n_ctx = conversation._text.passages, len(conversation.prompt_tokens), conversation.run.n_ctx
         finally:
             conversation.close()
         later = _done(engine.ask(load_document(topics), "Which notes are on tea gardens?", SETTINGS))  # as the next process
@@ -75,6 +75,7 @@ def test_after_a_fast_answer_the_passages_are_read_and_saved_and_a_follow_up_loa
     assert second_pass.total == len(kept) - len(loaded) - SETTINGS.method.window  # the closing template, before the window
     assert int(kept[-1]) == n_prompt - 1 and window_start > passages.ends[-1]
     assert later.stats.read == done.stats.read and later.answer == done.answer and later.read_later is None
+    assert n_ctx == 1280 < passages.n_tokens  # the budget, the conversation's room and the answer's: not the document's
 
 
 def test_a_passages_reading_stopped_part_way_goes_on_from_where_it_stopped(tiny_model_path: Path, draft_path: Path,

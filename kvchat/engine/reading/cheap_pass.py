@@ -36,6 +36,7 @@ from kvchat.engine.kvcache.cache import KvCache
 from kvchat.engine.reading.passage_bank import PassageBank, load_passages_of
 from kvchat.engine.reading.passages import Question, names_the_document
 from kvchat.engine.reading.selected import Selected
+from kvchat.engine.reading.sizing import RING_MIN, round_up
 from kvchat.engine.reading.speeds import ReadingSpeeds
 from kvchat.engine.settings import AskSettings
 from kvchat.events import Event, Progress
@@ -129,6 +130,8 @@ def fast_select(
     window_start = max(n_prompt - settings.method.window, 0)  # the question's window observes from here
     yield Progress(done=0, total=n_prompt, elapsed_s=0.0)
     body, read = yield from _choose(cache, tokens, window_start, settings, reread, cheap_pass, question, cancel)
+    make_room(cache, len(body) + n_prompt - window_start + settings.max_tokens)  # the answer may use the ring past that
+    ctx = cache.ctx
     n_loaded = 0
     if bank is not None and question is not None:  # the chosen passages' reading is banked: loaded, not read
         loaded = load_passages_of(cache, bank, question.passages, body, tokens)
@@ -176,6 +179,13 @@ def _choose(
     return passages.tokens_of(chosen, window_start), f"{cheap_pass.label} {layers} layers, {len(chosen)} passages"
 
 
+def make_room(cache: KvCache, cells: int) -> None:
+    """Give `cache` a larger context where `cells` (and the least room for an answer) do not fit:
+    a fast reading's context holds what it reads, not the document."""
+    if cells + RING_MIN > cache.ctx.n_ctx:
+        cache.recreate(replace(cache.ctx.settings, n_ctx=round_up(cells + RING_MIN)))
+
+
 def _cells_of(body: np.ndarray, turns: np.ndarray) -> tuple[int, int]:
     """The [start, end) cells of the sorted `body` that hold the earlier `turns` (consecutive
     prompt indices; the question's window may hold their last ones instead)."""
@@ -199,12 +209,15 @@ def _cheap_pass(
     read token's score (its heads' votes summed), and the layers read ("12/24")."""
     fast = settings.fast_reading
     method = replace(settings.method, budget=reread, spans=fast.spans, heads=HeadReduction(fast.heads))
+    cells = (window_start if read is None else len(read)) + len(tokens) - window_start  # what it reads and observes with
     if cheap_pass.draft is None:
+        make_room(cache, cells)
         found = yield from _observed(cache, tokens, read, window_start, method, fast.depth or cheap_pass.depth, fast.layers, cancel)
         cache.clear()  # the layers above the cut hold nothing usable
         return found
     draft = cheap_pass.draft.model()
-    with LlamaContext(draft, cache.ctx.settings) as draft_ctx:  # the draft's votes of every layer it ran choose
+    draft_settings = replace(cache.ctx.settings, n_ctx=round_up(cells + RING_MIN))
+    with LlamaContext(draft, draft_settings) as draft_ctx:  # the draft's votes of every layer it ran choose
         return (yield from _observed(KvCache(draft_ctx), tokens, read, window_start, method, fast.depth or cheap_pass.depth,
                                      draft.shape.n_layer, cancel))
 

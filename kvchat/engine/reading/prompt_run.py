@@ -43,8 +43,7 @@ class PromptRun:
         self.model = model
         self.cheap_pass = cheap_pass
         self.model_name = model_name
-        self._context_settings = settings.layout.context(n_ctx, settings.n_batch, settings.threads)
-        self.cache = KvCache(LlamaContext(model, self._context_settings))
+        self.cache = KvCache(LlamaContext(model, settings.layout.context(n_ctx, settings.n_batch, settings.threads)))
         self.read_upto = 0
         self.loaded_upto = 0
         self.read_s = 0.0
@@ -55,14 +54,12 @@ class PromptRun:
 
     @property
     def n_ctx(self) -> int:
-        return self._context_settings.n_ctx
+        return self.cache.ctx.settings.n_ctx  # a fast reading may have grown it (cheap_pass.make_room)
 
     def grow(self, n_ctx: int) -> None:
         """Recreate the context with room for `n_ctx` cells, keeping what the cache holds."""
-        if n_ctx <= self.n_ctx:
-            return
-        self._context_settings = replace(self._context_settings, n_ctx=n_ctx)
-        self.cache.recreate(self._context_settings)
+        if n_ctx > self.n_ctx:
+            self.cache.recreate(replace(self.cache.ctx.settings, n_ctx=n_ctx))
 
     def read(self, tokens: list[int], upto: int, cancel: threading.Event | None = None) -> Iterator[Progress]:
         """Decode tokens [read_upto, upto) with progress over all `tokens`. Stopped midway (by
