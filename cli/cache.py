@@ -19,14 +19,16 @@ cache_app = typer.Typer(help="Saved document readings (so a second question skip
 
 @cache_app.command("list")
 def list_command(as_json: bool = typer.Option(False, "--json", help="Print the list as JSON.")) -> None:
-    """List saved readings, most recently used first."""
+    """List saved readings, most recently used first, with what each costs a token of its document
+    (a passage bank, "(passages)", costs about what a whole reading does)."""
     store, parts = state_store(), part_store()
     entries, part_entries = store.entries(), parts.entries()
     reading = _surveyed(readings_in_progress()).live
     if as_json:
         rows = [
             {"state": state, "file": str(e.path), "document": e.header.document, "model": e.header.model,
-             "tokens": e.header.n_tokens, "bytes": e.size, "last_used": e.last_used}
+             "tokens": e.header.n_tokens, "bytes": e.size, "bytes_per_token": round(e.size / max(e.header.n_tokens, 1)),
+             "last_used": e.last_used}
             for state, listed in (("saved", entries), ("part", part_entries)) for e in listed
         ] + [
             {"state": "queued" if r.queued else "reading", "document": r.document, "model": r.model, "tokens": r.total, "done": r.done,
@@ -36,12 +38,13 @@ def list_command(as_json: bool = typer.Option(False, "--json", help="Print the l
         typer.echo(json.dumps(rows, indent=2))
         return
     table = Table(title=Text(f"saved readings in {store.root}", style="table.title"))
-    for column in ("document", "model", "tokens", "size", "last used"):
+    for column in ("document", "model", "tokens", "size", "a token", "last used"):
         table.add_column(column)
     for entry in entries:
         table.add_row(
             Text(printable(entry.header.document)), Text(printable(entry.header.model)), f"{entry.header.n_tokens:,}",  # names as typed, not markup
-            f"{entry.size / 2**20:,.1f} MiB", time.strftime("%Y-%m-%d %H:%M", time.localtime(entry.last_used)),
+            f"{entry.size / 2**20:,.1f} MiB", f"{entry.size / max(entry.header.n_tokens, 1) / 2**10:,.1f} KiB",
+            time.strftime("%Y-%m-%d %H:%M", time.localtime(entry.last_used)),
         )
     console = Console()
     console.print(table)

@@ -362,6 +362,7 @@ def test_cache_list_and_clear(document, tiny_model_path, isolated_home) -> None:
     run_kvchat(*ask_args(document, tiny_model_path), home=isolated_home)
     listed = json.loads(run_kvchat("cache", "list", "--json", home=isolated_home).stdout)
     assert len(listed) == 1 and listed[0]["document"].endswith("notes.txt") and listed[0]["tokens"] > 0
+    assert listed[0]["bytes_per_token"] == round(listed[0]["bytes"] / listed[0]["tokens"])  # what a token costs on disk
     cleared = run_kvchat("cache", "clear", home=isolated_home)
     assert cleared.returncode == 0 and "freed" in cleared.stdout
     assert json.loads(run_kvchat("cache", "list", "--json", home=isolated_home).stdout) == []
