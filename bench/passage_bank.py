@@ -88,7 +88,7 @@ def main() -> None:
                     wider = replace(settings, method=SnapKV(budget=budget))
                     rows += _answers(engine, conversation, asked, wider, f"bank@{budget}")
                 if not args.no_q8:
-                    packed = conversation.bank.to_payload(packed=True)  # as saved at half the size
+                    packed, _ = conversation.bank.to_payload(packed=True)  # as saved at half the size
                     record["bank_q8_mib"] = round(len(packed) / 2**20, 1)
                     conversation.bank = PassageBank.from_payload(packed)
                     rows += _answers(engine, conversation, asked, settings, "bank-q8")

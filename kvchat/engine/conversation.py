@@ -27,7 +27,7 @@ from kvchat.engine.kvcache.states import DocumentStates
 from kvchat.engine.prompt import PromptPart, Turn, chat_messages, document_part, split_rendered
 from kvchat.engine.prompt_text import document_runs, prompt_text
 from kvchat.engine.reading.cheap_pass import CheapPass, fast_is_sooner, fast_reading_s, pays, reread_tokens, speed_kind
-from kvchat.engine.reading.passage_bank import BANK, BankPieces, PassageBank, read_bank, save_bank, saved_bank
+from kvchat.engine.reading.passage_bank import BANK, BankPieces, DamagedBank, PassageBank, read_bank, save_bank, saved_bank
 from kvchat.engine.reading.passages import Question
 from kvchat.engine.reading.prompt_run import PromptRun
 from kvchat.engine.reading.ways.registry import reading_for
@@ -364,7 +364,13 @@ class Conversation:
         """The Selected of a fast reading of the prompt `tokens` (the run's read_fast(), which makes
         room for what it reads)."""
         self.prompt_tokens = tokens
-        selected = yield from self._text.with_kept_text(self.run.read_fast(tokens, settings, cancel, question, (yield from self._bank())))
+        bank = yield from self._bank()
+        try:
+            selected = yield from self._text.with_kept_text(self.run.read_fast(tokens, settings, cancel, question, bank))
+        except DamagedBank as damaged:  # a saved piece the disk changed: the bank goes, the passages are read
+            yield from self.states.discard(self.document_tokens, str(damaged), BANK)
+            self.bank = None
+            selected = yield from self._text.with_kept_text(self.run.read_fast(tokens, settings, cancel, question))
         if self.speeds is not None:
             self.speeds.record(speed_kind(settings), len(tokens), time.perf_counter() - selected.started)
         return selected

@@ -17,7 +17,7 @@ from kvchat.engine.kvcache.states import DocumentStates
 from kvchat.engine.kvcache.store import StateStore
 from kvchat.engine.reading.passage_bank import PassageBank, load_chosen, opening_end, read_bank
 from kvchat.engine.reading.passages import Passages
-from kvchat.events import Progress, Pruned
+from kvchat.events import Notice, Progress, Pruned
 from kvchat.llama import ContextSettings, LlamaContext
 from kvchat.policy import SnapKV
 
@@ -174,12 +174,45 @@ def test_a_saved_bank_is_loaded_by_a_later_conversation_and_answers_as_the_bank_
 
 def test_a_bank_payload_gives_back_every_piece_and_refuses_what_is_not_one(banked) -> None:
     _, _, bank, _ = banked
-    again = PassageBank.from_payload(bank.to_payload())
+    payload, index_bytes = bank.to_payload()
+    again = PassageBank.from_payload(payload)
     assert bytes(again.opening) == bytes(bank.opening) and list(again.marks) == list(bank.marks)
     assert [bytes(piece) for piece in again.passages] == [bytes(piece) for piece in bank.passages]
-    packed = PassageBank.from_payload(bank.to_payload(packed=True))
-    assert packed.packed and len(bank.to_payload(packed=True)) < 0.56 * len(bank.to_payload())
-    assert bytes(packed.state(packed.passages[3]))[:64] == bytes(bank.passages[3])[:64]  # the same cells, f16 again
-    for payload in (b"", b"\x05\x00\x00\x00{}", b"\x02\x00\x00\x00{}" + b"x" * 8, bank.to_payload()[:-1]):
+    assert bytes(payload[index_bytes : index_bytes + len(bank.opening)]) == bytes(bank.opening)  # the pieces follow the index
+    packed = PassageBank.from_payload(bank.to_payload(packed=True)[0])
+    assert packed.packed and len(bank.to_payload(packed=True)[0]) < 0.56 * len(payload)
+    assert bytes(packed.passage_state(3))[:64] == bytes(bank.passages[3])[:64]  # the same cells, f16 again
+    for payload in (b"", b"\x05\x00\x00\x00{}", b"\x02\x00\x00\x00{}" + b"x" * 8, payload[:-1]):
         with pytest.raises(ValueError, match="not a passage bank|runs past"):
             PassageBank.from_payload(payload)
+
+
+def test_a_bank_piece_the_disk_changed_is_caught_as_it_loads_and_the_bank_is_discarded(tiny_model, tmp_path: Path) -> None:
+    settings = AskSettings(method=SnapKV(budget=256, window=16), max_tokens=4, threads=2, sources=False, read="retrieval")
+    states = DocumentStates(StateStore(tmp_path), "sha-of-the-tiny-model", "tiny")
+    question = "Which law governs this?"
+    conversation = Conversation(tiny_model, "tiny", PAGED, settings, states=states)
+    try:
+        list(conversation.open(question))
+        list(conversation.read_bank())
+        fresh = list(route.answer(conversation, question))
+    finally:
+        conversation.close()
+    (entry,) = states.store.entries()
+    assert entry.header.checked_bytes is not None and entry.header.checked_bytes < entry.header.payload_bytes / 100  # the index only
+    opening_at = entry.path.stat().st_size - entry.header.payload_bytes + entry.header.checked_bytes
+    with entry.path.open("r+b") as file:  # one byte of the opening's piece, which every question loads
+        file.seek(opening_at + 100)
+        byte = file.read(1)
+        file.seek(opening_at + 100)
+        file.write(bytes([byte[0] ^ 0xFF]))
+    later = Conversation(tiny_model, "tiny", PAGED, settings, states=states)
+    try:
+        list(later.open(question))
+        events = list(route.answer(later, question))
+    finally:
+        later.close()
+    notices = [event.text for event in events if isinstance(event, Notice)]
+    assert len(notices) == 1 and "does not match its checksum" in notices[0] and not entry.path.exists()
+    assert events[-1].stats.read == fresh[-1].stats.read.rsplit(", ", 1)[0]  # read, not loaded: the passages the bank held
+    assert events[-1].stats.loaded_tokens == 0

@@ -80,10 +80,12 @@ class DocumentStates:
         path.unlink(missing_ok=True)
         yield _discarded(path, reason)
 
-    def save(self, tokens: Sequence[int], state: bytes, label: str, kind: str = WHOLE) -> Iterator[Event]:
-        """Save the reading of `tokens`; `label` (the document's path) is what `kvchat cache list` shows."""
+    def save(self, tokens: Sequence[int], state: bytes, label: str, kind: str = WHOLE,
+             checked_bytes: int | None = None) -> Iterator[Event]:
+        """Save the reading of `tokens`; `label` (the document's path) is what `kvchat cache list` shows;
+        `checked_bytes`: the first bytes of `state` its checksum covers, where its pieces carry their own."""
         prompt_sha256 = tokens_sha256(tokens)
-        header = new_header(self.model_sha256, prompt_sha256, len(tokens), state, label, self.model_name)
+        header = new_header(self.model_sha256, prompt_sha256, len(tokens), state, label, self.model_name, checked_bytes)
         try:
             self.store.save(self.key(prompt_sha256, kind), header, state)
         except OSError as error:

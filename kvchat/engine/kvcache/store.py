@@ -47,7 +47,7 @@ class DamagedState(Exception):
 # The type of each field (created: a time, which JSON may write as an integer).
 HEADER_TYPES: dict[str, type | tuple[type, ...]] = {
     "model_sha256": str, "prompt_sha256": str, "n_tokens": int, "payload_bytes": int, "crc32": int,
-    "document": str, "model": str, "created": (int, float),
+    "document": str, "model": str, "created": (int, float), "checked_bytes": int,
 }
 
 
@@ -61,9 +61,12 @@ class StateHeader:
     document: str = ""
     model: str = ""
     created: float = 0.0
+    # The payload's first bytes that crc32 covers, where not all of it: a passage bank's index,
+    # which holds each piece's own checksum, checked as the piece is loaded (passage_bank.py).
+    checked_bytes: int | None = None
 
     def to_bytes(self) -> bytes:
-        return json.dumps(self.__dict__, sort_keys=True).encode()
+        return json.dumps({name: value for name, value in self.__dict__.items() if value is not None}, sort_keys=True).encode()
 
     @classmethod
     def from_json(cls, data: object) -> StateHeader:
@@ -153,7 +156,8 @@ class StateStore:
             raise DamagedState(path, "saved for another model")
         if header.prompt_sha256 != prompt_sha256:
             raise DamagedState(path, "saved for another document")
-        if zlib.crc32(payload) != header.crc32:
+        checked = payload if header.checked_bytes is None else payload[: header.checked_bytes]
+        if header.checked_bytes is not None and header.checked_bytes > len(payload) or zlib.crc32(checked) != header.crc32:
             raise DamagedState(path, "checksum mismatch")
 
     def save(self, key: str, header: StateHeader, payload: bytes) -> Path:
@@ -216,14 +220,17 @@ def _stat(path: Path) -> os.stat_result | None:
         return None
 
 
-def new_header(model_sha256: str, prompt_sha256: str, n_tokens: int, payload: bytes, document: str, model: str) -> StateHeader:
+def new_header(model_sha256: str, prompt_sha256: str, n_tokens: int, payload: bytes, document: str, model: str,
+               checked_bytes: int | None = None) -> StateHeader:
+    """`checked_bytes`: the payload's first bytes its checksum covers (StateHeader), where not all."""
     return StateHeader(
         model_sha256=model_sha256,
         prompt_sha256=prompt_sha256,
         n_tokens=n_tokens,
         payload_bytes=len(payload),
-        crc32=zlib.crc32(payload),
+        crc32=zlib.crc32(payload if checked_bytes is None else memoryview(payload)[:checked_bytes]),
         document=document,
         model=model,
         created=time.time(),
+        checked_bytes=checked_bytes,
     )

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import struct
 import threading
+import zlib
 from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field, replace
 
@@ -38,6 +39,10 @@ BANK = f"passage-bank-1-{PASSAGE_TOKENS}"
 _INDEX_BYTES = struct.Struct("<I")
 
 
+class DamagedBank(ValueError):
+    """A saved bank's piece that does not match its checksum (a disk's error): the bank is discarded."""
+
+
 @dataclass(frozen=True)
 class PassageBank:
     """Each piece of a document prompt's reading as a state of its cells alone: the opening (the
@@ -48,19 +53,35 @@ class PassageBank:
     marks: dict[tuple[int, int], StateBytes]
     passages: tuple[StateBytes, ...]
     packed: bool = False  # the pieces' f16 layers are q8_0 (llama/packed.py), unpacked as they load
+    # Each piece's crc32 in to_payload()'s order (the opening, the marks, the passages), where the
+    # bank was saved: a piece is checked as it loads, so that a question reads only what it loads.
+    checksums: tuple[int, ...] | None = None
 
     @property
     def n_bytes(self) -> int:
         return len(self.opening) + sum(map(len, self.marks.values())) + sum(map(len, self.passages))
 
-    def state(self, piece: StateBytes) -> StateBytes:
-        """One of the bank's pieces as llama.cpp loads it (unpacked)."""
+    def opening_state(self) -> StateBytes:
+        return self._state(self.opening, 0)
+
+    def mark_state(self, mark: tuple[int, int]) -> StateBytes:
+        return self._state(self.marks[mark], 1 + list(self.marks).index(mark))
+
+    def passage_state(self, index: int) -> StateBytes:
+        return self._state(self.passages[index], 1 + len(self.marks) + index)
+
+    def _state(self, piece: StateBytes, number: int) -> StateBytes:
+        """The bank's `number`th piece as llama.cpp loads it (checked, unpacked); DamagedBank where
+        its checksum does not match."""
+        if self.checksums is not None and zlib.crc32(piece) != self.checksums[number]:
+            raise DamagedBank(f"piece {number} of a passage bank does not match its checksum")
         return unpacked_state(piece) if self.packed else piece
 
-    def to_payload(self, packed: bool = False) -> bytes:
+    def to_payload(self, packed: bool = False) -> tuple[bytes, int]:
         """The bank as one saved payload: the length of a JSON index, the index (each piece's
-        [offset, length] in what follows it; a mark's with its token range), then the pieces,
-        `packed` (q8_0) or as they are."""
+        [offset, length] in what follows it, a mark's with its token range, and each piece's
+        crc32), then the pieces, `packed` (q8_0) or as they are; and the length of what precedes
+        the pieces (what the store's own checksum covers)."""
         pieces = [self.opening, *self.marks.values(), *self.passages]
         if packed and not self.packed:
             pieces = [packed_state(piece) for piece in pieces]
@@ -69,9 +90,10 @@ class PassageBank:
             offsets.append(offsets[-1] + len(piece))
         spans = [[offset, len(piece)] for offset, piece in zip(offsets, pieces)]
         index = {"opening": spans[0], "marks": [[*mark, *span] for mark, span in zip(self.marks, spans[1:])],
-                 "passages": spans[1 + len(self.marks) :], "packed": packed or self.packed}
+                 "passages": spans[1 + len(self.marks) :], "packed": packed or self.packed,
+                 "crc32": [zlib.crc32(piece) for piece in pieces]}
         encoded = json.dumps(index).encode()
-        return b"".join([_INDEX_BYTES.pack(len(encoded)), encoded, *pieces])
+        return b"".join([_INDEX_BYTES.pack(len(encoded)), encoded, *pieces]), _INDEX_BYTES.size + len(encoded)
 
     @classmethod
     def from_payload(cls, payload: StateBytes) -> PassageBank:
@@ -88,8 +110,11 @@ class PassageBank:
                     raise ValueError("a piece runs past the payload")
                 return view[base + offset : base + offset + size]
 
-            return cls(piece(*index["opening"]), {(start, end): piece(offset, size) for start, end, offset, size in index["marks"]},
-                       tuple(piece(*span) for span in index["passages"]), bool(index["packed"]))
+            bank = cls(piece(*index["opening"]), {(start, end): piece(offset, size) for start, end, offset, size in index["marks"]},
+                       tuple(piece(*span) for span in index["passages"]), bool(index["packed"]), tuple(map(int, index["crc32"])))
+            if len(bank.checksums or ()) != 1 + len(bank.marks) + len(bank.passages):
+                raise ValueError("a checksum for each piece")
+            return bank
         except (struct.error, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as error:
             raise ValueError(f"not a passage bank ({error})") from None
 
@@ -97,7 +122,8 @@ class PassageBank:
 def save_bank(states: DocumentStates | None, tokens: list[int], bank: PassageBank, document: str) -> Iterator[Event]:
     """Save the bank of the document prompt `tokens` beside its whole reading (none without a store)."""
     if states is not None:
-        yield from states.save(tokens, bank.to_payload(), f"{document} (passages)", BANK)
+        payload, index_bytes = bank.to_payload()
+        yield from states.save(tokens, payload, f"{document} (passages)", BANK, checked_bytes=index_bytes)
 
 
 def saved_bank(states: DocumentStates | None, tokens: list[int]) -> Generator[Event, None, PassageBank | None]:
@@ -203,18 +229,18 @@ def load_chosen(
     into `cache`, at consecutive positions, each passage's tokens before the prompt index `upto`
     only (all when None); returns the prompt indices of the tokens loaded."""
     first = opening_end(passages)
-    pieces: list[StateBytes] = [bank.state(bank.opening)]
+    pieces: list[StateBytes] = [bank.opening_state()]
     origins = [np.arange(first)]
     loaded_marks: set[tuple[int, int]] = set()
     for index in chosen.tolist():
         mark = (int(passages.mark_starts[index]), int(passages.mark_ends[index]))
         if mark not in loaded_marks:
             loaded_marks.add(mark)
-            pieces.append(bank.state(bank.marks[mark]))
+            pieces.append(bank.mark_state(mark))
             origins.append(np.arange(*mark))
         start, end = int(passages.starts[index]), int(passages.ends[index])
         kept = end - start if upto is None else min(end, upto) - start
-        passage = bank.state(bank.passages[index])
+        passage = bank.passage_state(index)
         pieces.append(passage if kept == end - start else state_from(passage, 0, kept))
         origins.append(np.arange(start, start + kept))
     held = np.concatenate(origins).astype(np.int64)
