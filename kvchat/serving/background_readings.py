@@ -52,8 +52,8 @@ class BackgroundReadings:
         return len(self._pending)
 
     def progress(self) -> list[dict[str, object]]:
-        """Each reading under way: its document's name, tokens read and in all (read from the
-        server's threads: a copy made in one step)."""
+        """Each reading under way: its document's name, what it reads (LaterReading: "passages" or
+        "whole"), tokens read and in all (read from the server's threads: a copy made in one step)."""
         return list(self._read.values())
 
     def add(self, request: ChatRequest, later: LaterReading) -> None:
@@ -62,7 +62,7 @@ class BackgroundReadings:
         if key is not None and key not in self._pending and self.engine.states is not None:
             self._pending[key] = self._reader(self.engine, request, later)
             assert request.document is not None
-            self._read[key] = {"document": request.document.path.name, "done": 0, "total": 0}
+            self._read[key] = {"document": request.document.path.name, "reads": later.value, "done": 0, "total": 0}
 
     def step(self) -> None:
         """Read on with the oldest reading: one batch (or another event of it)."""

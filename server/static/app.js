@@ -308,14 +308,15 @@ async function ask(question) {
   if (answer.kv && answer.kv.read !== "full") followWholeReading();
 }
 
-// After a fast first answer the server reads the document whole, for the follow-ups: its
-// progress (GET /health) is shown until it is done.
+// After a fast first answer the server reads the document for the follow-ups (its passages, or
+// whole): its progress (GET /health) is shown until it is done.
 async function followWholeReading() {
   for (;;) {
     const response = await api("/health");
     const readings = response.ok ? (await response.json()).reading_on_progress || [] : [];
     if (!readings.length) return say("");
-    say(readings.map((r) => `reading ${r.document} whole for follow-ups: ${r.total ? Math.round(100 * r.done / r.total) : 0}%`).join(" · "));
+    const what = (r) => (r.reads === "passages" ? `the passages of ${r.document}` : `${r.document} whole`);
+    say(readings.map((r) => `reading ${what(r)} for follow-ups: ${r.total ? Math.round(100 * r.done / r.total) : 0}%`).join(" · "));
     await new Promise((resolve) => setTimeout(resolve, 2000));
   }
 }

@@ -341,7 +341,8 @@ def test_a_whole_reading_in_the_background_tells_how_far_it_got_until_it_ends() 
     for _ in range(3):  # two chunks, then the end
         readings.step()
         told.append(readings.progress())
-    assert told == [[{"document": "notes.txt", "done": done, "total": total}] for done, total in ((0, 0), (512, 1024), (1024, 1024))] + [[]]
+    assert told == [[{"document": "notes.txt", "reads": "passages", "done": done, "total": total}]
+                    for done, total in ((0, 0), (512, 1024), (1024, 1024))] + [[]]
 
 
 def test_a_request_about_a_document_being_read_whole_reads_the_rest_of_it_first() -> None:
