@@ -92,6 +92,28 @@ def test_the_next_ask_loads_the_reading_a_fast_answer_left_in_the_background(doc
 
 
 @pytest.mark.system
+def test_after_a_first_answer_read_auto_the_passages_are_read_in_the_background_and_the_next_ask_loads_them(
+    document, tiny_model_path, isolated_home, tmp_path,
+) -> None:
+    draft = write_tiny_gguf(tmp_path / "draft.gguf", seed=9)
+    first = run_kvchat(*ask_args(document, tiny_model_path, "--draft", str(draft), "--json"), home=isolated_home)
+    assert first.returncode == 0, first.stderr
+    fast = json.loads(first.stdout)
+    assert fast["read"].startswith("bm25") and fast["loaded_tokens"] == 0
+    assert "reading the document's passages in the background" in first.stderr
+    await_background_readers(isolated_home)
+    logged = [line.split(": ", 1)[1] for line in background_log() if "keeps its priority" not in line]  # where /proc is read-only
+    assert logged == [f"reading {document}", f"{document}: read"]
+    listed = json.loads(run_kvchat("cache", "list", "--json", home=isolated_home).stdout)
+    assert [(row["state"], row["document"]) for row in listed] == [("saved", f"{document} (passages)")]
+    second = run_kvchat(*ask_args(document, tiny_model_path, "--draft", str(draft), "--json"), home=isolated_home)
+    assert second.returncode == 0, second.stderr
+    loaded = json.loads(second.stdout)
+    assert loaded["read"] == f"{fast['read']}, {loaded['loaded_tokens']:,} loaded" and loaded["loaded_tokens"] > 0
+    assert loaded["answer"] == fast["answer"] and "background" not in second.stderr  # the same reading; nothing left to read
+
+
+@pytest.mark.system
 def test_with_retrieval_each_ask_reads_its_own_passages_and_nothing_in_the_background(document, tiny_model_path, isolated_home) -> None:
     runs = [run_kvchat(*ask_args(document, tiny_model_path, "--read", "retrieval", "--json"), home=isolated_home) for _ in range(2)]
     assert [run.returncode for run in runs] == [0, 0], runs[0].stderr + runs[1].stderr
