@@ -71,22 +71,28 @@ def background_log() -> list[str]:
     return log_path().read_text().splitlines() if log_path().exists() else []
 
 
-@pytest.mark.system
-def test_the_next_ask_loads_the_reading_a_fast_answer_left_in_the_background(document, tiny_model_path, isolated_home) -> None:
-    first = run_kvchat(*ask_args(document, tiny_model_path, "--read", "fast", "--json"), home=isolated_home)
+def asked_twice_around_the_background_reading(document: Path, model: Path, home: Path, said: str, *options: str) -> tuple[dict, dict]:
+    """`kvchat ask` with `options`, then, once the background reading it started (which its stderr
+    names: `said`) has read the document, again: both answers' records."""
+    first = run_kvchat(*ask_args(document, model, *options, "--json"), home=home)
     assert first.returncode == 0, first.stderr
-    fast = json.loads(first.stdout)
-    assert fast["read"].startswith("fast") and fast["loaded_tokens"] == 0
-    assert "reading the whole document in the background" in first.stderr
-    await_background_readers(isolated_home)
+    assert f"{said} in the background" in first.stderr
+    await_background_readers(home)
     logged = [line.split(": ", 1)[1] for line in background_log() if "keeps its priority" not in line]  # where /proc is read-only
     assert logged == [f"reading {document}", f"{document}: read"]
-    second = run_kvchat(*ask_args(document, tiny_model_path, "--read", "fast", "--json"), home=isolated_home)
+    second = run_kvchat(*ask_args(document, model, *options, "--json"), home=home)
     assert second.returncode == 0, second.stderr
-    loaded = json.loads(second.stdout)
+    assert "background" not in second.stderr  # nothing left to read
+    return json.loads(first.stdout), json.loads(second.stdout)
+
+
+@pytest.mark.system
+def test_the_next_ask_loads_the_reading_a_fast_answer_left_in_the_background(document, tiny_model_path, isolated_home) -> None:
+    fast, loaded = asked_twice_around_the_background_reading(document, tiny_model_path, isolated_home,
+                                                             "reading the whole document", "--read", "fast")
+    assert fast["read"].startswith("fast") and fast["loaded_tokens"] == 0
     assert loaded["read"] == "full" and loaded["read_tokens"] < 50
     assert loaded["loaded_tokens"] == loaded["prompt_tokens"] - loaded["read_tokens"]
-    assert "background" not in second.stderr  # nothing left to read
     listed = json.loads(run_kvchat("cache", "list", "--json", home=isolated_home).stdout)
     assert [(row["state"], row["document"]) for row in listed] == [("saved", str(document))]
 
@@ -96,21 +102,13 @@ def test_after_a_first_answer_read_auto_the_passages_are_read_in_the_background_
     document, tiny_model_path, isolated_home, tmp_path,
 ) -> None:
     draft = write_tiny_gguf(tmp_path / "draft.gguf", seed=9)
-    first = run_kvchat(*ask_args(document, tiny_model_path, "--draft", str(draft), "--json"), home=isolated_home)
-    assert first.returncode == 0, first.stderr
-    fast = json.loads(first.stdout)
+    fast, loaded = asked_twice_around_the_background_reading(document, tiny_model_path, isolated_home,
+                                                             "reading the document's passages", "--draft", str(draft))
     assert fast["read"].startswith("bm25") and fast["loaded_tokens"] == 0
-    assert "reading the document's passages in the background" in first.stderr
-    await_background_readers(isolated_home)
-    logged = [line.split(": ", 1)[1] for line in background_log() if "keeps its priority" not in line]  # where /proc is read-only
-    assert logged == [f"reading {document}", f"{document}: read"]
+    assert loaded["read"] == f"{fast['read']}, {loaded['loaded_tokens']:,} loaded" and loaded["loaded_tokens"] > 0
+    assert loaded["answer"] == fast["answer"]  # the same reading of the same passages
     listed = json.loads(run_kvchat("cache", "list", "--json", home=isolated_home).stdout)
     assert [(row["state"], row["document"]) for row in listed] == [("saved", f"{document} (passages)")]
-    second = run_kvchat(*ask_args(document, tiny_model_path, "--draft", str(draft), "--json"), home=isolated_home)
-    assert second.returncode == 0, second.stderr
-    loaded = json.loads(second.stdout)
-    assert loaded["read"] == f"{fast['read']}, {loaded['loaded_tokens']:,} loaded" and loaded["loaded_tokens"] > 0
-    assert loaded["answer"] == fast["answer"] and "background" not in second.stderr  # the same reading; nothing left to read
 
 
 @pytest.mark.system

@@ -19,7 +19,7 @@ from kvchat.events import Done, LaterReading, Progress, Pruned
 from kvchat.llama import ContextSettings, LlamaContext
 from kvchat.policy import SnapKV
 
-from tests.inspect_helpers import last_logits
+from tests.inspect_helpers import last_logits, returned
 from tests.tiny_gguf import write_tiny_gguf
 
 SETTINGS = AskSettings(method=SnapKV(budget=64, window=16), max_tokens=4, threads=2, sources=False)
@@ -123,14 +123,7 @@ def test_the_engine_reads_a_documents_passages_for_later_and_a_new_question_load
         assert engine.later_reading(SETTINGS) is LaterReading.PASSAGES
         assert engine.later_reading(AskSettings(read="fast")) is LaterReading.WHOLE
         assert engine.later_reading(AskSettings(read="retrieval")) is None
-        reading = engine.read_later(load_document(topics), SETTINGS, LaterReading.PASSAGES)
-        events = []
-        while True:
-            try:
-                events.append(next(reading))
-            except StopIteration as finished:
-                how = finished.value
-                break
+        how = returned(engine.read_later(load_document(topics), SETTINGS, LaterReading.PASSAGES))
         again = list(engine.read_later(load_document(topics), SETTINGS, LaterReading.PASSAGES))
         done = _done(engine.ask(load_document(topics), "Which notes are on copper mines?", SETTINGS))
     assert how.value == "read" and again == []  # saved: not read twice

@@ -40,6 +40,18 @@ def _prompt(tiny_model) -> tuple[list[int], Passages]:
     return conversation.document_tokens, conversation._text.passages
 
 
+def _answered_from_its_bank(tiny_model, settings: AskSettings, question: str, states: DocumentStates | None = None):
+    """A conversation about PAGED that reads its bank (and saves it in `states`) and answers
+    `question` from it; the conversation, closed, and the answer's events."""
+    conversation = Conversation(tiny_model, "tiny", PAGED, settings, states=states)
+    try:
+        list(conversation.open(question))
+        list(conversation.read_bank())
+        return conversation, list(route.answer(conversation, question))
+    finally:
+        conversation.close()
+
+
 def _cache(model) -> KvCache:
     return KvCache(LlamaContext(model, ContextSettings(n_ctx=4096, n_batch=256, threads=2)))
 
@@ -133,14 +145,8 @@ def test_a_question_read_fast_after_the_bank_loads_its_passages_and_reads_only_t
 def test_a_window_that_begins_inside_the_last_passage_loads_the_passage_up_to_it(tiny_model) -> None:
     window = 96  # longer than the question's part of the prompt: it reaches back into the document
     settings = AskSettings(method=SnapKV(budget=256, window=window), max_tokens=4, threads=2, sources=False, read="retrieval")
-    conversation = Conversation(tiny_model, "tiny", PAGED, settings)
     question = "Tea gardens?"
-    try:
-        list(conversation.open(question))
-        list(conversation.read_bank())
-        events = list(route.answer(conversation, question))
-    finally:
-        conversation.close()
+    conversation, events = _answered_from_its_bank(tiny_model, settings, question)
     passages = conversation._text.passages
     window_start = len(conversation.prompt_tokens) - window
     assert passages.starts[-1] < window_start < passages.ends[-1]
@@ -191,13 +197,7 @@ def test_a_bank_piece_the_disk_changed_is_caught_as_it_loads_and_the_bank_is_dis
     settings = AskSettings(method=SnapKV(budget=256, window=16), max_tokens=4, threads=2, sources=False, read="retrieval")
     states = DocumentStates(StateStore(tmp_path), "sha-of-the-tiny-model", "tiny")
     question = "Which law governs this?"
-    conversation = Conversation(tiny_model, "tiny", PAGED, settings, states=states)
-    try:
-        list(conversation.open(question))
-        list(conversation.read_bank())
-        fresh = list(route.answer(conversation, question))
-    finally:
-        conversation.close()
+    _, fresh = _answered_from_its_bank(tiny_model, settings, question, states)
     (entry,) = states.store.entries()
     assert entry.header.checked_bytes is not None and entry.header.checked_bytes < entry.header.payload_bytes / 100  # the index only
     opening_at = entry.path.stat().st_size - entry.header.payload_bytes + entry.header.checked_bytes
