@@ -27,19 +27,19 @@ from kvchat.engine.kvcache.states import DocumentStates
 from kvchat.engine.prompt import PromptPart, Turn, chat_messages, document_part, split_rendered
 from kvchat.engine.prompt_text import document_runs, prompt_text
 from kvchat.engine.reading.cheap_pass import CheapPass, fast_is_sooner, fast_reading_s, pays, reread_tokens, speed_kind
-from kvchat.engine.reading.passage_bank import BANK, BankPieces, DamagedBank, PassageBank, read_bank, save_bank, saved_bank
+from kvchat.engine.reading.bank_reading import BankReading
+from kvchat.engine.reading.passage_bank import DamagedBank, PassageBank
 from kvchat.engine.reading.passages import Question
 from kvchat.engine.reading.prompt_run import PromptRun
 from kvchat.engine.reading.ways.registry import reading_for
 from kvchat.engine.reading.selected import Selected
 from kvchat.engine.reading.sizing import RING_MIN, check_prompt, context_size, reading_settings, round_up
-from kvchat.engine.reading.speeds import PASSAGES_SPEED, ReadingSpeeds
+from kvchat.engine.reading.speeds import ReadingSpeeds
 from kvchat.engine.reading.chunked import StreamSettings, stream_context_size
 from kvchat.engine.reading.ways.reading import DocumentPrompt
 from kvchat.engine.selections import PerQuestion, Selection
 from kvchat.engine.settings import AskSettings
-from kvchat.events import LaterReading
-from kvchat.events import Event, Notice
+from kvchat.events import Event, LaterReading, Notice
 from kvchat.llama import LlamaModel
 
 CONVERSATION_ROOM = 1024
@@ -90,8 +90,6 @@ class Conversation:
         self.opened = False  # open() (done) or skip_reading() was called
         self._unread = False  # the whole reading was deferred: questions read fast meanwhile (select())
         self._text = DocumentText(model, document, self._prompt_text, part.text, self.document_tokens)
-        self.bank: PassageBank | None = None  # the passages' reading, where read_bank() read or _bank() loaded it
-        self._bank_pieces = BankPieces()  # what read_bank() read before it was stopped
 
     @cached_property
     def run(self) -> PromptRun:
@@ -102,6 +100,12 @@ class Conversation:
         fast = round_up(self.settings.method.budget + CONVERSATION_ROOM + self.settings.max_tokens)
         return PromptRun(self.model, min(fast, self._n_ctx) if self._unread else self._n_ctx, self.settings, self.model_name,
                          self._cheap_pass)
+
+    @cached_property
+    def _bank(self) -> BankReading:
+        """The document's passage bank, made when first asked about (its passages are split then)."""
+        return BankReading(self.model, self.settings, self.document_tokens, self._text.passages, str(self.document.path),
+                           self.states, self.speeds)
 
     def _context_size(self) -> int:
         if self.settings.method.streams:
@@ -196,16 +200,12 @@ class Conversation:
         """The document is still to be read for the questions after (read_on()): only a fast
         reading answered; never where every question reads fast (retrieval)."""
         later = self.reading.later
-        return self._unread and later is not None and not (later is LaterReading.PASSAGES and (self.bank is not None or self.bank_saved))
+        return self._unread and later is not None and not (later is LaterReading.PASSAGES and self._bank.ready)
 
     @property
     def later_key(self) -> str | None:
         """What the document's later reading (read_on()) is saved as; None when it is not saved."""
-        return self._bank_key if self.reading.later is LaterReading.PASSAGES else self.reading_key
-
-    @property
-    def _bank_key(self) -> str | None:
-        return self.states.key_of(self.document_tokens, BANK) if self.states is not None else None
+        return self._bank.key if self.reading.later is LaterReading.PASSAGES else self.reading_key
 
     @property
     def later_saved(self) -> bool:
@@ -215,7 +215,16 @@ class Conversation:
     @property
     def bank_saved(self) -> bool:
         """Whether the document's passage bank is saved (read_bank()), here or by another process."""
-        return self.states is not None and self.states.has(self.document_tokens, BANK)
+        return self._bank.saved
+
+    @property
+    def bank(self) -> PassageBank | None:
+        """The passage bank read_bank() read, or a question loaded; None before."""
+        return self._bank.bank
+
+    @bank.setter
+    def bank(self, bank: PassageBank | None) -> None:
+        self._bank.bank = bank  # another copy of it (the bench's q8_0 one)
 
     def read_on(self, cancel: threading.Event | None = None) -> Iterator[Event]:
         """After a fast answer, read the whole document (and save it): the questions after it are
@@ -262,35 +271,12 @@ class Conversation:
         """Read the document's passage bank and save it, unless it is saved (Engine.read_later),
         holding its reading's lock as read_whole() does; stopped by `cancel`, it goes on from where
         it stopped at the next call."""
-        claimant, key = self.claimant, self._bank_key
-        if claimant is None or key is None or self.in_progress is None:  # no store: kept for this conversation only
-            yield from self.read_bank(cancel)
-            return WholeReadingDone.UNSAVED
-        how = yield from read_alone(self.in_progress, (key, f"{claimant[1]} (passages)", *claimant[2:]), lambda: self.bank_saved,
-                                    lambda: self.read_bank(cancel), cancel, in_turn=in_turn, stoppable=stoppable)
-        return WholeReadingDone.UNSAVED if how is WholeReadingDone.READ and not self.bank_saved else how
+        return (yield from self._bank.read_alone(self.in_progress, self.claimant, cancel, in_turn=in_turn, stoppable=stoppable))
 
     def read_bank(self, cancel: threading.Event | None = None) -> Iterator[Event]:
         """Read the document as a passage bank (passage_bank.py), and save it: the questions read
         fast after it load the passages they choose instead of reading them."""
-        settings = self.settings.layout.context(0, self.settings.n_batch, self.settings.threads)  # read_bank sizes it
-        reading = read_bank(self.model, settings, self.document_tokens, self._text.passages, cancel, self._bank_pieces)
-        from_start, reading_s = self._bank_pieces.opening is None, 0.0  # its speed for `kvchat inspect`: not paused
-        bank = None
-        while bank is None:
-            started = time.perf_counter()
-            try:
-                event = next(reading)
-            except StopIteration as read:
-                bank = read.value
-                continue
-            finally:
-                reading_s += time.perf_counter() - started
-            yield event
-        self.bank, self._bank_pieces = bank, BankPieces()
-        if self.speeds is not None and from_start:
-            self.speeds.record(PASSAGES_SPEED, len(self.document_tokens), reading_s)
-        yield from save_bank(self.states, self.document_tokens, self.bank, str(self.document.path))
+        return self._bank.read(cancel)
 
     def check_question(self, question: str, settings: AskSettings | None = None) -> None:
         """Refuse `question` now if its prompt does not fit (sizing.check_prompt), before the
@@ -364,22 +350,15 @@ class Conversation:
         """The Selected of a fast reading of the prompt `tokens` (the run's read_fast(), which makes
         room for what it reads)."""
         self.prompt_tokens = tokens
-        bank = yield from self._bank()
+        bank = yield from self._bank.loaded()
         try:
             selected = yield from self._text.with_kept_text(self.run.read_fast(tokens, settings, cancel, question, bank))
         except DamagedBank as damaged:  # a saved piece the disk changed: the bank goes, the passages are read
-            yield from self.states.discard(self.document_tokens, str(damaged), BANK)
-            self.bank = None
+            yield from self._bank.discard(str(damaged))
             selected = yield from self._text.with_kept_text(self.run.read_fast(tokens, settings, cancel, question))
         if self.speeds is not None:
             self.speeds.record(speed_kind(settings), len(tokens), time.perf_counter() - selected.started)
         return selected
-
-    def _bank(self) -> Generator[Event, None, PassageBank | None]:
-        """The bank read_bank() read, here or in an earlier process; None where none was."""
-        if self.bank is None:
-            self.bank = yield from saved_bank(self.states, self.document_tokens)
-        return self.bank
 
     def decode(self, selected: Selected, settings: AskSettings, cancel: threading.Event | None) -> Iterator[Event]:
         """The answer to the prompt select() kept, decoded on this context with `settings` (as
