@@ -356,7 +356,7 @@ class Conversation:
         except DamagedBank as damaged:  # a saved piece the disk changed: the bank goes, the passages are read
             yield from self._bank.discard(str(damaged))
             selected = yield from self._text.with_kept_text(self.run.read_fast(tokens, settings, cancel, question))
-        if self.speeds is not None:
+        if self.speeds is not None and not selected.loaded_tokens:  # what a fresh fast reading takes (`kvchat inspect`)
             self.speeds.record(speed_kind(settings), len(tokens), time.perf_counter() - selected.started)
         return selected
 

@@ -13,6 +13,7 @@ import pytest
 from kvchat.documents import load_document
 from kvchat.engine import AskSettings, Engine
 from kvchat.engine.kvcache.cache import KvCache
+from kvchat.engine.reading.cheap_pass import speed_kind
 from kvchat.engine.reading.passage_bank import BANK, load_chosen
 from kvchat.errors import CancelledError
 from kvchat.events import Done, LaterReading, Progress, Pruned
@@ -61,7 +62,9 @@ def test_after_a_fast_answer_the_passages_are_read_and_saved_and_a_follow_up_loa
             passages, n_prompt, n_ctx = conversation._text.passages, len(conversation.prompt_tokens), conversation.run.n_ctx
         finally:
             conversation.close()
+        fast_speed = engine.speeds.measured(speed_kind(SETTINGS))
         later = _done(engine.ask(load_document(topics), "Which notes are on tea gardens?", SETTINGS))  # as the next process
+        assert engine.speeds.measured(speed_kind(SETTINGS)) == fast_speed  # a fresh reading's speed, for `kvchat inspect`
         saved = engine.states.has(conversation.document_tokens, BANK)
     assert first.read_later is LaterReading.PASSAGES and first.stats.read.startswith("bm25")
     assert reading[-1].done == reading[-1].total == passages.ends[-1] and saved
