@@ -48,7 +48,7 @@ def compare(engine: Engine, cases: list[Case], variants: list[AskSettings]) -> I
     question plays no part in what it keeps (StreamingLLM), once per case when the question observes
     the reading (SnapStream); so does a fast reading, once per case, and an answer from the
     document's parts (settings.in_parts "on") reads the parts once per case. Where a fast reading
-    does not pay (fast.pays: a short document), the defaults read the whole document, question
+    does not pay (cheap_pass.pays: a short document), the defaults read the whole document, question
     apart, as the methods that prune after reading do: such a variant shares their reading."""
     reads_fast = [engine.plan(case_document(cases[0]), for_case(settings, cases[0])).reads_fast for settings in variants]
     in_parts = [settings.in_parts == "on" for settings in variants]

@@ -53,7 +53,7 @@ class FastSettings:
     positions: str = "consecutive"  # or "original": the chosen tokens moved back to their own positions
     layers: int = 1  # the cheap pass's last layers whose attention chooses (1: its last, as GemFilter)
     # The tokens the whole model reads again after the cheap pass; None: the budget, or four times it
-    # with a draft (fast.DRAFT_REREAD). More than the budget: the question's attention over that
+    # with a draft (cheap_pass.DRAFT_REREAD). More than the budget: the question's attention over that
     # re-reading then keeps the budget's, as SnapKV does.
     reread: int | None = None
     # How the cheap pass groups the tokens it chooses (policy/spans.py) and reduces its heads' votes
@@ -159,7 +159,7 @@ class AskSettings:
     def reads_fast(self, with_draft: bool) -> bool:
         """Whether the questions about a new document are answered from fast readings until it is
         read whole: asked for, or by default (auto) with a draft model and a method that reads
-        fast; the prompt's length decides after (fast.pays), and for a question asked while the
+        fast; the prompt's length decides after (cheap_pass.pays), and for a question asked while the
         whole reading goes on, which is sooner (Conversation.select)."""
         if self.read == "auto":  # the question's words choose, a draft's attention where they find nothing
             return with_draft and self.method_reads_fast
