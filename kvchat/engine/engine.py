@@ -19,11 +19,11 @@ from kvchat.engine.reading.cheap_pass import CheapPass
 from kvchat.engine.reading.plan import ReadingPlan, reading_plan
 from kvchat.engine.reading.speeds import ReadingSpeeds
 from kvchat.engine.reading.chunked import StreamSettings
+from kvchat.engine.reading.ways.registry import reading_for
 from kvchat.engine.selections import PerQuestion, Selection
 from kvchat.engine.settings import AskSettings
-from kvchat.events import LaterReading
+from kvchat.events import Done, Event, LaterReading, Source
 from kvchat.errors import SettingsError
-from kvchat.events import Done, Event, Source
 from kvchat.llama import LlamaModel, Sampler
 from kvchat.models import cheap_depth, model_sha256, resolve_model
 from kvchat.paths import cache_dir, checked_writable
@@ -179,8 +179,8 @@ class Engine:
     def later_reading(self, settings: AskSettings) -> LaterReading | None:
         """What a document asked about with `settings` is read as after its first answer, for the
         questions after (Done.read_later): as settings.later_reading says where its questions read
-        fast with this engine's cheap pass, whole otherwise."""
-        return settings.later_reading if settings.reads_fast(self.cheap_pass.drafted) else LaterReading.WHOLE
+        fast with this engine's cheap pass, whole otherwise (the way of reading a conversation would take)."""
+        return reading_for(settings, StreamSettings(), self.cheap_pass.drafted).later
 
     def read_later(
         self, document: Document, settings: AskSettings, later: LaterReading, cancel: threading.Event | None = None,

@@ -34,9 +34,8 @@ from kvchat.engine.kvcache.in_progress import InProgress
 from kvchat.engine.prompt import Turn
 from kvchat.engine.reading.cheap_pass import fast_is_sooner, fast_reading_s
 from kvchat.engine.settings import AskSettings
-from kvchat.events import LaterReading
+from kvchat.events import Done, Event, LaterReading, Notice
 from kvchat.errors import raise_if_cancelled
-from kvchat.events import Done, Event, Notice
 from kvchat.llama import Sampler
 
 

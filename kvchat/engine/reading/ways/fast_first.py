@@ -14,8 +14,7 @@ from kvchat.engine.reading.prompt_run import PromptRun
 from kvchat.engine.reading.ways.reading import DocumentPrompt, Observer, Reading
 from kvchat.engine.reading.ways.whole import WholeReading
 from kvchat.engine.settings import AskSettings
-from kvchat.events import LaterReading
-from kvchat.events import Event
+from kvchat.events import Event, LaterReading
 
 
 @dataclass(frozen=True)

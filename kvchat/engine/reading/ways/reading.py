@@ -11,8 +11,7 @@ from typing import ClassVar
 from kvchat.engine.kvcache.states import DocumentStates
 from kvchat.engine.reading.prompt_run import PromptRun
 from kvchat.engine.settings import AskSettings
-from kvchat.events import LaterReading
-from kvchat.events import Event
+from kvchat.events import Event, LaterReading
 
 
 @dataclass(frozen=True)
