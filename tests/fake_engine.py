@@ -293,7 +293,7 @@ class FakeEngine:
         self.now = 0.0  # the scheduler's clock: it moves only as a script's chunks and the steps say
         self.step_s = step_s
 
-    def later_reading(self, settings: AskSettings) -> LaterReading | None:
+    def later_reading(self, _n_document: int, settings: AskSettings) -> LaterReading | None:
         """Engine.later_reading's stand-in: a fake engine has a cheap pass (its questions read fast)."""
         return settings.later_reading
 

@@ -31,14 +31,15 @@ from kvchat.engine.reading.bank_reading import BankReading
 from kvchat.engine.reading.passage_bank import DamagedBank, PassageBank
 from kvchat.engine.reading.passages import Question
 from kvchat.engine.reading.prompt_run import PromptRun
-from kvchat.engine.reading.ways.registry import reading_for
+from kvchat.engine.reading.ways.registry import reading_of
 from kvchat.engine.reading.selected import Selected
-from kvchat.engine.reading.sizing import RING_MIN, check_prompt, context_size, reading_settings, round_up
+from kvchat.engine.reading.sizing import RING_MIN, check_prompt, context_size, reading_settings, reads_whole, round_up
 from kvchat.engine.reading.speeds import ReadingSpeeds
 from kvchat.engine.reading.chunked import StreamSettings, stream_context_size
 from kvchat.engine.reading.ways.reading import DocumentPrompt
 from kvchat.engine.selections import PerQuestion, Selection
 from kvchat.engine.settings import AskSettings
+from kvchat.errors import SettingsError
 from kvchat.events import Event, LaterReading, Notice
 from kvchat.llama import LlamaModel
 
@@ -77,13 +78,14 @@ class Conversation:
         part = document_part(model, self._prompt_text.text, self._system)
         runs = document_runs(model, document, self._prompt_text, part)
         self.document_tokens = [token for run in runs for token in run] if runs else part.tokens(model)
-        self.settings, self._notice = reading_settings(model, len(self.document_tokens), settings)
+        self._cheap_pass = cheap_pass
+        self.settings, self._notice, self.reading = reading_of(model, len(self.document_tokens), settings, self.stream,
+                                                               cheap_pass.drafted)
         self.states = None if self.settings.method.streams or states is None else states.for_settings(self.settings)
-        self.reading = reading_for(self.settings, self.stream, cheap_pass.drafted)
+        self._whole = reads_whole(model, len(self.document_tokens))  # False: read fast or streamed, never whole
         self._prompt = DocumentPrompt(self.document_tokens, str(document.path), self.states)
         if settings.method.needs_spans:  # token texts for span-aware selection, prepared with the tokens
             model.pieces_text(self.document_tokens)
-        self._cheap_pass = cheap_pass
         self._n_ctx = self._context_size()  # refuses a document too long for a named method now
         self.prompt_tokens: list[int] = []  # the last question's whole prompt
         self._reading_s = 0.0
@@ -110,8 +112,15 @@ class Conversation:
     def _context_size(self) -> int:
         if self.settings.method.streams:
             return stream_context_size(self.settings, self.stream, 64, self.model.shape.n_ctx_train)
+        if self._fast_only:  # what its fast readings' context may grow to (cheap_pass.make_room)
+            return self.model.shape.n_ctx_train
         reserve = CONVERSATION_ROOM + self.settings.max_tokens
         return context_size(self.model, len(self.document_tokens), self.settings, reserve)
+
+    @property
+    def _fast_only(self) -> bool:
+        """The document is too long to read whole, and its questions read fast (sizing.reading_settings)."""
+        return not self._whole and self.settings.reads_fast(self._cheap_pass.drafted)
 
     def _split(self, question: str) -> tuple[PromptPart, PromptPart, PromptPart]:
         messages = chat_messages(self._prompt_text.text, self.turns, question, self._system)
@@ -287,8 +296,11 @@ class Conversation:
     def _check(self, settings: AskSettings, n_earlier: int, n_question: int) -> None:
         """check_prompt with the document's cells while a question is read: all of its tokens,
         or at most the budget and a chunk when it is read streamed."""
-        streamed = settings.method.budget + self.stream.chunk
-        n_document = min(len(self.document_tokens), streamed) if settings.method.streams else len(self.document_tokens)
+        n_document = len(self.document_tokens)
+        if settings.method.streams:
+            n_document = min(n_document, settings.method.budget + self.stream.chunk)
+        elif self._fast_only:
+            n_document = min(n_document, reread_tokens(settings, self._cheap_pass.drafted))
         check_prompt(self.model, settings, n_document, n_earlier, n_question)
 
     def select(self, question: str, cancel: threading.Event | None, settings: AskSettings) -> Iterator[Event]:
@@ -311,6 +323,9 @@ class Conversation:
             if (yield from self._reads_fast_now(len(tokens), settings)):
                 return (yield from self._read_fast(Question(question, self._text.passages, len(earlier_tokens)), tokens,
                                                    settings, cancel))
+            if self._fast_only:
+                raise SettingsError(f"the document is {len(self.document_tokens):,} tokens, more than the model's context: "
+                                    "each question reads the passages it chooses", "ask with `read` auto, fast or retrieval")
             started = time.perf_counter()
             yield from self._read_rest(cancel)
             reading_s = time.perf_counter() - started
@@ -331,6 +346,8 @@ class Conversation:
         with_draft = self._cheap_pass.drafted
         if not settings.reads_fast(with_draft):
             return False
+        if self._fast_only:  # nothing else reads it
+            return True
         read, speed = self.run.whole_read_upto, self.speeds.tokens_per_s(self.reading.speed) if self.speeds else None
         awaits = read and speed and self.reading.later is LaterReading.WHOLE  # none awaits a passage bank, nor retrieval
         left_s = (len(self.document_tokens) - read) / speed if awaits else None  # None: nothing to await here
@@ -373,7 +390,8 @@ class Conversation:
     def settings_for(self, settings: AskSettings | None) -> AskSettings:
         """The settings an answer runs with: the conversation's, or `settings` as this document
         is read with them."""
-        return self.settings if settings is None else reading_settings(self.model, len(self.document_tokens), settings)[0]
+        return self.settings if settings is None else reading_settings(self.model, len(self.document_tokens), settings,
+                                                                           self._cheap_pass.drafted)[0]
 
     def _make_room(self, cells: int, max_tokens: int) -> None:
         """Grow the context when `cells` no longer fit (the answer may use the ring)."""

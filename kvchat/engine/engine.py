@@ -19,7 +19,7 @@ from kvchat.engine.reading.cheap_pass import CheapPass
 from kvchat.engine.reading.plan import ReadingPlan, reading_plan
 from kvchat.engine.reading.speeds import ReadingSpeeds
 from kvchat.engine.reading.chunked import StreamSettings
-from kvchat.engine.reading.ways.registry import reading_for
+from kvchat.engine.reading.ways.registry import reading_of
 from kvchat.engine.selections import PerQuestion, Selection
 from kvchat.engine.settings import AskSettings
 from kvchat.events import Done, Event, LaterReading, Source
@@ -176,11 +176,12 @@ class Engine:
         finally:
             conversation.close()
 
-    def later_reading(self, settings: AskSettings) -> LaterReading | None:
-        """What a document asked about with `settings` is read as after its first answer, for the
-        questions after (Done.read_later): as settings.later_reading says where its questions read
-        fast with this engine's cheap pass, whole otherwise (the way of reading a conversation would take)."""
-        return reading_for(settings, StreamSettings(), self.cheap_pass.drafted).later
+    def later_reading(self, n_document: int, settings: AskSettings) -> LaterReading | None:
+        """What a document of `n_document` tokens asked about with `settings` is read as after its
+        first answer, for the questions after (Done.read_later): as the way of reading its
+        conversation takes says (registry.reading_of: its passages by default, and where it is
+        too long to read whole; whole; None for retrieval)."""
+        return reading_of(self.model, n_document, settings, StreamSettings(), self.cheap_pass.drafted)[2].later
 
     def read_later(
         self, document: Document, settings: AskSettings, later: LaterReading, cancel: threading.Event | None = None,
@@ -193,7 +194,9 @@ class Engine:
             return (yield from self.read_whole(document, settings, cancel, in_turn=in_turn, stoppable=stoppable))
         if self.states is None:
             raise SettingsError("reading a document to save it needs the saved readings", "leave `cache` on")
-        conversation = self.conversation(document, settings)
+        # A conversation whose questions read their passages (retrieval's), whatever the first answer's
+        # way was: one too long to read whole is then not made to read streamed (sizing.reading_settings).
+        conversation = self.conversation(document, replace(settings, read="retrieval"))
         try:
             return (yield from conversation.read_passages(cancel, in_turn=in_turn, stoppable=stoppable))
         finally:

@@ -112,6 +112,21 @@ def test_after_a_first_answer_read_auto_the_passages_are_read_in_the_background_
 
 
 @pytest.mark.system
+def test_a_document_longer_than_the_context_gets_its_passages_read_in_the_background_too(tiny_model_path, isolated_home,
+                                                                                         tmp_path) -> None:
+    model = write_tiny_gguf(tmp_path / "short.gguf", context_length=1024)
+    draft = write_tiny_gguf(tmp_path / "draft.gguf", seed=9, context_length=1024)
+    long_document = tmp_path / "ledger.txt"
+    long_document.write_text(" ".join(f"Item {i} costs {i * 3} dollars." for i in range(200)))  # 5K tokens of the tiny vocabulary
+    fast, loaded = asked_twice_around_the_background_reading(long_document, model, isolated_home,
+                                                             "reading the document's passages", "--draft", str(draft))
+    assert fast["prompt_tokens"] > 4 * 1024 and fast["method"] == "snapkv" and fast["loaded_tokens"] == 0
+    assert loaded["read"] == f"{fast['read']}, {loaded['loaded_tokens']:,} loaded" and loaded["loaded_tokens"] > 0
+    listed = json.loads(run_kvchat("cache", "list", "--json", home=isolated_home).stdout)
+    assert [(row["state"], row["document"]) for row in listed] == [("saved", f"{long_document} (passages)")]
+
+
+@pytest.mark.system
 def test_with_retrieval_each_ask_reads_its_own_passages_and_nothing_in_the_background(document, tiny_model_path, isolated_home) -> None:
     runs = [run_kvchat(*ask_args(document, tiny_model_path, "--read", "retrieval", "--json"), home=isolated_home) for _ in range(2)]
     assert [run.returncode for run in runs] == [0, 0], runs[0].stderr + runs[1].stderr

@@ -14,9 +14,9 @@ from kvchat.documents import load_document
 from kvchat.engine import AskSettings, Engine
 from kvchat.engine.kvcache.cache import KvCache
 from kvchat.engine.reading.cheap_pass import speed_kind
-from kvchat.engine.reading.passage_bank import BANK, load_chosen
+from kvchat.engine.reading.passage_bank import BANK, load_chosen, opening_end
 from kvchat.errors import CancelledError
-from kvchat.events import Done, LaterReading, Progress, Pruned
+from kvchat.events import Done, LaterReading, Notice, Progress, Pruned
 from kvchat.llama import ContextSettings, LlamaContext
 from kvchat.policy import SnapKV
 
@@ -123,9 +123,10 @@ def test_the_engine_reads_a_documents_passages_for_later_and_a_new_question_load
     tiny_model_path: Path, draft_path: Path, topics: Path,
 ) -> None:
     with Engine(str(tiny_model_path), draft=str(draft_path)) as engine:
-        assert engine.later_reading(SETTINGS) is LaterReading.PASSAGES
-        assert engine.later_reading(AskSettings(read="fast")) is LaterReading.WHOLE
-        assert engine.later_reading(AskSettings(read="retrieval")) is None
+        assert engine.later_reading(3000, SETTINGS) is LaterReading.PASSAGES
+        assert engine.later_reading(3000, AskSettings(read="fast")) is LaterReading.WHOLE
+        assert engine.later_reading(5000, AskSettings(read="fast")) is LaterReading.PASSAGES  # past the context: no whole reading
+        assert engine.later_reading(3000, AskSettings(read="retrieval")) is None
         how = returned(engine.read_later(load_document(topics), SETTINGS, LaterReading.PASSAGES))
         again = list(engine.read_later(load_document(topics), SETTINGS, LaterReading.PASSAGES))
         done = _done(engine.ask(load_document(topics), "Which notes are on copper mines?", SETTINGS))
@@ -133,4 +134,55 @@ def test_the_engine_reads_a_documents_passages_for_later_and_a_new_question_load
     assert done.stats.read.endswith(f", {done.stats.loaded_tokens:,} loaded") and done.read_later is None
     assert done.stats.kept_tokens - done.stats.loaded_tokens < done.stats.loaded_tokens / 2  # most of what it holds: loaded, not read
     with Engine(str(tiny_model_path)) as engine:  # no draft: every question reads in full, and the document whole after
-        assert engine.later_reading(SETTINGS) is LaterReading.WHOLE
+        assert engine.later_reading(3000, SETTINGS) is LaterReading.WHOLE
+
+
+@pytest.fixture(scope="module")
+def short_models(tmp_path_factory) -> tuple[Path, Path]:
+    """A model and its draft trained on 1,024 positions: the topics are four times as long."""
+    folder = tmp_path_factory.mktemp("short")
+    return write_tiny_gguf(folder / "model.gguf", context_length=1024), write_tiny_gguf(folder / "draft.gguf", seed=9,
+                                                                                         context_length=1024)
+
+
+def test_a_document_longer_than_the_context_is_answered_fast_and_its_follow_ups_load_its_passages(
+    short_models: tuple[Path, Path], topics: Path,
+) -> None:
+    model, draft = short_models
+    with Engine(str(model), draft=str(draft)) as engine:
+        conversation = engine.conversation(load_document(topics), SETTINGS)
+        try:
+            notices = [event.text for event in conversation.open() if isinstance(event, Notice)]
+            n_document = len(conversation.document_tokens)
+            unmatched = list(engine.answer(conversation, "Zyxwv qwerty?"))  # no word of it in the document: the draft chooses
+            conversation.reset()
+            matched = _done(engine.answer(conversation, "Which notes are on glacier ice?"))
+            list(conversation.read_on())
+            conversation.reset()
+            events = list(engine.answer(conversation, "Which notes are on tea gardens?"))
+            passages = conversation._text.passages
+        finally:
+            conversation.close()
+        assert engine.later_reading(n_document, AskSettings(read="fast")) is LaterReading.PASSAGES
+    with Engine(str(model)) as engine:  # no draft: read streamed, as before
+        streamed = engine.conversation(load_document(topics), SETTINGS)
+        assert streamed.settings.method.name == "snapstream" and streamed.reading.later is LaterReading.WHOLE
+        streamed.close()
+    assert n_document > 3 * 1024 and notices == [
+        f"the document is {n_document:,} tokens, more than the 1,024 the model was trained on: each question reads the passages it chooses"]
+    draft_pass = [event for event in unmatched if isinstance(event, Progress)]
+    chosen = _done(unmatched)
+    cheap = draft_pass[1:draft_pass.index(max(draft_pass, key=lambda event: event.done)) + 1]
+    assert [event.done for event in cheap] == sorted(event.done for event in cheap)  # the groups told as one reading
+    opening = opening_end(passages)
+    assert cheap[-1].total == cheap[-1].done >= n_document + 3 * opening  # every passage, in four groups at least, each after the opening
+    assert chosen.stats.read.startswith("draft") and chosen.read_later is LaterReading.PASSAGES
+    assert matched.stats.read.startswith("bm25") and matched.read_later is LaterReading.PASSAGES
+    (pruned,) = [event for event in events if isinstance(event, Pruned)]
+    kept = np.asarray(pruned.kept_positions)
+    loaded = kept[kept < passages.ends[-1]]
+    done = _done(events)
+    assert done.stats.loaded_tokens == len(loaded) > 0 and done.read_later is None
+    second_pass = [event for event in events if isinstance(event, Progress)][-1]
+    assert second_pass.total == len(kept) - len(loaded) - SETTINGS.method.window  # only the question's part is read
+    assert len(kept) < 1024  # all of it within the trained positions

@@ -34,7 +34,7 @@ import numpy as np
 from kvchat.engine.drafts import Draft
 from kvchat.engine.kvcache.cache import KvCache
 from kvchat.engine.reading.passage_bank import PassageBank, load_passages_of
-from kvchat.engine.reading.passages import Question, names_the_document
+from kvchat.engine.reading.passages import Passages, Question, names_the_document
 from kvchat.engine.reading.selected import Selected
 from kvchat.engine.reading.sizing import RING_MIN, round_up
 from kvchat.engine.reading.speeds import ReadingSpeeds
@@ -108,6 +108,10 @@ class CheapPass:
     def drafted(self) -> bool:
         return self.draft is not None
 
+    def trained(self, cache: KvCache) -> int:
+        """The positions the cheap pass's model was trained on: the draft's, or `cache`'s model's."""
+        return (self.draft.model() if self.draft is not None else cache.ctx.model).shape.n_ctx_train
+
     @property
     def label(self) -> str:
         """How a reading's stats name it: "draft small," or "fast" (the model's own layers)."""
@@ -160,23 +164,75 @@ def _choose(
     """The prompt's tokens before the question's window that the model reads (sorted), and how they
     were chosen: by a cheap pass's attention, or (bm25) by the question's words where it shares
     some with the document's passages, else by the cheap pass's attention over those passages.
-    The earlier turns of a conversation are read whatever chooses."""
+    The earlier turns of a conversation are read whatever chooses. A prompt longer than the cheap
+    pass's model was trained on is read by it in groups of passages (_attention_in_groups)."""
     fast = settings.fast_reading
     passages = question.passages if question is not None else None
-    if passages is None or not len(passages.starts) or fast.choose == "attention":
+    def most() -> int:  # what one cheap pass reads besides the window (its model loaded to know: not for the words' choice)
+        return cheap_pass.trained(cache) - (len(tokens) - window_start) - RING_MIN
+
+    if passages is None or not len(passages.starts) or (fast.choose == "attention" and window_start <= most()):
         origins, kept, _, layers = yield from _cheap_pass(cache, tokens, None, window_start, settings, reread, cheap_pass, cancel)
         turns = question.earlier_turns if question is not None else np.zeros(0, dtype=np.int64)
         return np.union1d(_before(origins[kept], window_start), _before(turns, window_start)), f"{cheap_pass.label} {layers} layers"
-    words = passages.bm25(question.text)
-    if (words > 0).any():
-        opening = fast.opening if fast.opening_for == "every" or names_the_document(question.text) else 0
-        chosen = passages.top(words, reread, opening)
-        return passages.tokens_of(chosen, window_start), f"bm25{' and the opening' if opening else ''}, {len(chosen)} passages"
-    every = passages.tokens_of(np.arange(len(passages.starts)), window_start)
-    origins, _, scores, layers = yield from _cheap_pass(cache, tokens, every, window_start, settings, reread, cheap_pass, cancel)
-    attention = passages.attention(scores, origins[: len(scores)])
+    if fast.choose != "attention":
+        words = passages.bm25(question.text)
+        if (words > 0).any():
+            opening = fast.opening if fast.opening_for == "every" or names_the_document(question.text) else 0
+            chosen = passages.top(words, reread, opening)
+            return passages.tokens_of(chosen, window_start), f"bm25{' and the opening' if opening else ''}, {len(chosen)} passages"
+    attention, layers = yield from _attention_in_groups(cache, tokens, window_start, settings, reread, cheap_pass, passages,
+                                                        most(), cancel)
     chosen = passages.top(np.where(np.isfinite(attention), attention, -np.inf), reread, fast.opening)
     return passages.tokens_of(chosen, window_start), f"{cheap_pass.label} {layers} layers, {len(chosen)} passages"
+
+
+def _attention_in_groups(
+    cache: KvCache, tokens: list[int], window_start: int, settings: AskSettings, reread: int, cheap_pass: CheapPass,
+    passages: Passages, most: int, cancel: threading.Event | None,
+) -> Generator[Event, None, tuple[np.ndarray, str]]:
+    """Each passage's score by the cheap pass's attention (Passages.attention) and the layers read:
+    every passage read at once where the prompt fits `most` tokens, else in consecutive groups
+    that each do, each read after the prompt's opening with the question's window observing (as
+    a retrieval tool scores its chunks apart), their progress told as one reading's."""
+    groups = _groups(passages, window_start, most)
+    attention, layers, done = np.full(len(passages.starts), -np.inf), "", 0
+    total = sum(len(group) for group in groups)
+    for read in groups:
+        run = _cheap_pass(cache, tokens, read, window_start, settings, reread, cheap_pass, cancel)
+        origins, _, scores, layers = yield from _told_from(run, done, total)
+        attention = np.maximum(attention, passages.attention(scores, origins[: len(scores)]))
+        done += len(read)
+    return attention, layers
+
+
+def _groups(passages: Passages, window_start: int, most: int) -> list[np.ndarray]:
+    """The prompt indices that read the document's passages (Passages.tokens_of) in consecutive
+    groups of at most `most` tokens each (one passage at least); one group where all fit."""
+    every = np.arange(len(passages.starts))
+    opening = len(passages.tokens_of(every[:0], window_start))  # read with every group
+    lengths = passages.lengths + (passages.mark_ends - passages.mark_starts)  # a page's mark counted with each of its passages
+    groups: list[list[int]] = [[]]
+    size = opening
+    for index, length in enumerate(lengths.tolist()):
+        if groups[-1] and size + length > most:
+            groups.append([])
+            size = opening
+        groups[-1].append(index)
+        size += length
+    return [passages.tokens_of(np.asarray(group, dtype=np.int64), window_start) for group in groups]
+
+
+def _told_from(
+    run: Generator[Event, None, tuple[np.ndarray, np.ndarray, np.ndarray, str]], done: int, total: int,
+) -> Generator[Event, None, tuple[np.ndarray, np.ndarray, np.ndarray, str]]:
+    """`run`'s events, its Progress told as part of a reading of `total` tokens begun `done` tokens ago."""
+    while True:
+        try:
+            event = next(run)
+        except StopIteration as finished:
+            return finished.value
+        yield replace(event, done=done + event.done, total=total) if isinstance(event, Progress) else event
 
 
 def make_room(cache: KvCache, cells: int) -> None:

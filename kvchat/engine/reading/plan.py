@@ -12,8 +12,10 @@ from kvchat.engine.prompt_text import prompt_text
 from kvchat.engine.settings import AskSettings
 from kvchat.events import LaterReading
 from kvchat.engine.reading.cheap_pass import fast_is_sooner, fast_reading_s, pays
-from kvchat.engine.reading.sizing import reading_settings
+from kvchat.engine.reading.chunked import StreamSettings
+from kvchat.engine.reading.sizing import reads_whole
 from kvchat.engine.reading.speeds import PASSAGES_SPEED, ReadingSpeeds
+from kvchat.engine.reading.ways.registry import reading_of
 from kvchat.llama import LlamaModel
 
 
@@ -26,7 +28,9 @@ class ReadingPlan:
     tokens: int  # the document's part of the prompt: the system prompt and the document
     fits_context: bool
     method: str  # what the reading will use: the settings' method, or snapstream past the context
-    est_read_s: float | None  # a whole reading: tokens at the last measured speed; None before any was measured
+    # a whole (or streamed) reading: tokens at the last measured speed; None before any was measured, or
+    # where the document is read fast only (past the context)
+    est_read_s: float | None
     # the questions read fast (cheap_pass.py) while the whole reading follows in the background
     reads_fast: bool = False
     est_fast_s: float | None = None  # that fast reading, at the last measured speed of one
@@ -51,12 +55,13 @@ def reading_plan(
 ) -> ReadingPlan:
     """`with_draft`: a draft model does fast readings' cheap pass (AskSettings.reads_fast)."""
     tokens = len(document_part(model, prompt_text(document).text, settings.system).tokens(model))
-    read_with, _ = reading_settings(model, tokens, settings)
+    read_with, _, reading = reading_of(model, tokens, settings, StreamSettings(), with_draft)
     speed = speeds.tokens_per_s("stream" if read_with.method.streams else "read") if speeds else None
-    reads_fast = read_with.reads_fast(with_draft) and pays(tokens, read_with, with_draft)
+    whole = reads_whole(model, tokens)
+    reads_fast = read_with.reads_fast(with_draft) and (pays(tokens, read_with, with_draft) or not whole)
     fast_s = fast_reading_s(tokens, read_with, speeds) if reads_fast else None
-    est_read_s = round(tokens / speed, 1) if speed else None
-    later = read_with.later_reading if reads_fast else LaterReading.WHOLE
+    est_read_s = round(tokens / speed, 1) if speed and (whole or read_with.method.streams) else None
+    later = reading.later if reads_fast else LaterReading.WHOLE
     bank_speed = speeds.measured(PASSAGES_SPEED) if speeds else None
     est_later_s = est_read_s if later is LaterReading.WHOLE else round(tokens / bank_speed, 1) if later and bank_speed else None
     return ReadingPlan(

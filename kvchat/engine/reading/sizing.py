@@ -77,16 +77,30 @@ def check_prompt(model: LlamaModel, settings: AskSettings, n_document: int, n_ea
         )
 
 
-def reading_settings(model: LlamaModel, n_document: int, settings: AskSettings) -> tuple[AskSettings, str | None]:
+def reading_settings(
+    model: LlamaModel, n_document: int, settings: AskSettings, drafted: bool,
+) -> tuple[AskSettings, str | None]:
     """The settings a document of `n_document` tokens is read with, and the notice when they are
-    not the ones asked for: a document longer than the model's trained context is read streamed
-    (SnapStream with the method's budget and options) unless the method was named (`auto_stream`
-    off). A context size asked for (`n_ctx`) that is too small stays an error."""
-    if settings.method.streams or not settings.auto_stream or n_document <= model.shape.n_ctx_train:
+    not the ones asked for. A document longer than the model's trained context is never read
+    whole: where its questions read fast (`drafted`: with a draft's cheap pass), each reads the
+    passages it chooses at consecutive positions, and its follow-ups load them from its passage
+    bank (reads_whole()); otherwise it is read streamed (SnapStream with the method's budget and
+    options) unless the method was named (`auto_stream` off). A context size asked for (`n_ctx`)
+    that is too small stays an error."""
+    if settings.method.streams or reads_whole(model, n_document):
+        return settings, None
+    too_long = f"the document is {n_document:,} tokens, more than the {model.shape.n_ctx_train:,} the model was trained on"
+    if settings.reads_fast(drafted):
+        consecutive = replace(settings, fast=replace(settings.fast, positions="consecutive"))
+        return consecutive, f"{too_long}: each question reads the passages it chooses"
+    if not settings.auto_stream:
         return settings, None
     streamed = replace(settings, method=method_carrying(SnapStream.name, method_options(settings.method)), read="full")
-    notice = (
-        f"the document is {n_document:,} tokens, more than the {model.shape.n_ctx_train:,} the model was trained on: "
-        f"reading it streamed (snapstream), keeping {streamed.method.budget:,} entries"
-    )
-    return streamed, notice
+    return streamed, f"{too_long}: reading it streamed (snapstream), keeping {streamed.method.budget:,} entries"
+
+
+def reads_whole(model: LlamaModel, n_document: int) -> bool:
+    """Whether a document of `n_document` tokens can be read whole (and saved so): it fits the
+    positions the model was trained on. One longer is read fast or streamed for each question,
+    and its follow-ups' reading is its passage bank (ways/registry.py)."""
+    return n_document <= model.shape.n_ctx_train
