@@ -1,5 +1,6 @@
-"""A fast first answer's document read whole in the background, so that the next `kvchat ask`
-about it loads the reading (about a second) instead of reading fast again.
+"""A fast first answer's document read in the background as its follow-ups need it (its passages,
+or whole: LaterReading), so that the next `kvchat ask` about it loads what it chooses of that
+reading (about a second) instead of reading again.
 
 `kvchat ask` hands the document (its text, as loaded: a PDF's OCR is not redone) to a detached
 `kvchat read --job FILE` process at low priority, which outlives the ask. The reading's lock

@@ -1,4 +1,4 @@
-"""The layering of docs/layout.md: policy <- llama adapter <- engine <- serving <- server, and the other
+"""The layering of docs/layout.md: policy and the llama adapter <- engine <- serving <- server, and the other
 front ends (CLI, TUI, bench) on the engine's public names; one direction, and no import circle."""
 
 from __future__ import annotations

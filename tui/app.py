@@ -2,7 +2,8 @@
 
 Model work runs in one thread worker at a time (reading or answering); it gets its own cancel
 event, which Esc sets, and posts the engine's events back as messages. After an answer from a
-fast reading, the whole document is read in the background (background_reading.py). The app is built
+fast reading, the document is read in the background as its follow-ups need it, its passages or
+whole (background_reading.py). The app is built
 around an injected SessionFactory, so tests drive it on a fake engine.
 """
 

@@ -16,7 +16,7 @@ METHODS: dict[str, type[Method]] = {method.name: method for method in (Full, Sna
 
 def method_named(name: str, **options: object) -> Method:
     """The method called `name` with `options`; an option it does not have is an error that
-    names those it has (a kernel means nothing to streaming_llm)."""
+    names those it has (a kernel means nothing to streamingllm)."""
     return method_carrying(name, {}, **options)
 
 

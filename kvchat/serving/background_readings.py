@@ -1,6 +1,7 @@
-"""Documents uploaded or answered from a fast reading, read whole on the model thread while it has
-nothing else to do, and saved: a follow-up about the document then loads that reading and is
-selected from it, as after a full reading (the answers before it come from fast readings).
+"""Documents uploaded or answered from a fast reading, read on the model thread while it has
+nothing else to do as their follow-ups need them (LaterReading: as their passages, a passage bank
+from which a follow-up loads the passages it chooses, or whole, a follow-up then selected from that
+reading), and saved.
 
 The scheduler reads one batch at a time, only while no answer is in progress and no request is
 read or waits (a new request is admitted before the next batch). A question about a document whose
