@@ -55,6 +55,7 @@ def create_app(service: ChatService, api_key: str | None = None, allowed_origins
     app.state.stopping = stopping = asyncio.Event()
 
     model_id = service.limits.model_id
+    settings = {"object": "list", "data": service.limits.request_settings()}
 
     @app.get("/health")
     async def health() -> dict[str, object]:
@@ -69,6 +70,11 @@ def create_app(service: ChatService, api_key: str | None = None, allowed_origins
         if model != model_id:
             raise ApiError(404, f"The model {model!r} does not exist", "model_not_found", "model")
         return _model_card(model_id)
+
+    @app.get("/v1/settings")
+    async def request_settings() -> dict[str, object]:
+        """kvchat's: the settings a request may set, with this server's bounds, choices and defaults (the page's form)."""
+        return settings
 
     @app.post("/v1/documents")
     async def upload(request: Request, file: UploadFile = File(...)) -> dict[str, object]:

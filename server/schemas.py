@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, create_model, field_validator, model_validator
 from pydantic_core import PydanticCustomError
@@ -136,3 +136,27 @@ ChatCompletionRequest = create_model(  # type: ignore[call-overload]
     "ChatCompletionRequest", __base__=_ChatCompletionRequest, __doc__=_ChatCompletionRequest.__doc__,
     **{field_name: _setting_field(name) for field_name, name in SETTING_FIELDS.items()},
 )
+
+
+def _request_field(name: str) -> str | None:
+    return f"kv_{name}" if f"kv_{name}" in SETTING_FIELDS else OPENAI_FIELDS.get(name)
+
+
+# Every setting a request sets by a field of its own, in UserSettings' order: its kv_<setting>
+# fields and OpenAI's own (temperature, seed, max_tokens; the system prompt is a message, no field).
+REQUEST_SETTINGS = {field: name for name in setting_names() if (field := _request_field(name)) in ChatCompletionRequest.model_fields}
+
+
+def value_schemas(model: type[BaseModel]) -> dict[str, dict[str, Any]]:
+    """The JSON schema of a set value of each field of `model` (its bounds, its choices as `enum`):
+    an optional field's `anyOf` branch that is not null, a reference to a definition (an Enum)
+    replaced by the definition, with the field's description."""
+    schema = model.model_json_schema()
+    definitions = schema.get("$defs", {})
+
+    def value(field: dict[str, Any]) -> dict[str, Any]:
+        [branch] = [each for each in field.get("anyOf", [field]) if each.get("type") != "null"]
+        resolved = definitions[branch["$ref"].rsplit("/", 1)[1]] if "$ref" in branch else branch
+        return {**resolved, "description": field.get("description")}
+
+    return {name: value(field) for name, field in schema["properties"].items()}

@@ -12,11 +12,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Callable
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from kvchat.documents import bundle
 from kvchat.documents.limits import MAX_FILE_BYTES, SERVER_DOCUMENTS_BYTES
 from kvchat.engine import (
-    DEFAULT_MAX_TOKENS, AskSettings, Engine, KvLayout, Turn, UserSettings, above_most, ask_settings,
+    DEFAULT_MAX_TOKENS, AskSettings, Engine, KvLayout, Turn, UserSettings, above_most, ask_settings, form_label,
 )
 from kvchat.errors import KvchatError
 from kvchat.events import Done, Event
@@ -24,7 +25,7 @@ from kvchat.llama import SamplerSettings
 from kvchat.policy import DEFAULT_BUDGET, MIN_BUDGET, HeadReduction, SnapKV, method_carrying, window_for
 from kvchat.server.documents import DocumentLibrary, StoredDocument
 from kvchat.server.errors import REQUEST_FIELDS, ApiError, api_error
-from kvchat.server.schemas import SETTING_FIELDS, ChatCompletionRequest, ChatMessage
+from kvchat.server.schemas import REQUEST_SETTINGS, SETTING_FIELDS, ChatCompletionRequest, ChatMessage, value_schemas
 from kvchat.serving.requests import ChatRequest
 from kvchat.serving.jobs import ChatJob, QueueFull, ShuttingDown
 from kvchat.serving.scheduler import Scheduler
@@ -57,9 +58,37 @@ class ServerLimits:
         return self.budget + self.room + self.max_tokens
 
     @property
+    def most(self) -> dict[str, int]:
+        """The most a request may ask of a setting this server bounds further than the setting does,
+        which is also what it gets when it leaves that setting unset."""
+        return {"budget": self.budget, "max_tokens": self.max_tokens}
+
+    @property
     def hints(self) -> dict[str, str]:
         """A request's wrong value of a setting this server bounds further, answered with the values it takes."""
         return {"budget": f"use {MIN_BUDGET} to {self.budget}, or leave it out for {self.budget}"}
+
+    def request_settings(self) -> list[dict[str, Any]]:
+        """Each setting a request may set, as this server takes it (GET /v1/settings, which the chat
+        page's settings form is made from): its request `field`, `kind` (JSON schema's integer,
+        number or boolean, or choice), the `minimum` and `maximum` of the request field, the setting
+        and this server (None: no bound), its `choices` (the request field's: those this server
+        takes), its `default` here (what the field left out means; None: the engine's own, said in
+        the description) and its `description` (the request field's, else the setting's)."""
+        request, user = value_schemas(ChatCompletionRequest), value_schemas(UserSettings)
+        return [self._request_setting(field, name, request[field], user[name]) for field, name in REQUEST_SETTINGS.items()]
+
+    def _request_setting(self, field: str, name: str, request: dict[str, Any], user: dict[str, Any]) -> dict[str, Any]:
+        """`request`, `user`: the value schemas of the request field and of the setting."""
+        taken = request.get("enum")
+        most = [bound for bound in (request.get("maximum"), user.get("maximum"), self.most.get(name)) if bound is not None]
+        least = [bound for bound in (request.get("minimum"), user.get("minimum")) if bound is not None]
+        return {
+            "object": "setting", "name": name, "field": field, "label": form_label(name) or name.replace("_", " "),
+            "kind": "choice" if taken else request["type"], "minimum": max(least, default=None), "maximum": min(most, default=None),
+            "choices": taken, "default": self.most.get(name, getattr(self.defaults, name)),
+            "description": request["description"] or user["description"],
+        }
 
 
 class ChatService:
@@ -97,7 +126,9 @@ class ChatService:
         max_tokens = body.max_completion_tokens or body.max_tokens or limits.max_tokens
         if max_tokens > limits.max_tokens:
             raise ApiError(400, f"max_tokens {max_tokens} is over this server's limit of {limits.max_tokens}", "max_tokens_too_large", "max_tokens")
-        sampler = SamplerSettings(temperature=body.temperature or 0.0, top_p=body.top_p or SamplerSettings.top_p, seed=body.seed)
+        temperature = limits.defaults.temperature if body.temperature is None else body.temperature
+        seed = limits.defaults.seed if body.seed is None else body.seed
+        sampler = SamplerSettings(temperature=temperature, top_p=body.top_p or SamplerSettings.top_p, seed=seed)
         try:
             method = method_carrying(user.method or SnapKV.name, {"heads": limits.heads}, budget=budget, window=window_for(budget))
             return ask_settings(user, method=method, max_tokens=max_tokens, sampler=sampler, threads=self.threads, layout=limits.layout,

@@ -13,6 +13,7 @@ const state = {
   current: null,          // the conversation shown
   asking: null,           // the AbortController of the answer streaming in
   texts: new Map(),       // document ids joined by "," -> {text, pages}
+  settings: [],           // the settings a request may set, as this server takes them (GET /v1/settings)
 };
 
 function element(tag, text, className) {
@@ -159,14 +160,11 @@ function newConversation() {
 function open(conversation) {
   state.current = conversation;
   save();
-  for (const [field, id] of SETTINGS) $(id).value = conversation.settings[field] ?? "";
+  for (const setting of state.settings) settingInput(setting).value = conversation.settings[setting.field] ?? "";
   renderConversations();
   renderDocuments();
   renderMessages();
 }
-
-const SETTINGS = [["kv_budget", "set-budget"], ["kv_read", "set-read"], ["kv_in_parts", "set-in-parts"], ["temperature", "set-temperature"], ["max_tokens", "set-max-tokens"]];
-const CHOICES = ["kv_read", "kv_in_parts"]; // sent as they are; the other settings are numbers
 
 function renderConversations() {
   const list = $("conversations");
@@ -246,10 +244,9 @@ function requestBody(conversation) {
   const ids = conversation.documentIds;
   if (ids.length === 1) body.document_id = ids[0];
   if (ids.length > 1) body.document_ids = ids;
-  for (const [field] of SETTINGS) {
-    const value = conversation.settings[field];
-    if (value === undefined || value === "") continue;
-    body[field] = CHOICES.includes(field) ? value : Number(value);
+  for (const setting of state.settings) {
+    const value = conversation.settings[setting.field];
+    if (value !== undefined && value !== "") body[setting.field] = requestValue(setting, value);
   }
   return body;
 }
@@ -435,9 +432,6 @@ function wire() {
   });
   $("stop").addEventListener("click", () => state.asking && state.asking.abort());
   $("close-viewer").addEventListener("click", () => { $("viewer").hidden = true; });
-  for (const [field, id] of SETTINGS) {
-    $(id).addEventListener("change", () => { state.current.settings[field] = $(id).value; save(); });
-  }
 }
 
 async function start() {
@@ -446,6 +440,7 @@ async function start() {
   if (!response.ok) return say(await failure(response), true);
   state.model = (await response.json()).data[0].id;
   $("model").textContent = `model ${state.model}`;
+  await loadSettings();
   const current = state.conversations.find((each) => each.id === localStorage.getItem("kvchat.current"));
   if (current) open(current);
   else if (state.conversations.length) open(state.conversations[0]);

@@ -11,8 +11,11 @@ import httpx
 import openai
 import pytest
 
+from kvchat.engine import UserSettings, choices, setting_names, value_type
+from kvchat.server.schemas import SERVED_CHOICES, ChatCompletionRequest
 from tests.conftest import REPO_DIR
-from tests.server_harness import running_server
+from tests.fake_engine import FakeEngine
+from tests.server_harness import running_server, serving
 from tests.system_tools import system_tool
 from tests.server.test_server_real import TRIP
 
@@ -98,6 +101,66 @@ def test_a_summary_is_answered_from_the_parts_unless_the_settings_say_off(browse
         ask_on(page, "Summarize this document.")
         page.locator("#messages li.assistant .stats").nth(1).wait_for()  # the second answer's final chunk
         assert "a question about the whole document" not in page.locator("#messages li.assistant").last.inner_text()
+
+
+def expected_field(name: str, limits: dict[str, int]) -> dict[str, object]:
+    """What the form's field of the setting `name` should be, from its declaration, its request
+    field's and this server's `limits`: an input's type, step, min and max, or a select's values."""
+    kind = value_type(name)
+    if kind is bool or choices(name):
+        values = ["true", "false"] if kind is bool else list(SERVED_CHOICES.get(name, choices(name)))
+        return {"tag": "SELECT", "values": ["", *values]}
+    field = ChatCompletionRequest.model_fields.get(f"kv_{name}") or ChatCompletionRequest.model_fields[name]
+    declared = [*UserSettings.model_fields[name].metadata, *field.metadata]
+    least = max(each.ge for each in declared if hasattr(each, "ge"))
+    most = min([*(each.le for each in declared if hasattr(each, "le")), *([limits[name]] if name in limits else [])])
+    return {"tag": "INPUT", "type": "number", "step": "1" if kind is int else "any", "min": str(least), "max": str(most)}
+
+
+def shown_field(page, request_field: str) -> dict[str, object]:
+    """The form's field named `request_field`, as expected_field says one, with its label's text and title."""
+    return page.locator(f"#settings [name='{request_field}']").evaluate("""(field) => ({
+        tag: field.tagName, type: field.type, step: field.step, min: field.min, max: field.max,
+        values: field.tagName === "SELECT" ? [...field.options].map((option) => option.value) : undefined,
+        labels: [...field.labels].map((label) => [label.textContent, label.title]), placeholder: field.placeholder})""")
+
+
+def test_the_settings_form_is_the_servers_settings_and_its_values_are_sent(browser) -> None:
+    """Each setting a request sets has its field in the form, named as its request field, labelled
+    with its description, with the kind, bounds and choices its declaration and this server's limits
+    give it (the form written by hand had a budget from 64, no retrieval, no method). A value set
+    is sent with the conversation's questions, the others left out; a new conversation has its own."""
+    limits = {"budget": 64, "max_tokens": 16}
+    served = {f"kv_{name}": name for name in setting_names(served=True)} | {"temperature": "temperature", "max_tokens": "max_tokens"}
+    with serving(FakeEngine().service(**limits)) as url:
+        page = new_page(browser, url)
+        page.wait_for_selector("body[data-ready=yes]")
+        page.click("#settings summary")
+        screenshot(page, "page-settings")
+        assert set(served) <= set(page.eval_on_selector_all("#settings [name]", "(fields) => fields.map((field) => field.name)"))
+        for request_field, name in served.items():
+            shown, expected = shown_field(page, request_field), expected_field(name, limits)
+            assert {key: shown[key] for key in expected} == expected, request_field
+            [(text, title)] = shown["labels"]
+            assert text and title.startswith(UserSettings.model_fields[name].description), request_field
+        assert shown_field(page, "kv_budget")["placeholder"] == "64"  # the server's, where unset
+        page.fill("[name=kv_budget]", "32")
+        page.press("[name=kv_budget]", "Tab")  # a number is taken once the field is left
+        page.select_option("[name=kv_read]", "retrieval")
+        page.select_option("[name=kv_sources]", "false")
+        with page.expect_request("**/v1/chat/completions") as sent:
+            ask_on(page, "Who?")
+        body = sent.value.post_data_json
+        assert {key: body[key] for key in body if key not in ("model", "stream", "messages")} == {
+            "kv_budget": 32, "kv_read": "retrieval", "kv_sources": False}
+        page.click("#new-conversation")
+        assert page.input_value("[name=kv_budget]") == "" and page.input_value("[name=kv_read]") == ""
+        with page.expect_request("**/v1/chat/completions") as sent:
+            page.fill("#question", "And then?")
+            page.click("#send")
+        assert not any(key.startswith("kv_") for key in sent.value.post_data_json)
+        page.click("#conversations button.open:has-text('Who?')")
+        assert page.input_value("[name=kv_budget]") == "32" and page.input_value("[name=kv_sources]") == "false"
 
 
 def test_the_page_asks_for_the_api_key_once(browser, tiny_model_path: Path, tmp_path: Path) -> None:
