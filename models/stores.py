@@ -17,8 +17,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from huggingface_hub import scan_cache_dir
-from huggingface_hub.errors import CacheNotFound
 
 from kvchat.errors import ModelError
 
@@ -104,6 +102,9 @@ def _hf_ggufs() -> dict[str, list[Path]]:
     its newest)."""
     if hf_cache_note() is not None:
         return {}
+    from huggingface_hub import scan_cache_dir  # here: huggingface_hub takes a tenth of a second to import, which every kvchat ask would pay
+    from huggingface_hub.errors import CacheNotFound
+
     try:
         repos = scan_cache_dir(hf_cache()).repos
     except (CacheNotFound, ValueError, OSError):  # gone, or made a file, since; unreadable
