@@ -164,6 +164,9 @@ def test_a_document_longer_than_the_context_is_answered_fast_and_its_follow_ups_
         finally:
             conversation.close()
         assert engine.later_reading(n_document, AskSettings(read="fast")) is LaterReading.PASSAGES
+        plan = engine.plan(load_document(topics), SETTINGS)  # what `kvchat inspect` says
+        assert (plan.fits_context, plan.method, plan.reads_fast, plan.later_reading, plan.est_read_s) == (
+            False, "snapkv", True, "passages", None)
     with Engine(str(model)) as engine:  # no draft: read streamed, as before
         streamed = engine.conversation(load_document(topics), SETTINGS)
         assert streamed.settings.method.name == "snapstream" and streamed.reading.later is LaterReading.WHOLE
