@@ -297,9 +297,9 @@ class FakeEngine:
         """Engine.later_reading's stand-in: a fake engine has a cheap pass (its questions read fast)."""
         return settings.later_reading
 
-    def answer_sources(self, _prompt: PreparedPrompt, _answer_tokens: list[int]) -> tuple[tuple, tuple]:
+    def answer_sources(self, _prompt: PreparedPrompt, _answer_tokens: list[int]) -> tuple[tuple, tuple, None]:
         """Engine.answer_sources' stand-in: a fake prompt is about no document, so names no sources."""
-        return (), ()
+        return (), (), None
 
     def scheduler(self, n_slots: int = 2, slot_cells: int = 512, max_waiting: int = 4, max_readings: int = 2) -> Scheduler:
         return self.new_scheduler(self, n_slots, slot_cells, max_waiting, None, KvLayout(), max_readings)

@@ -22,7 +22,7 @@ from kvchat.engine.reading.chunked import StreamSettings
 from kvchat.engine.reading.ways.registry import reading_of
 from kvchat.engine.selections import PerQuestion, Selection
 from kvchat.engine.settings import AskSettings
-from kvchat.events import Done, Event, LaterReading, Source
+from kvchat.events import Done, Event, LaterReading, Notice, Source
 from kvchat.errors import SettingsError
 from kvchat.llama import LlamaModel, Sampler
 from kvchat.models import cheap_depth, model_sha256, resolve_model
@@ -155,8 +155,11 @@ class Engine:
         """As prepare(), for a chat of messages as the client sent it (answering/elsewhere.py)."""
         return prepare_chat(self.model, self.model_name, self.states, messages, settings, sampler, cancel)
 
-    def answer_sources(self, prompt: PreparedPrompt, answer_tokens: list[int]) -> tuple[tuple[Source, ...], tuple[float, ...]]:
-        """The sources of an answer decoded elsewhere to `prompt` (answering/elsewhere.py)."""
+    def answer_sources(
+        self, prompt: PreparedPrompt, answer_tokens: list[int],
+    ) -> tuple[tuple[Source, ...], tuple[float, ...], Notice | None]:
+        """The sources of an answer decoded elsewhere to `prompt`, or the Notice that they could not
+        be found (answering/elsewhere.py)."""
         return answer_sources(self.model, prompt, answer_tokens)
 
     def read_whole(

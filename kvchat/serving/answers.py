@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from kvchat.engine import Engine, Generation, PreparedPrompt, answer_stats
 from kvchat.errors import InternalError, KvchatError, PromptTooLongError
-from kvchat.events import Done, Source, Token
+from kvchat.events import Done, Token
 from kvchat.llama import Sampler
 from kvchat.serving.jobs import ChatJob
 from kvchat.serving.slots import Slot, SlotDecoder
@@ -116,17 +116,11 @@ class AnswersInProgress:
         )
         self.decoder.release(answer.slot)
         self._answers.remove(answer)
-        sources, attention = ((), ()) if generation.stop_reason == "cancelled" else self._sources(answer.prompt, generation.token_ids)
+        sources, attention, notice = ((), (), None) if generation.stop_reason == "cancelled" else (
+            self.engine.answer_sources(answer.prompt, generation.token_ids))
+        if notice is not None:  # the answer stands without them (from_kept.sources_or_notice)
+            answer.job.emit(notice)
         answer.job.emit(Done(generation.text, stats, sources, attention))
-
-    def _sources(self, prompt: PreparedPrompt, answer_tokens: list[int]) -> tuple[tuple[Source, ...], tuple[float, ...]]:
-        """The answer's sources and attention along the text; a failure to find them is logged,
-        and the answer stands without."""
-        try:
-            return self.engine.answer_sources(prompt, answer_tokens)
-        except Exception:
-            LOGGER.exception("finding an answer's sources failed")
-            return (), ()
 
     def _fail_all(self, error: KvchatError) -> None:
         for answer in list(self._answers):

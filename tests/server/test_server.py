@@ -28,7 +28,8 @@ from tests.conftest import REPO_DIR
 from tests.fake_engine import WAIT_S, FakeEngine, Script
 from kvchat.cli.serve import PYTHON_EXAMPLE
 from kvchat.engine import KvLayout, UserSettings
-from kvchat.errors import SettingsError
+from kvchat.engine.answering import elsewhere
+from kvchat.errors import DecodeError, SettingsError
 from kvchat.events import Event, LaterReading, Notice, Progress
 from kvchat.server.service import NewScheduler
 from kvchat.engine import PreparedPrompt
@@ -507,6 +508,20 @@ def test_an_answer_about_a_document_names_its_sources_in_the_kv_block(server, cl
     assert chunks[-1].model_extra["kv"]["sources"] == sources
     assert ask(client, "What was the boat called?", extra_body={**about, "kv_sources": False}).model_extra["kv"]["sources"] == []
     assert ask(client, "What was the boat called?").model_extra["kv"]["sources"] == []  # a plain chat has no document
+
+
+def test_a_failure_to_find_an_answers_sources_is_a_notice_and_the_answer_stands(server, client, monkeypatch) -> None:
+    url, _ = server
+    upload = httpx.post(f"{url}/v1/documents", files={"file": ("notes.txt", NOTES)}).json()
+
+    def failing(*_args: object) -> None:
+        raise DecodeError("llama.cpp rejected the batch as invalid", "")
+
+    monkeypatch.setattr(elsewhere, "answer_attention", failing)  # as the engine's own answers' test does (tests/engine/test_sources.py)
+    answer = ask(client, "What was the boat called?", extra_body={"document_id": upload["id"]})
+    kv = answer.model_extra["kv"]
+    assert answer.choices[0].message.content and kv["sources"] == []
+    assert kv["notices"] == ["no sources for this answer: llama.cpp rejected the batch as invalid"]
 
 
 def test_a_request_may_ask_for_a_fast_reading_of_a_new_document(server, client) -> None:

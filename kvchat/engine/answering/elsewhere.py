@@ -10,8 +10,8 @@ import threading
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 
-from kvchat.engine.answering.attention import answer_attention
-from kvchat.engine.answering.from_kept import sources_of
+from kvchat.engine.answering.attention import Attention, answer_attention
+from kvchat.engine.answering.from_kept import sources_or_notice
 from kvchat.engine.answering.sources import SourceFinder
 from kvchat.engine.kvcache.cache import KvCache, SavedCells
 from kvchat.engine.kvcache.states import DocumentStates
@@ -21,7 +21,7 @@ from kvchat.engine.reading.selected import Selected
 from kvchat.engine.reading.sizing import context_size, round_up
 from kvchat.engine.settings import AskSettings
 from kvchat.errors import SettingsError
-from kvchat.events import Event, LaterReading, Source
+from kvchat.events import Event, LaterReading, Notice, Source
 from kvchat.llama import LlamaContext, LlamaModel, Sampler
 
 MIN_SAVED_READING = 256  # shorter new readings of a chat are not worth a state file
@@ -70,22 +70,24 @@ def prepare_chat(
 
 def answer_sources(
     model: LlamaModel, prompt: PreparedPrompt, answer_tokens: list[int]
-) -> tuple[tuple[Source, ...], tuple[float, ...]]:
-    """The passages of the document an answer drew on and where its attention went along the
-    text (from_kept.sources_of), as a conversation finds them: the prompt's kept cells loaded on
-    a context of their own, and the answer's tokens its sequence decoded (all but the last one
-    taken; at most a batch) read after them with the attention probe on. Empty for a plain chat,
-    with sources off, or for a one-token answer."""
+) -> tuple[tuple[Source, ...], tuple[float, ...], Notice | None]:
+    """The passages of the document an answer drew on, where its attention went along the text,
+    and the Notice of a failure to find them (from_kept.sources_or_notice), as a conversation finds
+    them: the prompt's kept cells loaded on a context of their own, and the answer's tokens its
+    sequence decoded (all but the last one taken; at most a batch) read after them with the
+    attention probe on. Empty for a plain chat, with sources off, or for a one-token answer."""
     settings = prompt.settings
     answer_tokens = answer_tokens[:-1][: settings.n_batch]
     if prompt.finder is None or not answer_tokens:
-        return (), ()
-    kept = prompt.kept
-    context = settings.layout.context(round_up(len(kept.positions) + len(answer_tokens) + 1), settings.n_batch, settings.threads)
-    cache = KvCache(LlamaContext(model, context))
-    with cache.ctx:
-        cache.restore(kept)
-        attention = answer_attention(cache, len(kept.positions), answer_tokens)
-    if attention is None:
-        return (), ()
-    return sources_of(prompt.finder, attention)
+        return (), (), None
+
+    def attention() -> Attention | None:
+        kept = prompt.kept
+        context = settings.layout.context(round_up(len(kept.positions) + len(answer_tokens) + 1), settings.n_batch,
+                                          settings.threads)
+        cache = KvCache(LlamaContext(model, context))
+        with cache.ctx:
+            cache.restore(kept)
+            return answer_attention(cache, len(kept.positions), answer_tokens)
+
+    return sources_or_notice(prompt.finder, attention)

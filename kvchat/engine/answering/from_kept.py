@@ -46,19 +46,25 @@ def _with_sources(
     finding them fails, a Notice says so and the answer stands without."""
     if not settings.sources or done.stats.stop_reason == "cancelled":
         return done
-    try:
-        found = attention()
-    except KvchatError as error:
-        LOGGER.exception("finding the answer's sources failed")
-        yield Notice(f"no sources for this answer: {error.message}")
-        return done
-    if found is None:
-        return done
-    sources, strip = sources_of(finder, found)
+    sources, strip, notice = sources_or_notice(finder, attention)
+    if notice is not None:
+        yield notice
     return replace(done, sources=sources, attention=strip)
 
 
-def sources_of(finder: SourceFinder, attention: Attention) -> tuple[tuple[Source, ...], tuple[float, ...]]:
-    """The sources an answer's `attention` names, and its share along the text (Done's sources and
-    attention): one way for an answer decoded here and one decoded in the server's shared batch."""
-    return finder.sources(*attention), finder.strip(*attention)
+def sources_or_notice(
+    finder: SourceFinder, attention: Callable[[], Attention | None],
+) -> tuple[tuple[Source, ...], tuple[float, ...], Notice | None]:
+    """The sources the answer's `attention` names and its share along the text (Done's sources and
+    attention), for an answer decoded here and one decoded in the server's shared batch alike. The
+    one policy where finding them fails: the answer stands without them, the failure is logged,
+    and a Notice tells the user (none where the answer attended to no cell: nothing failed)."""
+    try:
+        found = attention()
+        if found is None:
+            return (), (), None
+        return finder.sources(*found), finder.strip(*found), None
+    except Exception as error:  # a sources' failure never loses the answer, nor takes a server's model thread down
+        LOGGER.exception("finding the answer's sources failed")
+        message = error.message if isinstance(error, KvchatError) else str(error) or type(error).__name__
+        return (), (), Notice(f"no sources for this answer: {message}")
