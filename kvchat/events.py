@@ -138,7 +138,7 @@ class Done:
     stats: Stats
     sources: tuple[Source, ...] = ()  # most relevant first; empty with sources off
     # where in the document's text the answer's attention went: its share in each of equal
-    # stretches of the text (answering/sources.py STRIP_CELLS), start to end; empty with sources off
+    # stretches of the text (text/sources.py STRIP_CELLS), start to end; empty with sources off
     attention: tuple[float, ...] = field(default=(), repr=False)
     # the document is not read for the questions after this one yet (a fast reading answered, or its
     # parts) and no process reads it: the front end reads it so now, in the background (Engine.read_later)

@@ -81,6 +81,30 @@ def test_each_layer_imports_only_what_is_below_it() -> None:
         assert not bad, f"{package} imports {bad}"
 
 
+# The engine's rooms, lowest first: a module imports from its own room or one below it. Its
+# top-level modules are the ground floor (the settings, the prompt, the drafts), but for the two
+# that put the rooms together: a Conversation, and the Engine behind the package's front door.
+ENGINE_ROOMS = ("", "kvcache", "text", "reading", "selections", "conversation", "answering", "engine")
+
+
+def _engine_room(module: str) -> int:
+    """The rank in ENGINE_ROOMS of `kvchat.engine.<...>`: its sub-package, or its own name at the top."""
+    parts = module.split(".")[2:]
+    name = parts[0] if parts else "engine"
+    return ENGINE_ROOMS.index(name) if name in ENGINE_ROOMS else 0
+
+
+def test_the_engines_rooms_import_only_their_own_and_those_below() -> None:
+    upward = []
+    for file in PACKAGES["engine"].rglob("*.py"):
+        parts = file.relative_to(REPO).with_suffix("").parts
+        module = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        for name in imported_modules(file):
+            if name.startswith("kvchat.engine.") and _engine_room(name) > _engine_room(module) and module != "kvchat.engine":
+                upward.append(f"{module} imports {name}")
+    assert upward == []
+
+
 def test_front_ends_do_not_reach_into_the_adapter() -> None:
     for name in imports_of("cli") | imports_of("tui") | imports_of("serving") | imports_of("server"):
         assert not name.startswith("kvchat.llama._") and name != "llama_cpp"

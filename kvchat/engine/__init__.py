@@ -19,7 +19,7 @@ from kvchat.engine.health import time_read_and_decode
 from kvchat.engine.kvcache.foreground import PAUSED_CHECK_S, HeldWhileBusy, batches_stop_while
 from kvchat.engine.kvcache.in_progress import WAITING_FOR_TURN, InProgress, ReadingsInProgress, Survey, WholeReadingDone
 from kvchat.engine.engine import Engine, part_store, readings_in_progress, state_store
-from kvchat.engine.answering.generate import Generation, answer_stats
+from kvchat.engine.reading.generate import Generation, answer_stats
 from kvchat.engine.reading.passage_bank import PassageBank
 from kvchat.engine.reading.plan import ReadingPlan
 from kvchat.engine.answering.elsewhere import PreparedPrompt

@@ -20,8 +20,8 @@ from collections.abc import Generator, Iterable, Iterator
 from functools import cached_property
 
 from kvchat.documents import Document
-from kvchat.engine.answering.document_text import DocumentText
-from kvchat.engine.answering.sources import SourceFinder
+from kvchat.engine.text.document_text import DocumentText
+from kvchat.engine.text.sources import SourceFinder
 from kvchat.engine.kvcache.in_progress import ReadingsInProgress, WholeReadingDone, read_alone
 from kvchat.engine.kvcache.states import DocumentStates
 from kvchat.engine.prompt import PromptPart, Turn, chat_messages, document_part, split_rendered
@@ -29,7 +29,7 @@ from kvchat.engine.prompt_text import document_runs, prompt_text
 from kvchat.engine.reading.cheap_pass import CheapPass, fast_is_sooner, fast_reading_s, pays, reread_tokens, speed_kind
 from kvchat.engine.reading.bank_reading import BankReading
 from kvchat.engine.reading.passage_bank import DamagedBank, PassageBank
-from kvchat.engine.reading.passages import Question
+from kvchat.engine.text.passages import Question
 from kvchat.engine.reading.prompt_run import PromptRun
 from kvchat.engine.reading.ways.registry import reading_of
 from kvchat.engine.reading.selected import Selected

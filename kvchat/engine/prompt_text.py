@@ -6,7 +6,7 @@ an answer can name it. In a bundle of several documents every page's line names 
 held as they are.
 
 A mark holds none of the document's characters: `to_document` maps the prompt's text back to the
-document's, and a token that reads only a mark covers an empty range of it (document_text.py).
+document's, and a token that reads only a mark covers an empty range of it (text/document_text.py).
 """
 
 from __future__ import annotations

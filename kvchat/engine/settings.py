@@ -60,7 +60,7 @@ class FastSettings:
     # (policy/scoring.py): whole sentences, each scored by its strongest head (docs/how-it-works.md, "Reading fast").
     spans: str = "sentences"
     heads: str = "max"
-    # Who chooses what the model re-reads (reading/passages.py): the cheap pass's attention, or the
+    # Who chooses what the model re-reads (text/passages.py): the cheap pass's attention, or the
     # question's words (BM25 over the document's passages, attention where it shares none with them).
     choose: str = "attention"
     opening: int = 0  # the document's first passages, read whatever the question chooses (its title, parties, date)

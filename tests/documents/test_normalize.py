@@ -12,7 +12,7 @@ from pypdf.generic import ContentStream, DictionaryObject, NameObject
 
 from kvchat.documents import load_document
 from kvchat.documents.normalize import normalize_pages
-from kvchat.engine.answering.document_text import kept_text_spans
+from kvchat.engine.text.document_text import kept_text_spans
 from kvchat.engine.prompt import chat_messages, split_rendered
 
 SAMPLE_PDF = Path(__file__).parents[2] / "kvchat" / "samples" / "marketing_reseller_agreement.pdf"

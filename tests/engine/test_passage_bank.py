@@ -16,7 +16,7 @@ from kvchat.engine.kvcache.cache import KvCache
 from kvchat.engine.kvcache.states import DocumentStates
 from kvchat.engine.kvcache.store import StateStore
 from kvchat.engine.reading.passage_bank import PassageBank, load_chosen, opening_end, read_bank
-from kvchat.engine.reading.passages import Passages
+from kvchat.engine.text.passages import Passages
 from kvchat.events import Notice, Progress, Pruned
 from kvchat.llama import ContextSettings, LlamaContext
 from kvchat.policy import SnapKV

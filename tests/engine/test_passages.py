@@ -13,7 +13,7 @@ import pytest
 
 from kvchat.documents import Document
 from kvchat.engine import AskSettings, Conversation
-from kvchat.engine.reading.passages import PASSAGE_TOKENS, Passages, names_the_document
+from kvchat.engine.text.passages import PASSAGE_TOKENS, Passages, names_the_document
 from kvchat.engine.settings import FastSettings
 from kvchat.engine.answering import route
 from kvchat.errors import SettingsError
@@ -272,7 +272,7 @@ def test_bm25s_is_imported_without_jax_and_jax_still_imports_afterwards(tmp_path
     (tmp_path / "jax" / "__init__.py").write_text(
         "import pathlib\npathlib.Path(__file__).parent.parent.joinpath('imported').touch()\n", encoding="utf-8")
     (tmp_path / "jax" / "lax.py").write_text("def top_k(scores, k):\n    return scores[:k], list(range(k))\n", encoding="utf-8")
-    script = ("import sys\nimport kvchat.engine.reading.passages as p\n"
+    script = ("import sys\nimport kvchat.engine.text.passages as p\n"
               "print(p.bm25s.selection.JAX_IS_AVAILABLE, 'jax' in sys.modules)\n"
               "import jax.lax\nprint(jax.lax.__name__)\n")
     inherited = [os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []

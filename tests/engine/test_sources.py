@@ -13,10 +13,10 @@ from kvchat.engine import AskSettings, Engine
 from kvchat.engine.kvcache.cache import KvCache
 from kvchat.engine.answering import from_kept
 from kvchat.engine.answering.attention import answer_attention
-from kvchat.engine.answering.document_text import token_char_ranges
+from kvchat.engine.text.document_text import token_char_ranges
 from kvchat.engine.prompt import document_part
 from kvchat.engine.prompt_text import prompt_text
-from kvchat.engine.answering.sources import MAX_PASSAGE, MIN_PASSAGE, SourceFinder, passages
+from kvchat.engine.text.sources import MAX_PASSAGE, MIN_PASSAGE, SourceFinder, passages
 from kvchat.errors import DecodeError
 from kvchat.events import Done, Notice
 from kvchat.llama import ContextSettings, LlamaContext

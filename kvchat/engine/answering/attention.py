@@ -1,6 +1,6 @@
 """What an answer attended to: its tokens decoded once more over the prompt's kept cells with the
 attention probe on (one batch, like the question's observation window, so the streamed answer is
-not slowed), each prompt token scored by the attention it drew. sources.py tells passages by it.
+not slowed), each prompt token scored by the attention it drew. text/sources.py tells passages by it.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from kvchat.engine.answering.attention import Attention, answer_attention
 from kvchat.engine.answering.from_kept import sources_or_notice
-from kvchat.engine.answering.sources import SourceFinder
+from kvchat.engine.text.sources import SourceFinder
 from kvchat.engine.kvcache.cache import KvCache, SavedCells
 from kvchat.engine.kvcache.states import DocumentStates
 from kvchat.engine.prompt import chat_tokens

@@ -1,6 +1,6 @@
 """An answer from the entries a question keeps of the conversation's reading: the prompt
 selected (Conversation.select), the answer decoded on the conversation's context, then its
-sources (sources.py) from the attention the answer's tokens paid (attention.py) to the kept cells.
+sources (text/sources.py) from the attention the answer's tokens paid (attention.py) to the kept cells.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from collections.abc import Callable, Generator
 from dataclasses import replace
 
 from kvchat.engine.answering.attention import Attention, answer_attention
-from kvchat.engine.answering.sources import SourceFinder
+from kvchat.engine.text.sources import SourceFinder
 from kvchat.engine.conversation import Conversation
 from kvchat.engine.settings import AskSettings
 from kvchat.errors import KvchatError
@@ -49,7 +49,7 @@ def _with_sources(
     sources, strip, notice = sources_or_notice(finder, attention)
     if notice is not None:
         yield notice
-    return replace(done, sources=sources, attention=strip)
+    return replace(done, sources=sources, attention=strip) if sources or strip else done
 
 
 def sources_or_notice(

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from kvchat.documents import Document, Page
 from kvchat.engine.answering.from_kept import answer_from_kept
-from kvchat.engine.answering.sources import SourceFinder, passages
+from kvchat.engine.text.sources import SourceFinder, passages
 from kvchat.engine.conversation import Conversation
 from kvchat.engine.settings import AskSettings
 from kvchat.errors import CancelledError, raise_if_cancelled

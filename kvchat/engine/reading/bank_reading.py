@@ -11,7 +11,7 @@ from collections.abc import Generator, Iterator
 from kvchat.engine.kvcache.in_progress import ReadingsInProgress, WholeReadingDone, read_alone
 from kvchat.engine.kvcache.states import DocumentStates
 from kvchat.engine.reading.passage_bank import BANK, BankPieces, PassageBank, read_bank, save_bank, saved_bank
-from kvchat.engine.reading.passages import Passages
+from kvchat.engine.text.passages import Passages
 from kvchat.engine.reading.speeds import PASSAGES_SPEED, ReadingSpeeds
 from kvchat.engine.settings import AskSettings
 from kvchat.events import Event

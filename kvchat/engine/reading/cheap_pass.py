@@ -34,7 +34,7 @@ import numpy as np
 from kvchat.engine.drafts import Draft
 from kvchat.engine.kvcache.cache import KvCache
 from kvchat.engine.reading.passage_bank import PassageBank, load_passages_of
-from kvchat.engine.reading.passages import Passages, Question, names_the_document
+from kvchat.engine.text.passages import Passages, Question, names_the_document
 from kvchat.engine.reading.selected import Selected
 from kvchat.engine.reading.sizing import RING_MIN, round_up
 from kvchat.engine.reading.speeds import ReadingSpeeds

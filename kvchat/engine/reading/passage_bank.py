@@ -1,6 +1,6 @@
 """A passage bank: the document read as its passages, each alone after the prompt's opening (the
 chat template and the system prompt) and its page's mark, and each one's KV entries kept. A later
-question loads the passages its words choose (passages.py), in document order, and reads only
+question loads the passages its words choose (text/passages.py), in document order, and reads only
 what follows them: the first answer's reading of those passages without reading them again.
 
 Every token of the document is read once, as in a whole reading, but no passage sees another:
@@ -25,7 +25,7 @@ import numpy as np
 
 from kvchat.engine.kvcache.cache import KvCache
 from kvchat.engine.kvcache.states import DocumentStates
-from kvchat.engine.reading.passages import PASSAGE_TOKENS, Passages
+from kvchat.engine.text.passages import PASSAGE_TOKENS, Passages
 from kvchat.events import Event, Progress
 from kvchat.engine.reading.sizing import round_up
 from kvchat.llama import ContextSettings, LlamaContext, LlamaModel, StateBytes
@@ -47,7 +47,7 @@ class DamagedBank(ValueError):
 class PassageBank:
     """Each piece of a document prompt's reading as a state of its cells alone: the opening (the
     prompt's tokens before the document's text), each page's mark (keyed by its token range) and
-    each passage (passages.py's order), read after the opening and its mark."""
+    each passage (text/passages.py's order), read after the opening and its mark."""
 
     opening: StateBytes
     marks: dict[tuple[int, int], StateBytes]

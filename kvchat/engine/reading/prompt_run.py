@@ -18,9 +18,9 @@ import numpy as np
 
 from kvchat.engine.kvcache.cache import KvCache, SavedCells
 from kvchat.engine.reading.passage_bank import PassageBank
-from kvchat.engine.reading.passages import Question
+from kvchat.engine.text.passages import Question
 from kvchat.engine.reading.cheap_pass import CheapPass, fast_select
-from kvchat.engine.answering.generate import Generation, answer_stats, generate
+from kvchat.engine.reading.generate import Generation, answer_stats, generate
 from kvchat.engine.reading.selected import Selected
 from kvchat.engine.settings import AskSettings
 from kvchat.engine.kvcache.states import DocumentStates

@@ -15,9 +15,9 @@ import numpy as np
 
 from kvchat.documents import Document
 from kvchat.documents.bundle import BUNDLE_KIND, kept_by_source
-from kvchat.engine.answering.sources import SourceFinder
+from kvchat.engine.text.sources import SourceFinder
 from kvchat.engine.prompt_text import PromptText
-from kvchat.engine.reading.passages import Passages
+from kvchat.engine.text.passages import Passages
 from kvchat.events import Event, Pruned
 from kvchat.llama import LlamaModel
 
