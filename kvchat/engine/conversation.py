@@ -4,9 +4,10 @@ with its sources, is the answering route's (answering/route.py).
 
 How the document comes into the cache is the conversation's way of reading (reading/ways/reading.py,
 chosen by reading/ways/registry.py): whole, streamed within the budget (a streaming method, or a
-document too long to read whole unless the method was named: reading/sizing.py), put together
-from several documents' readings, or fast for the questions asked before the document is read
-whole (select(): while that is sooner than the rest of the reading) and whole for those after.
+document too long to read whole whose questions read in full: reading/sizing.py), or fast for the
+questions asked before the document is read (select()), the follow-ups then loading their passages
+from its passage bank (the default), or selected from its whole reading (`read` fast); a document
+too long to read whole is read fast for every question.
 What each answer is chosen from is its Selection (selections/): by default every question
 selects anew from the document's reading, with the earlier turns pinned. Several documents come
 as one bundle (documents/bundle.py).

@@ -57,7 +57,7 @@ class FastSettings:
     # re-reading then keeps the budget's, as SnapKV does.
     reread: int | None = None
     # How the cheap pass groups the tokens it chooses (policy/spans.py) and reduces its heads' votes
-    # (policy/scoring.py): whole sentences, each scored by its strongest head (docs/how-it-works.md, "Reading fast").
+    # (policy/scoring.py): whole sentences, each scored by its strongest head (docs/bench/design-history.md, "The fast reading chooses passages by their strongest head").
     spans: str = "sentences"
     heads: str = "max"
     # Who chooses what the model re-reads (text/passages.py): the cheap pass's attention, or the
@@ -90,7 +90,7 @@ class FastSettings:
 
 # How the default (read "auto") reads a new document's first question: the passages its words
 # choose, and the opening passage for a question that names the document, with a draft
-# (docs/how-it-works.md, "Reading what the question chooses").
+# (docs/bench/design-history.md, "The first answer reads the passages its question's words choose").
 AUTO_READING = FastSettings(choose="bm25", opening=1, opening_for="document")
 
 

@@ -15,7 +15,7 @@ layers at once, so SnapKV's per-head selection has to become one ranking of posi
   llama/composite.py).
 
 `sum` is the default: no other reduction answered more, and `per-head` garbled a title copied word
-for word (measured in docs/how-it-works.md, "Per-head selection").
+for word (measured in docs/bench/design-history.md, "One ranking for every head").
 """
 
 from __future__ import annotations

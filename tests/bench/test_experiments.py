@@ -57,7 +57,7 @@ def test_stream_variants_streams_each_case_once_per_variant(tiny_model_path, mon
 def test_whole_questions_tells_the_users_phrasings_as_docs_say(monkeypatch, capsys) -> None:
     _main("whole_questions.py", monkeypatch)
     table = capsys.readouterr().out.splitlines()
-    assert "| users | 12 / 16 | 0 / 16 |" in table  # docs/how-it-works.md, "Questions about the whole document"
+    assert "| users | 12 / 16 | 0 / 16 |" in table  # docs/bench/design-history.md, "Which questions are answered in parts"
 
 
 def test_cuad_lists_asks_for_each_category_of_two_clauses_or_more() -> None:

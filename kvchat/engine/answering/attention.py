@@ -16,7 +16,7 @@ def answer_scores(votes: np.ndarray, origins: np.ndarray, head_origins: np.ndarr
     """(tokens, scores): the prompt tokens the cells hold (their indices in the prompt) and each
     one's score from the answer's votes (n_layer, n_head, cells), summed over heads and the upper
     half of the layers, which found the experts' clause most often
-    (docs/how-it-works.md, "Where an answer came from").
+    (docs/bench/design-history.md, "Sources from the answer's attention").
     In a cache kept per head, a cell holds a token per layer and KV head
     (`head_origins`, (n_layer, n_head_kv, cells)), and each head's attention goes to its own."""
     upper = votes[votes.shape[0] // 2 :]

@@ -9,8 +9,8 @@ it is pruned, so all of it is in the cache when its answer is written; its readi
 store of their own: Engine.conversation_for_part), so the next whole-document question about the
 document loads the parts. The parts' answers are not
 asked once more to be combined: the default model, so asked, copied the first notes and dropped
-the last ones (the sample's governing law, clauses of a list; docs/how-it-works.md, "Questions
-about the whole document"). The sources are each part's first, in the parts' order.
+the last ones (the sample's governing law, clauses of a list; docs/bench/design-history.md,
+"Each part's answer is the answer"). The sources are each part's first, in the parts' order.
 """
 
 from __future__ import annotations

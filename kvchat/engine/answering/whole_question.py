@@ -5,8 +5,8 @@ Such a question is answered from all of the document, in parts (in_parts.py); a 
 entries its attention keeps. The rules ask for the document itself as the object: "Summarize
 this agreement" is about the whole, "Summarize the confidentiality clause" or "Summarize the
 discussion on latency" is not (its attention finds the passage). They were written on a dev set
-of questions and measured on held-out ones (docs/how-it-works.md, "Questions about the whole
-document"); a user who knows better says so (the `in_parts` setting: on or off).
+of questions and measured on held-out ones (docs/bench/design-history.md, "Which questions
+are answered in parts"); a user who knows better says so (the `in_parts` setting: on or off).
 """
 
 from __future__ import annotations

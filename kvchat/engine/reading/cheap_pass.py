@@ -47,7 +47,7 @@ from kvchat.policy import HeadReduction, Method
 
 # With a draft the model re-reads this many times the budget when not told, and keeps the budget's:
 # at 16K tokens the draft's first half choosing 4,096 read as fast as, and answered better than, all of
-# it choosing 1,024 (docs/how-it-works.md, "Reading fast"). The model's own cheap pass re-reads the budget (GemFilter).
+# it choosing 1,024 (docs/bench/design-history.md, "The cheap pass"). The model's own cheap pass re-reads the budget (GemFilter).
 DRAFT_REREAD = 4
 # A fast reading pays while the model re-reads less than this share of the prompt: the cheap pass
 # costs about a third of a full reading (the draft's first half, at 6.9K and at 16K tokens).

@@ -62,7 +62,7 @@ def _sentences(text: str, start: int, end: int) -> list[tuple[int, int]]:
     """The [start, end) ranges of the sentences of the paragraph text[start:end], as syntok finds
     them. Chosen by measurement over pysbd and blingfire: it keeps "Care G. B. Plus Ltd.", "U.S."
     and "e.g." whole and made no false break among the 2,769 of the CUAD contracts, where pysbd
-    broke "Corp." and lists (docs/how-it-works.md, Sources); blingfire ships x86-64 builds only.
+    broke "Corp." and lists (docs/bench/design-history.md, "Sources cut by syntok's sentences"); blingfire ships x86-64 builds only.
     A paragraph at a time: syntok's time grows faster than the text it is given."""
     paragraph = text[start:end]
     starts = [sentence[0].offset for found in syntok.segmenter.analyze(paragraph) for sentence in found][1:]
