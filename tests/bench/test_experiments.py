@@ -117,3 +117,9 @@ def test_passage_bank_answers_each_question_four_ways(tiny_model_path, monkeypat
     assert all(record["read"].endswith(" loaded") for record in answers if record["way"].startswith("bank"))
     (contract,) = [record for record in records if "bank_mib" in record]
     assert contract["bank_q8_mib"] < 0.6 * contract["bank_mib"] and records[-1]["bank"]["of"] == len(asked)
+
+
+def test_standing_plot_draws_the_records_it_is_given(monkeypatch, tmp_path) -> None:
+    pytest.importorskip("matplotlib")
+    _main("standing_plot.py", monkeypatch, "--records", str(BENCH.parent / "docs" / "bench"), "--out", str(tmp_path / "plot.png"))
+    assert (tmp_path / "plot.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
