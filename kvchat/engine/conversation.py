@@ -30,7 +30,7 @@ from kvchat.engine.prompt_text import document_runs, prompt_text
 from kvchat.engine.reading.cheap_pass import CheapPass, fast_is_sooner, fast_reading_s, pays, reread_tokens, speed_kind
 from kvchat.engine.reading.bank_reading import BankReading
 from kvchat.engine.reading.passage_bank import DamagedBank, PassageBank
-from kvchat.engine.text.passages import Question
+from kvchat.engine.text.passages import Passages, Question
 from kvchat.engine.reading.prompt_run import PromptRun
 from kvchat.engine.reading.ways.registry import reading_of
 from kvchat.engine.reading.selected import Selected
@@ -382,6 +382,11 @@ class Conversation:
         """The answer to the prompt select() kept, decoded on this context with `settings` (as
         settings_for() made them): Tokens, then Done."""
         return self.run.answer(settings, selected, cancel)
+
+    @property
+    def passages(self) -> Passages:
+        """The document's passages (text/passages.py): what a question's words choose from."""
+        return self._text.passages
 
     @property
     def source_finder(self) -> SourceFinder:

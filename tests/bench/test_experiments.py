@@ -123,3 +123,12 @@ def test_standing_plot_draws_the_records_it_is_given(monkeypatch, tmp_path) -> N
     pytest.importorskip("matplotlib")
     _main("standing_plot.py", monkeypatch, "--records", str(BENCH.parent / "docs" / "bench"), "--out", str(tmp_path / "plot.png"))
     assert (tmp_path / "plot.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_choose_by_words_sets_each_questions_words_beside_both_readings_scores(tiny_model_path, monkeypatch, capsys,
+                                                                              tmp_path) -> None:
+    record = tmp_path / "record.jsonl"
+    record.write_text("\n".join(json.dumps({"way": way, "id": "todos.law", "score": score}) for way, score in (("bank", 1.0), ("whole", 0.0))))
+    _main("choose_by_words.py", monkeypatch, str(record), "--model", str(tiny_model_path), "--max-document-tokens", "100000")
+    (row,) = _records(capsys.readouterr().out)
+    assert (row["id"], row["bank"], row["whole"], row["differ"]) == ("todos.law", 1.0, 0.0, True) and row["top"] >= row["second"]
