@@ -24,11 +24,11 @@ def chat_command(
     """Chat with a document in a terminal UI (F1 inside lists the keys)."""
     settings = ask_settings(user)
     from kvchat.tui.app import KvchatApp  # Textual is imported only for this command
-    from kvchat.tui.sessions import EngineSessions
+    from kvchat.tui.sessions import EngineSessionFactory
 
     check_draft(user.draft, settings.read)
     draft = draft_for(model, user.draft, settings.read)
-    sessions = EngineSessions(model, user.gpu_layers, user.cache, draft, draft_at_start(user.draft, settings.read))
+    sessions = EngineSessionFactory(model, user.gpu_layers, user.cache, draft, draft_at_start(user.draft, settings.read))
     app = KvchatApp(sessions, paths or [], settings, startup_warning=gpu_layers_warning(user.gpu_layers))
     try:
         app.run()

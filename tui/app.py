@@ -26,12 +26,12 @@ from kvchat.errors import printable
 from kvchat.events import Done, Notice, Progress, Pruned, Token
 from kvchat.tui.dialogs import Dialogs
 from kvchat.tui.messages import DocumentLoaded, EngineEvent, Job, JobEnded, PagesRead
-from kvchat.tui.background_reading import BackgroundReading
+from kvchat.tui.background_reading import BackgroundReader
 from kvchat.tui.sessions import ChatSession, SessionFactory
 from kvchat.tui.widgets import AnswerView, Exchange, KvPanel, NoticeView, ReadingBar, SourceList
 
 
-class KvchatApp(Dialogs, BackgroundReading):
+class KvchatApp(Dialogs, BackgroundReader):
     CSS_PATH = "app.tcss"
     TITLE = "kvchat"
     # below 80 columns the side panel (34) would squeeze the question box: it is hidden there

@@ -25,7 +25,7 @@ from kvchat.tui.sessions import ChatSession
 from kvchat.tui.widgets import KvPanel, NoticeView
 
 
-class BackgroundReading(App[None]):
+class BackgroundReader(App[None]):
     """The background reading of the chat app (a base class of KvchatApp)."""
 
     def __init__(self) -> None:

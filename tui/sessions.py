@@ -88,7 +88,7 @@ class EngineSession:
         self.conversation.close()
 
 
-class EngineSessions:
+class EngineSessionFactory:
     """Opens documents on one Engine, created when the first document is opened."""
 
     def __init__(self, model: str = "default", gpu_layers: int = 0, use_cache: bool = True, draft: str | None = None,

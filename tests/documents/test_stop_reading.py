@@ -302,11 +302,11 @@ def test_a_server_stopping_during_an_upload_stops_its_ocr_without_a_traceback(
 @pytest.mark.system
 async def test_esc_in_the_chat_app_stops_the_ocr_of_the_document_it_opens(private_tmp: Path, fake_tesseract: Path, tmp_path: Path) -> None:
     from kvchat.tui.app import KvchatApp
-    from kvchat.tui.sessions import EngineSessions
+    from kvchat.tui.sessions import EngineSessionFactory
     from tests.tui.test_tui import SIZE, wait_for as wait_in_app
 
     scan = blank_pdf(tmp_path / "scan.pdf", 3)
-    app = KvchatApp(EngineSessions("no model is loaded before the documents are"), [scan])
+    app = KvchatApp(EngineSessionFactory("no model is loaded before the documents are"), [scan])
     async with app.run_test(size=SIZE) as pilot:
         await asyncio.to_thread(wait_for, fake_tesseract.exists, START_WITHIN_S, "OCR start")
         pressed = time.monotonic()

@@ -28,7 +28,7 @@ from kvchat.policy import HeadReduction, SnapKV, method_named
 from kvchat.policy.spans import CHUNK_TOKENS
 from kvchat.tui.app import KvchatApp
 from kvchat.tui.messages import EngineEvent, JobEnded
-from kvchat.tui.sessions import EngineSessions
+from kvchat.tui.sessions import EngineSessionFactory
 from kvchat.tui.widgets import KvPanel
 
 from tests.conftest import OTHER_BATCHES_TOLERANCE
@@ -387,7 +387,7 @@ def test_after_a_fast_answer_the_whole_reading_goes_on_from_where_it_was_stopped
     assert again.stats.loaded_tokens == n_document  # the reading was saved
 
 
-class ReadingOnAwaitsTheQuestion(EngineSessions):
+class ReadingOnAwaitsTheQuestion(EngineSessionFactory):
     """The first whole reading in the background reads nothing until a question stops it, as a long
     document's would: the tiny model reads these notes whole in under a second, and where that ends
     before the question comes (a loaded machine), the question is selected from it instead."""
@@ -432,7 +432,7 @@ async def test_the_chat_answers_after_the_cheap_pass_and_follow_ups_from_the_rea
 
 async def test_with_retrieval_the_chat_reads_nothing_whole_in_the_background(tiny_model_path: Path, notes: Path) -> None:
     settings = AskSettings(method=SnapKV(budget=64, window=16), max_tokens=4, read="retrieval", threads=2)
-    app = KvchatApp(EngineSessions(str(tiny_model_path), use_cache=False), [notes], settings)
+    app = KvchatApp(EngineSessionFactory(str(tiny_model_path), use_cache=False), [notes], settings)
     started: list[object] = []
     async with app.run_test(size=(120, 40)) as pilot:
         app.message_signal.subscribe(app, lambda message: started.append(message) if isinstance(message, JobEnded)

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from kvchat.tui.app import KvchatApp
-from kvchat.tui.sessions import EngineSessions
+from kvchat.tui.sessions import EngineSessionFactory
 from kvchat.tui.widgets import AnswerView
 from tests.system_tools import system_tool
 from tests.tui.test_tui import ask
@@ -49,7 +49,7 @@ def notes(tmp_path: Path) -> Path:
 
 
 async def test_pilot_on_the_small_model_answers_from_the_document(small_model_path: Path, notes: Path) -> None:
-    app = KvchatApp(EngineSessions(str(small_model_path), use_cache=False), [notes])
+    app = KvchatApp(EngineSessionFactory(str(small_model_path), use_cache=False), [notes])
     async with app.run_test(size=(120, 40)) as pilot:
         await ask(pilot, app, "What was the name of the boat?", timeout_s=300)
         assert "Grey Heron" in app.query_one(AnswerView).source
