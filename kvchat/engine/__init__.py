@@ -6,7 +6,7 @@ document, its reading and its turns (conversation.py); the settings a user choos
 installation's health (health.py). In its rooms:
   reading/     how a prompt comes into the KV cache: its ways of reading (ways/: whole, streamed,
                or fast first), reading in chunks within the budget (chunked.py) and the fast
-               reading's choice (cheap_pass.py: what the question's words or a cheap pass choose)
+               reading's choice (reading/fast_reading.py: what the question's words or a cheap pass choose)
   kvcache/     the KV cache of one context, its pruning, and its readings saved on disk
   selections/  what each answer of a conversation is chosen from
   answering/   the one route from a question to its answer (route.py): in parts or from kept

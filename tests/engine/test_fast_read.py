@@ -17,7 +17,8 @@ from kvchat.engine import AskSettings, Conversation, Engine, drafts
 from kvchat.engine.answering import route
 from kvchat.engine.drafts import Draft
 from kvchat.engine.kvcache.cache import KvCache
-from kvchat.engine.reading.cheap_pass import CheapPass, fast_select, last_read_layer
+from kvchat.engine.reading.cheap_pass import CheapPass, last_read_layer
+from kvchat.engine.reading.fast_reading import fast_select
 from kvchat.engine.reading.speeds import ReadingSpeeds
 from kvchat.engine.settings import FastSettings
 from kvchat.errors import CancelledError, SettingsError

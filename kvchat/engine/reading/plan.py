@@ -31,7 +31,7 @@ class ReadingPlan:
     # a whole (or streamed) reading: tokens at the last measured speed; None before any was measured, or
     # where the document is read fast only (past the context)
     est_read_s: float | None
-    # the questions read fast (cheap_pass.py) while the whole reading follows in the background
+    # the questions read fast (fast_reading.py) while the whole reading follows in the background
     reads_fast: bool = False
     est_fast_s: float | None = None  # that fast reading, at the last measured speed of one
     # what the document is read as after the first fast answers (AskSettings.later_reading): "passages",

@@ -19,7 +19,8 @@ import numpy as np
 from kvchat.engine.kvcache.cache import KvCache, SavedCells
 from kvchat.engine.reading.passage_bank import PassageBank
 from kvchat.engine.text.passages import Question
-from kvchat.engine.reading.cheap_pass import CheapPass, fast_select
+from kvchat.engine.reading.cheap_pass import CheapPass
+from kvchat.engine.reading.fast_reading import fast_select
 from kvchat.engine.reading.generate import Generation, answer_stats, generate
 from kvchat.engine.reading.selected import Selected
 from kvchat.engine.settings import AskSettings
@@ -195,7 +196,7 @@ class PromptRun:
         self, tokens: list[int], settings: AskSettings, cancel: threading.Event | None = None, question: Question | None = None,
         bank: PassageBank | None = None,
     ) -> Iterator[Event]:
-        """Instead of reading and select(): a fast reading of the whole prompt (cheap_pass.py) into the
+        """Instead of reading and select(): a fast reading of the whole prompt (fast_reading.py) into the
         emptied cache; `question` for a choice by its words, `bank` where its passages' reading is banked. What a whole reading stopped midway had
         read is set aside (back_to_reading()). Returns the Selected that answer() takes."""
         aside = self._aside if self.holds_fast_answer or not self.read_upto else (self.cache.saved(), self.read_upto)

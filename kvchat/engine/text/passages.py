@@ -1,6 +1,6 @@
 """The document cut into passages of whole sentences, and which of them a question chooses: by its
 words (BM25, as retrieval tools choose their chunks), or by the attention of a cheap pass. A
-question-chosen reading (cheap_pass.py) reads the chosen passages alone,
+question-chosen reading (reading/fast_reading.py) reads the chosen passages alone,
 in document order.
 
 Passages are cut on the sentence spans of policy/spans.py into runs of about PASSAGE_TOKENS

@@ -1,4 +1,4 @@
-"""The questions about a new document read fast (cheap_pass.py: the question chooses what the model
+"""The questions about a new document read fast (fast_reading.py: the question chooses what the model
 reads); the document is read afterwards for the questions after (Conversation.read_on): as its
 passages, from which those load what they choose (passage_bank.py), or whole, with another way,
 to select from (Conversation.select says when a question waits for that instead); or, for
