@@ -295,8 +295,9 @@ class Conversation:
         self._check(self.settings_for(settings), len(earlier.tokens(self.model)), len(question_part.tokens(self.model)))
 
     def _check(self, settings: AskSettings, n_earlier: int, n_question: int) -> None:
-        """check_prompt with the document's cells while a question is read: all of its tokens,
-        or at most the budget and a chunk when it is read streamed."""
+        """check_prompt with the document's cells while a question is read: all of its tokens; at
+        most the budget and a chunk when it is read streamed; at most what a fast reading re-reads
+        when it is too long to read whole."""
         n_document = len(self.document_tokens)
         if settings.method.streams:
             n_document = min(n_document, settings.method.budget + self.stream.chunk)
