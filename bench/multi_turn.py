@@ -18,7 +18,7 @@ from dataclasses import replace
 
 from kvchat.bench.compare import case_document
 from kvchat.bench.tasks import Case, multi_turn_case, score
-from kvchat.engine import AskSettings, Engine, selection_named
+from kvchat.engine import AskSettings, Engine
 from kvchat.events import Done
 from kvchat.policy import SnapKV, method_carrying
 
@@ -30,10 +30,9 @@ def run_case(engine: Engine, case, settings: AskSettings, heads: list[str]) -> d
     scores: dict[str, list[float]] = {}
     runs = [(strategy, method, each) for strategy, method in STRATEGIES.items() for each in (heads if method != "full" else heads[:1])]
     for strategy, method, each in runs:
-        selection = selection_named("question" if strategy == "full" else strategy)
         label = strategy if len(heads) == 1 or method == "full" else f"{strategy} {each}"
         method_settings = method_carrying(method, {"heads": each}, budget=settings.method.budget)
-        conversation = engine.conversation(document, replace(settings, method=method_settings), selection=selection)
+        conversation = engine.conversation(document, replace(settings, method=method_settings, select="question" if strategy == "full" else strategy))
         try:
             for _ in conversation.open():
                 pass

@@ -10,6 +10,7 @@ import argparse
 import json
 import sys
 from collections import defaultdict
+from dataclasses import replace
 
 from kvchat.bench.compare import case_document
 from kvchat.bench.tasks import multikey_case, needle_case, score
@@ -41,7 +42,7 @@ def main() -> None:
         cases += [multikey_case(count_tokens, args.length, 4, seed) for seed in range(args.multikey)]
         for case in cases:
             for name, stream in VARIANTS.items():
-                conversation = engine.conversation(case_document(case), settings, stream=stream)
+                conversation = engine.conversation(case_document(case), replace(settings, stream=stream))
                 try:
                     for _ in conversation.open(question=case.question):
                         pass

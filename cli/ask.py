@@ -10,16 +10,11 @@ from rich.console import Console
 
 from kvchat.cli.background import background_reading_on, start_background_reading
 from kvchat.cli.interrupt import interrupt_as_cancel, signals_stop_reading
-from kvchat.cli.options import (
-    MODEL, PANELS, as_text, check_draft, draft_at_start, draft_for, warn_about_gpu_layers, with_settings,
-)
+from kvchat.cli.options import MODEL, as_text, check_draft, warn_about_gpu_layers, with_settings
 from kvchat.cli.render import OcrBar, render
 from kvchat.cli.files import files_named
 from kvchat.documents import SUPPORTED, Document, bundle, load_document
-from kvchat.engine import (
-    ADVANCED, Engine, StreamSettings, UserSettings, ask_settings, readings_in_progress, selection_named, selections_help,
-    setting_names,
-)
+from kvchat.engine import Engine, UserSettings, ask_settings, draft_at_start, draft_for, readings_in_progress, setting_names
 from kvchat.errors import CancelledError, DocumentError, SettingsError, printable
 from kvchat.events import LaterReading
 from kvchat.paths import cache_dir, checked_writable
@@ -66,7 +61,6 @@ def ask_command(
         "from standard input.", show_default=False),
     question: str = typer.Argument(None, help="What to ask about it (them).", show_default=False, callback=as_text),
     model: str = MODEL,
-    select: str = typer.Option("question", rich_help_panel=PANELS[ADVANCED], help=selections_help()),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object with the answer and stats."),
     user: UserSettings = UserSettings(),
 ) -> None:
@@ -80,8 +74,6 @@ def ask_command(
     if user.cache:  # said now, not once the documents are read
         checked_writable(cache_dir(), also="ask with --no-cache")
     draft = draft_for(model, user.draft, settings.read)
-    stream = StreamSettings(chunk=user.chunk, recent=user.recent)
-    selection = selection_named(select)
     cache, gpu_layers = user.cache, user.gpu_layers
     in_background = cache and background_reading_on()
     # background readings pause from now on: the document's loading and the models' are the question's too
@@ -90,7 +82,7 @@ def ask_command(
         with Engine(model, gpu_layers=gpu_layers, use_cache=cache, draft=draft,
                     draft_at_start=draft_at_start(user.draft, settings.read)) as engine, interrupt_as_cancel() as cancel:
             # closed here, whatever render() raises: the conversation's context goes before the model
-            with closing(engine.ask(document, question, settings, cancel=cancel, selection=selection, stream=stream)) as events:
+            with closing(engine.ask(document, question, settings, cancel=cancel)) as events:
                 done = render(events, as_json, console)
     if cancel.is_set():
         raise CancelledError("stopped", "")

@@ -17,9 +17,9 @@ from kvchat.bench.cuad import cuad_contracts, cuad_ids_named
 from kvchat.bench.leval import LEVAL_TASKS, PARTS, in_part, leval_documents, leval_folder, task_file
 from kvchat.bench.leval_metrics import require_rouge
 from kvchat.bench.report import summarize, write_json
-from kvchat.cli.options import check_draft, draft_for, warn_about_gpu_layers, with_settings
+from kvchat.cli.options import check_draft, warn_about_gpu_layers, with_settings
 from kvchat.bench.runner import LAYOUT_OPTIONS, QUICK, READING_OPTIONS, TASKS, BenchConfig, run_bench
-from kvchat.engine import AskSettings, Engine, UserSettings, ask_settings
+from kvchat.engine import AskSettings, Engine, UserSettings, ask_settings, draft_for
 from kvchat.errors import SettingsError
 from kvchat.models import resolve_model
 from kvchat.policy import METHODS

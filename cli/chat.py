@@ -6,13 +6,14 @@ from pathlib import Path
 
 import typer
 
-from kvchat.cli.options import MODEL, check_draft, draft_at_start, draft_for, gpu_layers_warning, with_settings
+from kvchat.cli.options import MODEL, check_draft, gpu_layers_warning, with_settings
 from kvchat.documents import SUPPORTED
-from kvchat.engine import UserSettings, ask_settings
+from kvchat.engine import UserSettings, ask_settings, draft_at_start, draft_for
 
 
-@with_settings("budget", "window", "heads", "method", "temperature", "threads", "n_batch", "gpu_layers", "flash_attn",
-               "cache_type_k", "cache_type_v", "cache", "draft", "read", "in_parts", "max_tokens", "system")
+@with_settings("budget", "window", "heads", "method", "chunk", "recent", "select", "temperature", "threads", "n_batch",
+               "gpu_layers", "flash_attn", "cache_type_k", "cache_type_v", "cache", "draft", "read", "in_parts", "max_tokens",
+               "system")
 def chat_command(
     paths: list[Path] | None = typer.Argument(
         None, help=f"The document, or several to ask about together ({SUPPORTED}); a file picker opens without one.",

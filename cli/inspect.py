@@ -11,10 +11,10 @@ from rich.table import Table
 from rich.text import Text
 
 from kvchat.cli.interrupt import signals_stop_reading
-from kvchat.cli.options import MODEL, check_draft, draft_at_start, draft_for, with_settings
+from kvchat.cli.options import MODEL, check_draft, with_settings
 from kvchat.cli.render import OcrBar
 from kvchat.documents import SUPPORTED, load_document
-from kvchat.engine import AskSettings, Engine, ReadingPlan, UserSettings
+from kvchat.engine import AskSettings, Engine, ReadingPlan, UserSettings, draft_at_start, draft_for
 from kvchat.errors import printable
 
 

@@ -14,7 +14,7 @@ import typer
 from rich.console import Console
 
 from kvchat.cli.config import source_of
-from kvchat.engine import ADVANCED, ANSWER, UserSettings, choices, paired_draft, panel, user_settings, value_type
+from kvchat.engine import ADVANCED, ANSWER, NO_DRAFT, UserSettings, choices, panel, user_settings, value_type
 from kvchat.errors import SettingsError
 from kvchat.llama import gpu_offload_supported
 
@@ -28,32 +28,10 @@ def as_text(value: str | None) -> str | None:
     return None if value is None else LONE_SURROGATE.sub("\ufffd", value)
 
 
-NO_DRAFT = "none"  # --draft none: a fast reading's cheap pass is the model's own first layers
-
-
 def check_draft(draft: str | None, read: str, hint: str = "leave --read at auto, or use --read fast") -> None:
     """A draft only serves a fast reading: refused with a full one, before a model loads."""
     if draft not in (None, NO_DRAFT) and read == "full":
         raise SettingsError("--draft does the cheap pass of a fast reading", hint)
-
-
-def draft_for(model: str, draft: str | None, read: str) -> str | None:
-    """The draft a command loads for fast readings: the one named, none for `--draft none`, else
-    unless the reading is full the registry's pair for `model` (small, for the default model) if
-    installed."""
-    if draft == NO_DRAFT:
-        return None
-    if draft is not None:
-        return draft
-    return paired_draft(model) if read != "full" else None
-
-
-def draft_at_start(draft: str | None, read: str) -> bool:
-    """Whether a command loads its draft at start (Engine's `draft_at_start`): one the user named,
-    to be refused at once if its vocabulary is not the model's, and one that every question of a
-    fast reading needs. The model's own pair waits for the first question whose words choose
-    nothing, which the defaults rarely meet."""
-    return draft is not None or read == "fast"
 
 
 # The CLI's own words for some settings: llama.cpp's short forms where the meaning is the same (-n,

@@ -11,12 +11,12 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from kvchat.cli.options import MODEL, draft_for, warn_about_gpu_layers, with_settings
+from kvchat.cli.options import MODEL, warn_about_gpu_layers, with_settings
 from kvchat.documents.limits import SERVER_DOCUMENTS_BYTES
-from kvchat.engine import MOST_TOKENS, Engine, UserSettings, ask_settings
+from kvchat.engine import MOST_TOKENS, Engine, UserSettings, ask_settings, draft_for
 from kvchat.errors import ModelError, SettingsError
 from kvchat.llama import max_sequences
-from kvchat.policy import HeadReduction, SnapKV, window_for
+from kvchat.policy import HeadReduction, SnapKV
 from kvchat.serving.slots import DEFAULT_ROOM
 
 CURL_EXAMPLE = """\
@@ -65,8 +65,8 @@ def _check_port(host: str, port: int) -> None:
         raise SettingsError(f"cannot listen on {host}:{port} ({error.strerror})", "choose another --port or --host") from None
 
 
-@with_settings("budget", "heads", "threads", "gpu_layers", "flash_attn", "cache_type_k", "cache_type_v", "cache", "draft",
-               "read", "in_parts", "sources", "max_tokens", "system")
+@with_settings("budget", "heads", "chunk", "recent", "threads", "gpu_layers", "flash_attn", "cache_type_k", "cache_type_v",
+               "cache", "draft", "read", "in_parts", "sources", "max_tokens", "system")
 def serve_command(
     host: str = typer.Option("127.0.0.1", help="Address to listen on; 0.0.0.0 exposes the server to your network."),
     port: int = typer.Option(8080, min=1, max=65535, help="Port to listen on."),
@@ -97,8 +97,7 @@ def serve_command(
         )
     budget, threads = user.budget, user.threads
     _check_shared_context(max_sessions, budget + room + user.max_tokens)
-    # refuses bad settings now, as a request's would be refused (with a window its budget holds): requests build theirs later
-    layout = ask_settings(user.model_copy(update={"window": window_for(budget)})).layout
+    layout = ask_settings(user).layout  # refuses bad settings now, as a request's would be refused: requests build theirs later
     draft = draft_for(model, user.draft, user.read)  # a named one whatever --read says: a request may read fast (kv_read)
     _check_port(host, port)
     console = Console(stderr=True)

@@ -17,12 +17,12 @@ from typing import Any
 from kvchat.documents import bundle
 from kvchat.documents.limits import MAX_FILE_BYTES, SERVER_DOCUMENTS_BYTES
 from kvchat.engine import (
-    DEFAULT_MAX_TOKENS, AskSettings, Engine, KvLayout, Turn, UserSettings, above_most, ask_settings, form_label,
+    DEFAULT_MAX_TOKENS, AskSettings, Engine, KvLayout, Turn, UserSettings, above_most, ask_settings, form_label, method_of,
 )
 from kvchat.errors import KvchatError
 from kvchat.events import Done, Event
 from kvchat.llama import SamplerSettings
-from kvchat.policy import DEFAULT_BUDGET, MIN_BUDGET, HeadReduction, SnapKV, method_carrying, window_for
+from kvchat.policy import DEFAULT_BUDGET, MIN_BUDGET, HeadReduction, SnapKV
 from kvchat.server.documents import DocumentLibrary, StoredDocument
 from kvchat.server.errors import REQUEST_FIELDS, ApiError, api_error
 from kvchat.server.schemas import REQUEST_SETTINGS, SETTING_FIELDS, ChatCompletionRequest, ChatMessage, value_schemas
@@ -130,7 +130,8 @@ class ChatService:
         seed = limits.defaults.seed if body.seed is None else body.seed
         sampler = SamplerSettings(temperature=temperature, top_p=body.top_p or SamplerSettings.top_p, seed=seed)
         try:
-            method = method_carrying(user.method or SnapKV.name, {"heads": limits.heads}, budget=budget, window=window_for(budget))
+            # the server's heads serve every method: those that choose by heads take them
+            method = method_of(user.model_copy(update={"budget": budget, "heads": None}), {"heads": limits.heads})
             return ask_settings(user, method=method, max_tokens=max_tokens, sampler=sampler, threads=self.threads, layout=limits.layout,
                                 system=_system(body.messages) or user.system, kept_cells=limits.sequence_cells - 1)
         except KvchatError as error:

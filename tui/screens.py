@@ -14,9 +14,9 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, DirectoryTree, Input, Label, Select, Static
 
 from kvchat.documents import DOCUMENT_SUFFIXES
-from kvchat.engine import AskSettings, above_most, choices, form_label, setting_names, user_settings, value_type
+from kvchat.engine import AskSettings, above_most, choices, form_label, method_of, setting_names, user_settings, value_type
 from kvchat.errors import SettingsError, printable
-from kvchat.policy import SnapKV, method_carrying, method_options
+from kvchat.policy import SnapKV, method_options
 
 SNAPKV_OPTIONS = {"kernel": SnapKV.kernel, "pool": SnapKV.pool}
 MOST_TEMPERATURE = 5.0  # the chat's own bound: past it, answers are noise
@@ -76,10 +76,10 @@ class SettingsScreen(ModalScreen[AskSettings | None]):
         user = user_settings(shown)  # each value checked as the CLI and the server check it
         if user.temperature > MOST_TEMPERATURE:
             raise above_most("temperature", user.temperature, MOST_TEMPERATURE, "the most the chat samples with")
-        method = method_carrying(  # runs the method's checks (budget >= window + sinks …), with the pooling shown for every method: those it has
-            str(user.method), {**method_options(self.settings.method), "kernel": user.kernel, "pool": user.pool},
-            budget=user.budget, window=user.window,
-        )
+        # runs the method's checks (budget >= window + sinks …), with the pooling shown for every method: those it has
+        shown_for_every_method = {"kernel": user.kernel, "pool": user.pool}
+        method = method_of(user.model_copy(update=dict.fromkeys(shown_for_every_method)),
+                           {**method_options(self.settings.method), **shown_for_every_method})
         answer = {name: getattr(user, name) for name in shown if name in ANSWER_FIELDS}
         return replace(self.settings, **answer, method=method, sampler=replace(self.settings.sampler, temperature=user.temperature))
 

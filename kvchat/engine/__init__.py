@@ -14,7 +14,7 @@ installation's health (health.py). In its rooms:
 """
 
 from kvchat.engine.conversation import Conversation
-from kvchat.engine.drafts import paired_draft
+from kvchat.engine.drafts import NO_DRAFT, draft_at_start, draft_for, paired_draft
 from kvchat.engine.health import time_read_and_decode
 from kvchat.engine.kvcache.foreground import PAUSED_CHECK_S, HeldWhileBusy, batches_stop_while
 from kvchat.engine.kvcache.in_progress import WAITING_FOR_TURN, InProgress, ReadingsInProgress, Survey, WholeReadingDone
@@ -27,20 +27,19 @@ from kvchat.engine.answering.whole_question import about_whole
 from kvchat.engine.health import installation, smoke_test
 from kvchat.engine.prompt import SYSTEM_PROMPT, Turn
 from kvchat.engine.reading.cheap_pass import speed_kind
-from kvchat.engine.selections import SELECTIONS, Selection, selection_named, selections_help
-from kvchat.engine.settings import AskSettings, FastSettings, KvLayout, ask_settings
+from kvchat.engine.selections import SELECTIONS, Selection, selection_named
+from kvchat.engine.settings import AskSettings, FastSettings, KvLayout, StreamSettings, ask_settings, method_of
 from kvchat.engine.user_settings import (
     ADVANCED, ANSWER, DEFAULT_MAX_TOKENS, MOST_TOKENS, UserSettings, above_most, choices, form_label, invalid_setting, panel,
     setting_names, user_settings, value_type,
 )
-from kvchat.engine.reading.chunked import StreamSettings
 
 __all__ = [
-    "ADVANCED", "ANSWER", "DEFAULT_MAX_TOKENS", "MOST_TOKENS", "PAUSED_CHECK_S", "SYSTEM_PROMPT", "WAITING_FOR_TURN", "SELECTIONS", "AskSettings", "Conversation",
-    "Engine", "FastSettings", "Generation", "HeldWhileBusy", "InProgress", "KvLayout", "PassageBank", "PreparedPrompt", "ReadingPlan",
-    "ReadingsInProgress", "Selection", "StreamSettings", "Survey", "Turn", "UserSettings", "WholeReadingDone",
-    "about_whole", "above_most", "answer_stats", "ask_settings", "batches_stop_while", "choices", "form_label", "installation",
-    "invalid_setting",
-    "paired_draft", "panel", "part_store", "readings_in_progress", "selection_named", "selections_help", "setting_names",
+    "ADVANCED", "ANSWER", "DEFAULT_MAX_TOKENS", "MOST_TOKENS", "NO_DRAFT", "PAUSED_CHECK_S", "SELECTIONS", "SYSTEM_PROMPT",
+    "WAITING_FOR_TURN", "AskSettings", "Conversation", "Engine", "FastSettings", "Generation", "HeldWhileBusy", "InProgress",
+    "KvLayout", "PassageBank", "PreparedPrompt", "ReadingPlan", "ReadingsInProgress", "Selection", "StreamSettings", "Survey",
+    "Turn", "UserSettings", "WholeReadingDone", "about_whole", "above_most", "answer_stats", "ask_settings",
+    "batches_stop_while", "choices", "draft_at_start", "draft_for", "form_label", "installation", "invalid_setting",
+    "method_of", "paired_draft", "panel", "part_store", "readings_in_progress", "selection_named", "setting_names",
     "smoke_test", "speed_kind", "state_store", "time_read_and_decode", "user_settings", "value_type",
 ]

@@ -27,7 +27,9 @@ from kvchat.engine.kvcache.in_progress import ReadingsInProgress, WholeReadingDo
 from kvchat.engine.kvcache.states import DocumentStates
 from kvchat.engine.prompt import PromptPart, Turn, chat_messages, document_part, split_rendered
 from kvchat.engine.prompt_text import document_runs, prompt_text
-from kvchat.engine.reading.cheap_pass import CheapPass, fast_is_sooner, fast_reading_s, pays, reread_tokens, speed_kind
+from kvchat.engine.reading.cheap_pass import (
+    CheapPass, fast_is_sooner, fast_reading_s, question_reads_fast, reread_tokens, speed_kind,
+)
 from kvchat.engine.reading.bank_reading import BankReading
 from kvchat.engine.reading.passage_bank import DamagedBank, PassageBank
 from kvchat.engine.text.passages import Passages, Question
@@ -36,9 +38,9 @@ from kvchat.engine.reading.ways.registry import reading_of
 from kvchat.engine.reading.selected import Selected
 from kvchat.engine.reading.sizing import RING_MIN, check_prompt, context_size, reading_settings, reads_whole, round_up
 from kvchat.engine.reading.speeds import ReadingSpeeds
-from kvchat.engine.reading.chunked import StreamSettings, stream_context_size
+from kvchat.engine.reading.chunked import stream_context_size
 from kvchat.engine.reading.ways.reading import DocumentPrompt
-from kvchat.engine.selections import PerQuestion, Selection
+from kvchat.engine.selections import selection_named
 from kvchat.engine.settings import AskSettings
 from kvchat.errors import SettingsError
 from kvchat.events import Event, LaterReading, Notice
@@ -57,9 +59,7 @@ class Conversation:
         document: Document,
         settings: AskSettings,
         *,
-        selection: Selection = PerQuestion(),
         states: DocumentStates | None = None,
-        stream: StreamSettings | None = None,
         speeds: ReadingSpeeds | None = None,
         cheap_pass: CheapPass = CheapPass(),
         in_progress: ReadingsInProgress | None = None,
@@ -69,8 +69,7 @@ class Conversation:
         self.model = model
         self.model_name = model_name
         self.document = document
-        self.selection = selection
-        self.stream = stream or StreamSettings()
+        self.selection = selection_named(settings.select)  # kept for the conversation: a Reuse remembers its first choice
         self.speeds = speeds  # what a reading measures, remembered for `kvchat inspect`
         self.in_progress = in_progress
         self.turns: list[Turn] = []
@@ -80,8 +79,7 @@ class Conversation:
         runs = document_runs(model, document, self._prompt_text, part)
         self.document_tokens = [token for run in runs for token in run] if runs else part.tokens(model)
         self._cheap_pass = cheap_pass
-        self.settings, self._notice, self.reading = reading_of(model, len(self.document_tokens), settings, self.stream,
-                                                               cheap_pass.drafted)
+        self.settings, self._notice, self.reading = reading_of(model, len(self.document_tokens), settings, cheap_pass.drafted)
         self.states = None if self.settings.method.streams or states is None else states.for_settings(self.settings)
         self._whole = reads_whole(model, len(self.document_tokens))  # False: read fast or streamed, never whole
         self._prompt = DocumentPrompt(self.document_tokens, str(document.path), self.states)
@@ -112,7 +110,7 @@ class Conversation:
 
     def _context_size(self) -> int:
         if self.settings.method.streams:
-            return stream_context_size(self.settings, self.stream, 64, self.model.shape.n_ctx_train)
+            return stream_context_size(self.settings, 64, self.model.shape.n_ctx_train)
         if self._fast_only:  # what its fast readings' context may grow to (cheap_pass.make_room)
             return self.model.shape.n_ctx_train
         reserve = CONVERSATION_ROOM + self.settings.max_tokens
@@ -202,8 +200,7 @@ class Conversation:
     def reads_fast_first(self) -> bool:
         """Whether the first question will be answered from a fast reading (open() defers the reading)."""
         with_draft = self._cheap_pass.drafted
-        return (self.reading.defers(self.saved) and self.settings.reads_fast(with_draft)
-                and pays(len(self.document_tokens), self.settings, with_draft))
+        return self.reading.defers(self.saved) and question_reads_fast(len(self.document_tokens), self.settings, with_draft, self._whole)
 
     @property
     def unread(self) -> bool:
@@ -300,7 +297,7 @@ class Conversation:
         when it is too long to read whole."""
         n_document = len(self.document_tokens)
         if settings.method.streams:
-            n_document = min(n_document, settings.method.budget + self.stream.chunk)
+            n_document = min(n_document, settings.method.budget + settings.stream.chunk)
         elif self._fast_only:
             n_document = min(n_document, reread_tokens(settings, self._cheap_pass.drafted))
         check_prompt(self.model, settings, n_document, n_earlier, n_question)
@@ -348,14 +345,12 @@ class Conversation:
         with_draft = self._cheap_pass.drafted
         if not settings.reads_fast(with_draft):
             return False
-        if self._fast_only:  # nothing else reads it
-            return True
         read, speed = self.run.whole_read_upto, self.speeds.tokens_per_s(self.reading.speed) if self.speeds else None
         awaits = read and speed and self.reading.later is LaterReading.WHOLE  # none awaits a passage bank, nor retrieval
         left_s = (len(self.document_tokens) - read) / speed if awaits else None  # None: nothing to await here
-        if not pays(n_prompt, settings, with_draft):
+        if not question_reads_fast(n_prompt, settings, with_draft, self._whole):
             why = f"a fast reading would re-read {reread_tokens(settings, with_draft):,} of this prompt's {n_prompt:,} tokens"
-        elif fast_is_sooner(fast_reading_s(n_prompt, settings, self.speeds), left_s):
+        elif not self._whole or fast_is_sooner(fast_reading_s(n_prompt, settings, self.speeds), left_s):  # nothing else reads it, or sooner
             return True
         else:
             why = "the rest of the document's whole reading comes sooner than a fast reading"

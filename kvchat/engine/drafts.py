@@ -19,6 +19,7 @@ from kvchat.models import REGISTRY, find_entry, installed_draft, model_status, r
 from kvchat.paths import cache_dir
 
 MEMO_NAME = "draft-pairs.json"
+NO_DRAFT = "none"  # the `draft` setting's word for none: a fast reading's cheap pass is the model's own first layers
 LOGGER = logging.getLogger(__name__)
 
 
@@ -46,6 +47,25 @@ def paired_draft(name: str) -> str | None:
     except OSError as error:  # a memo: looked up again next time (a read-only KVCHAT_HOME, `cache` off)
         LOGGER.warning("could not remember the draft in %s: %s", memo_path, error)
     return draft
+
+
+def draft_for(model: str, draft: str | None, read: str) -> str | None:
+    """The draft an engine loads for fast readings, the same for every front end: the one named, none for `--draft none`, else
+    unless the reading is full the registry's pair for `model` (small, for the default model) if
+    installed."""
+    if draft == NO_DRAFT:
+        return None
+    if draft is not None:
+        return draft
+    return paired_draft(model) if read != "full" else None
+
+
+def draft_at_start(draft: str | None, read: str) -> bool:
+    """Whether an engine loads its draft at start (Engine's `draft_at_start`): one the user named,
+    to be refused at once if its vocabulary is not the model's, and one that every question of a
+    fast reading needs. The model's own pair waits for the first question whose words choose
+    nothing, which the defaults rarely meet."""
+    return draft is not None or read == "fast"
 
 
 class Draft:

@@ -18,9 +18,8 @@ from kvchat.engine.kvcache.store import DEFAULT_MAX_BYTES, StateStore
 from kvchat.engine.reading.cheap_pass import CheapPass
 from kvchat.engine.reading.plan import ReadingPlan, reading_plan
 from kvchat.engine.reading.speeds import ReadingSpeeds
-from kvchat.engine.reading.chunked import StreamSettings
 from kvchat.engine.reading.ways.registry import reading_of
-from kvchat.engine.selections import PerQuestion, Selection
+from kvchat.engine.selections import PerQuestion
 from kvchat.engine.settings import AskSettings
 from kvchat.events import Done, Event, LaterReading, Notice, Source
 from kvchat.errors import SettingsError
@@ -91,24 +90,20 @@ class Engine:
         document: Document,
         settings: AskSettings | None = None,
         *,
-        selection: Selection = PerQuestion(),
-        stream: StreamSettings | None = None,
         saves: bool = True,
     ) -> Conversation:
         """A conversation about `document`, asked about through answer() (which opens it unless it
         is open). The settings choose the reading. `saves` False: its reading is not saved (a document made for one answer)."""
-        return self._conversation(document, settings or AskSettings(), self.states if saves else None, selection=selection,
-                                  stream=stream)
+        return self._conversation(document, settings or AskSettings(), self.states if saves else None)
 
     def conversation_for_part(self, document: Document, settings: AskSettings, saves: bool) -> Conversation:
-        """A conversation about a part of a document (answering/in_parts.py), its reading saved with the parts'."""
-        return self._conversation(document, settings, self.part_states if saves else None)
+        """A conversation about a part of a document (answering/in_parts.py), its reading saved with
+        the parts'. Its one question selects from the whole part, whatever `select` says."""
+        return self._conversation(document, replace(settings, select=PerQuestion.name), self.part_states if saves else None)
 
-    def _conversation(self, document: Document, settings: AskSettings, states: DocumentStates | None, *,
-                      selection: Selection = PerQuestion(), stream: StreamSettings | None = None) -> Conversation:
-        return Conversation(self.model, self.model_name, document, settings, selection=selection, states=states,
-                            in_progress=self.in_progress if states is not None else None,
-                            stream=stream, speeds=self.speeds, cheap_pass=self.cheap_pass)
+    def _conversation(self, document: Document, settings: AskSettings, states: DocumentStates | None) -> Conversation:
+        return Conversation(self.model, self.model_name, document, settings, states=states,
+                            in_progress=self.in_progress if states is not None else None, speeds=self.speeds, cheap_pass=self.cheap_pass)
 
     def plan(self, document: Document, settings: AskSettings | None = None) -> ReadingPlan:
         """How `document` would be read with `settings`, and how long that would take here."""
@@ -121,13 +116,11 @@ class Engine:
         settings: AskSettings | None = None,
         *,
         cancel: threading.Event | None = None,
-        selection: Selection = PerQuestion(),
-        stream: StreamSettings | None = None,
     ) -> Iterator[Event]:
         """Stream events for one question about `document` (answer() on a new conversation):
         Progress…, Notice?, Evicted…, Pruned?, Token…, Done. A question about the whole document
-        is answered from its parts, each read whole: `selection` and `stream` play no part in it."""
-        conversation = self.conversation(document, settings, selection=selection, stream=stream)
+        is answered from its parts, each read whole: `select`, `chunk` and `recent` play no part in it."""
+        conversation = self.conversation(document, settings)
         try:
             yield from self.answer(conversation, question, cancel=cancel)
         finally:
@@ -184,7 +177,7 @@ class Engine:
         first answer, for the questions after (Done.read_later): as the way of reading its
         conversation takes says (registry.reading_of: its passages by default, and where it is
         too long to read whole; whole; None for retrieval)."""
-        return reading_of(self.model, n_document, settings, StreamSettings(), self.cheap_pass.drafted)[2].later
+        return reading_of(self.model, n_document, settings, self.cheap_pass.drafted)[2].later
 
     def read_later(
         self, document: Document, settings: AskSettings, later: LaterReading, cancel: threading.Event | None = None,

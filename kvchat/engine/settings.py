@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from functools import cache
 from typing import Any
@@ -10,7 +11,7 @@ from kvchat.engine.user_settings import UserSettings, user_settings
 from kvchat.errors import SettingsError
 from kvchat.events import LaterReading
 from kvchat.llama import ContextSettings, SamplerSettings, gpu_offload_supported
-from kvchat.policy import SPAN_MODES, HeadReduction, Method, SnapKV, method_named
+from kvchat.policy import SPAN_MODES, HeadReduction, Method, SnapKV, method_carrying, window_for
 
 REDUCTIONS = tuple(r.value for r in HeadReduction if r is not HeadReduction.PER_HEAD)  # one set of tokens to re-read
 
@@ -94,6 +95,25 @@ class FastSettings:
 AUTO_READING = FastSettings(choose="bm25", opening=1, opening_for="document")
 
 
+@dataclass(frozen=True)
+class StreamSettings:
+    """How a document too long to read whole is read streamed (reading/chunked.py): `chunk` and
+    `recent` are the user's settings of the same names; the others are what the bench varies."""
+
+    chunk: int = USER.chunk
+    recent: int = USER.recent
+    query_aware: bool = True
+    carry: float = 0.0  # weight of a surviving cell's earlier votes in the next scoring
+
+    def __post_init__(self) -> None:
+        if self.chunk < 1:  # the reading advances by a chunk: 0 would never finish
+            raise SettingsError(f"chunk must be at least 1 token, got {self.chunk}", "use a chunk of e.g. 512 tokens")
+        if self.recent < 1:  # the recent ring is the observation window of each eviction
+            raise SettingsError(f"recent must be at least 1 token, got {self.recent}", "keep e.g. 64 recent tokens")
+        if not 0 <= self.carry <= 1:
+            raise SettingsError(f"carry must be between 0 and 1, got {self.carry}", "use 0 to score each eviction afresh")
+
+
 MIN_PART_TOKENS = 256  # a part smaller than this says too little to be worth its answer
 DEFAULT_PART_TOKENS = 2048
 
@@ -120,6 +140,8 @@ class AskSettings:
     system: str | None = USER.system  # part of the document's prompt: each one has its own saved reading
     in_parts: str = USER.in_parts
     part_tokens: int = DEFAULT_PART_TOKENS  # the size of each part a question answered in parts reads
+    stream: StreamSettings = field(default_factory=StreamSettings)
+    select: str = USER.select  # how a conversation's questions choose what they keep (selections/)
     # The most cells a question's prompt may keep for its answer, its earlier turns pinned whole
     # among them: a server's sequence holds so many (reading/sizing.check_prompt); None: as many
     # as the context holds.
@@ -148,7 +170,8 @@ class AskSettings:
         held = {name: getattr(self, name) for name in _held_as_they_are()}
         method = {name: getattr(self.method, name) for name in METHOD_OPTIONS if hasattr(self.method, name)}
         return {**held, **method, "method": self.method.name, "temperature": self.sampler.temperature, "seed": self.sampler.seed,
-                "cache_type_k": self.layout.type_k, "cache_type_v": self.layout.type_v}
+                "cache_type_k": self.layout.type_k, "cache_type_v": self.layout.type_v, "chunk": self.stream.chunk,
+                "recent": self.stream.recent}
 
     @property
     def method_reads_fast(self) -> bool:
@@ -188,18 +211,28 @@ class AskSettings:
 
 def ask_settings(user: UserSettings, **engine: Any) -> AskSettings:
     """AskSettings carrying out the user's settings; `engine`: those a front end sets itself (the
-    server's method, sampler and layout; kept_cells …). Of the method's options, those left unset
-    (None) are its defaults, and one the method has not is an error naming those it has. A method
-    left unnamed is the default one, which streams a document too long to read whole."""
+    server's method, sampler and layout; kept_cells …). A method left unnamed is the default one,
+    which streams a document too long to read whole."""
+    if "method" not in engine:
+        engine["method"] = method_of(user)
+    answer = {name: getattr(user, name) for name in _held_as_they_are()}
+    layout = KvLayout(flash_attention(user.flash_attn, user.gpu_layers), user.cache_type_k, user.cache_type_v)
+    return AskSettings(**{**answer, "auto_stream": user.method is None, "layout": layout, "stream": StreamSettings(user.chunk, user.recent),
+                          "sampler": SamplerSettings(temperature=user.temperature, seed=user.seed), **engine})
+
+
+def method_of(user: UserSettings, carried: Mapping[str, object] | None = None) -> Method:
+    """The method the user's settings name (the default one if none) with the options they set,
+    those left unset (None) its defaults; an option the method has not is an error that names
+    those it has. Of `carried`, settings brought from elsewhere (the server's heads for every
+    method, the chat form's pooling shown for every method), those the method has. An unset
+    window is the default one, or the longest a small budget has room for (window_for), on every
+    front end alike."""
     options: dict[str, object] = {name: getattr(user, name) for name in METHOD_OPTIONS if getattr(user, name) is not None}
     if "heads" in options:
         options["heads"] = HeadReduction(options["heads"])
-    if "method" not in engine:
-        engine["method"] = method_named(user.method or SnapKV.name, **options)
-    answer = {name: getattr(user, name) for name in _held_as_they_are()}
-    layout = KvLayout(flash_attention(user.flash_attn, user.gpu_layers), user.cache_type_k, user.cache_type_v)
-    return AskSettings(**{**answer, "auto_stream": user.method is None, "layout": layout,
-                          "sampler": SamplerSettings(temperature=user.temperature, seed=user.seed), **engine})
+    options.setdefault("window", window_for(user.budget))
+    return method_carrying(user.method or SnapKV.name, dict(carried or {}), **options)
 
 
 @cache

@@ -21,6 +21,7 @@ from kvchat.policy import DEFAULT_BUDGET, DEFAULT_WINDOW, METHODS, MIN_BUDGET, S
 
 METHOD_NAMES = tuple(METHODS)
 HEAD_REDUCTIONS = tuple(reduction.value for reduction in HeadReduction)
+SELECTION_NAMES = ("question", "document", "reuse")  # selections/registry.py's, by name (the selections import these settings)
 
 DEFAULT_MAX_TOKENS = 512
 # Where a command's --help lists a setting: with the answer settings, the advanced ones (how the
@@ -78,8 +79,9 @@ class UserSettings(BaseModel):
 
     budget: int = _setting(DEFAULT_BUDGET, "KV entries kept for the prompt, observation window included.", served=True,
                            form="KV budget", panel=None, ge=MIN_BUDGET, le=MOST_TOKENS)
-    window: int = _setting(DEFAULT_WINDOW, "Observation window: the question's last tokens whose attention votes.",
-                           form="window", panel=ADVANCED, ge=1)
+    window: int | None = _setting(
+        None, f"Observation window: the question's last tokens whose attention votes (default {DEFAULT_WINDOW}, fewer where "
+        f"the budget has no room for them).", form="window", panel=ADVANCED, ge=1)
     kernel: Annotated[int | None, AfterValidator(_odd)] = _setting(
         None, f"snapkv, snapstream: pooling kernel (odd) that keeps neighbours of chosen tokens (default {SNAPKV.kernel}).",
         form="pooling kernel", panel=ADVANCED, ge=1)
@@ -97,6 +99,10 @@ class UserSettings(BaseModel):
         served=True, form="method", panel=ADVANCED)
     chunk: int = _setting(512, "snapstream: tokens read between evictions.", panel=ADVANCED, ge=1)
     recent: int = _setting(64, "snapstream: most recent tokens always kept while reading.", panel=ADVANCED, ge=1)
+    select: Literal[SELECTION_NAMES] = _setting(  # type: ignore[valid-type]
+        "question", "How a conversation's questions choose what they keep: question (each from the whole document), "
+        "document (one query-agnostic choice per document) or reuse (the first question's choice, for the follow-ups).",
+        panel=ADVANCED)
     temperature: float = _setting(0.0, "0 = greedy (deterministic).", form="temperature", panel=None, ge=0)
     seed: int | None = _setting(None, "Sampling seed (with --temperature > 0).", panel=None, ge=0, le=MOST_SEED)
     threads: Annotated[int | None, AfterValidator(_within_cpus)] = _setting(

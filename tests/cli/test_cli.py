@@ -19,7 +19,8 @@ import typer
 from rich.console import Console
 
 from kvchat.cli import app as cli_app
-from kvchat.cli.options import check_draft, draft_at_start, draft_for
+from kvchat.cli.options import check_draft
+from kvchat.engine import draft_at_start, draft_for
 from kvchat.cli.render import render, stats_line
 from kvchat.engine import AskSettings
 from kvchat.errors import SettingsError, printable

@@ -25,7 +25,7 @@ def conversation_factory(tiny_model, tmp_path):
     made = []
 
     def make(selection: str) -> Conversation:
-        conversation = Conversation(tiny_model, "tiny", document, SETTINGS, selection=selection_named(selection))
+        conversation = Conversation(tiny_model, "tiny", document, replace(SETTINGS, select=selection))
         list(conversation.open())
         made.append(conversation)
         return conversation

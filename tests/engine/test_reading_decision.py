@@ -7,7 +7,6 @@ from __future__ import annotations
 import pytest
 
 from kvchat.engine import AskSettings
-from kvchat.engine.reading.chunked import StreamSettings
 from kvchat.engine.reading.ways.registry import reading_of
 from kvchat.policy import Full, SnapKV, SnapStream
 
@@ -33,6 +32,6 @@ SITUATIONS = [
 
 @pytest.mark.parametrize(("n_document", "settings", "drafted", "expected"), SITUATIONS)
 def test_one_place_decides_how_a_document_is_read(tiny_model, n_document, settings, drafted, expected) -> None:
-    read_with, notice, reading = reading_of(tiny_model, n_document, settings, StreamSettings(), drafted)
+    read_with, notice, reading = reading_of(tiny_model, n_document, settings, drafted)
     later = reading.later.value if reading.later is not None else None
     assert (read_with.method.name, reading.name, later, notice is not None) == expected

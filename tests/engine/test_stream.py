@@ -40,13 +40,13 @@ def long_tokens(model: LlamaModel, n: int) -> list[int]:
 def test_ring_invariants_after_many_evictions(short_model, query_aware: bool) -> None:
     tokens = long_tokens(short_model, 6 * TRAINED_CONTEXT)
     assert len(tokens) > 5 * TRAINED_CONTEXT
-    settings = AskSettings(method=SnapKV(budget=BUDGET, window=16), max_tokens=16, threads=2)
-    stream = StreamSettings(chunk=CHUNK, recent=32, query_aware=query_aware)
+    settings = AskSettings(method=SnapKV(budget=BUDGET, window=16), max_tokens=16, threads=2,
+                           stream=StreamSettings(chunk=CHUNK, recent=32, query_aware=query_aware))
     question = chat_tokens(short_model, [{"role": "user", "content": "What is the code for box 7?"}])[-16:]
     evictions = 0
     with PromptRun(short_model, 768, settings, "tiny") as run:
         cache = run.cache
-        for event in run.stream(tokens, question if query_aware else None, settings, stream):
+        for event in run.stream(tokens, question if query_aware else None, settings):
             assert cache.cells <= BUDGET + CHUNK
             if isinstance(event, Evicted):
                 evictions += 1
@@ -69,8 +69,9 @@ def test_long_generation_runs_past_the_cache(short_model, heads: str, monkeypatc
     selection is per head, and the ring repacks those cells past the trained context."""
     monkeypatch.setattr(short_model, "is_end_of_generation", lambda token: False)  # the answer runs to max_tokens
     document = Document(path=Path("boxes.txt"), kind="text", text=" ".join(f"Box {i} holds {i * 3}." for i in range(40)))
-    settings = AskSettings(method=SnapStream(budget=96, window=16, heads=heads), max_tokens=1500, threads=2)
-    conversation = Conversation(short_model, "tiny", document, settings, stream=StreamSettings(chunk=64, recent=16))
+    settings = AskSettings(method=SnapStream(budget=96, window=16, heads=heads), max_tokens=1500, threads=2,
+                           stream=StreamSettings(chunk=64, recent=16))
+    conversation = Conversation(short_model, "tiny", document, settings)
     try:
         list(conversation.open(question="What does box 3 hold?"))
         n_ctx = conversation.run.n_ctx
@@ -109,14 +110,14 @@ def test_refuses_to_read_past_the_context_without_shift(short_model, monkeypatch
     with PromptRun(short_model, 768, settings, "tiny") as run:
         monkeypatch.setattr(run.cache.ctx, "can_shift", lambda: False)
         with pytest.raises(SettingsError, match="cannot shift"):
-            list(run.stream(tokens, None, replace(settings, method=SnapStream(budget=BUDGET, window=16)), StreamSettings(chunk=CHUNK)))
+            list(run.stream(tokens, None, replace(settings, method=SnapStream(budget=BUDGET, window=16), stream=StreamSettings(chunk=CHUNK))))
 
 
 def test_streamingllm_keeps_sinks_and_the_newest_tokens(short_model) -> None:
     tokens = long_tokens(short_model, 3 * TRAINED_CONTEXT)
-    settings = AskSettings(method=StreamingLLM(budget=BUDGET, window=16), max_tokens=8, threads=2)
+    settings = AskSettings(method=StreamingLLM(budget=BUDGET, window=16), max_tokens=8, threads=2, stream=StreamSettings(chunk=CHUNK))
     with PromptRun(short_model, 768, settings, "tiny") as run:
-        for event in run.stream(tokens, None, settings, StreamSettings(chunk=CHUNK)):
+        for event in run.stream(tokens, None, settings):
             if isinstance(event, Evicted):
                 newest = tokens[run.read_upto - (BUDGET - 4) : run.read_upto]
                 assert list(run.cache.tokens) == tokens[:4] + newest

@@ -20,7 +20,8 @@ from tests.server_harness import serving
 from tests.tui.test_tui import SIZE, wait_for
 from kvchat.cli import app as cli_app
 from kvchat.cli import config
-from kvchat.engine import UserSettings, ask_settings, choices, setting_names, user_settings
+from kvchat.engine import SELECTIONS, StreamSettings, UserSettings, ask_settings, choices, setting_names, user_settings
+from kvchat.errors import SettingsError
 from kvchat.server.schemas import ChatCompletionRequest
 from kvchat.tui.app import KvchatApp
 from kvchat.tui.screens import SettingsScreen
@@ -31,7 +32,7 @@ OTHER_VALUE = {
     "budget": "512", "window": "16", "kernel": "5", "pool": "avg", "heads": "max", "spans": "sentences", "method": "full",
     "chunk": "256", "recent": "32", "temperature": "0.5", "seed": "3", "threads": "1", "gpu_layers": "2", "flash_attn": "on",
     "cache_type_k": "q8_0", "cache_type_v": "q8_0", "n_ctx": "4096", "n_batch": "256", "cache": "false", "draft": "small",
-    "max_tokens": "7", "read": "retrieval", "in_parts": "off", "sources": "false", "system": "Be brief.",
+    "max_tokens": "7", "read": "retrieval", "in_parts": "off", "sources": "false", "system": "Be brief.", "select": "reuse",
 }
 
 
@@ -148,3 +149,12 @@ def test_the_cli_settings_make_the_settings_of_an_ask() -> None:
     assert (settings.sampler.temperature, settings.sampler.seed, settings.threads, settings.n_ctx, settings.n_batch) == (0.5, 3, 1, 4096, 256)
     assert (settings.layout.flash_attn, settings.layout.type_k, settings.layout.type_v) == (True, "q8_0", "q8_0")
     assert (settings.max_tokens, settings.read, settings.in_parts, settings.sources, settings.system) == (7, "full", "off", False, "Be brief.")
+    assert (settings.stream, settings.select) == (StreamSettings(chunk=256, recent=32), "reuse")
+    assert settings.held_settings()["chunk"] == 256 and tuple(SELECTIONS) == choices("select")
+
+
+def test_an_unset_window_is_the_default_one_or_the_longest_a_small_budget_holds() -> None:
+    assert [ask_settings(UserSettings(budget=budget)).method.window for budget in (16, 39, 40, 1024)] == [8, 31, 32, 32]
+    assert ask_settings(UserSettings(budget=16, window=4)).method.window == 4
+    with pytest.raises(SettingsError, match="budget 20 is smaller than window 32"):
+        ask_settings(UserSettings(budget=20, window=32))

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from kvchat.documents import Document
-from kvchat.engine import SELECTIONS, AskSettings, Conversation, selection_named
+from kvchat.engine import SELECTIONS, AskSettings, Conversation
 from kvchat.engine.kvcache.cache import KvCache
 from kvchat.engine.prompt import chat_tokens
 from kvchat.engine.reading.prompt_run import PromptRun
@@ -153,7 +153,7 @@ BOXES = Document(path=Path("boxes.txt"), kind="text",
 
 @pytest.mark.parametrize("selection", SELECTIONS)
 def test_conversations_keep_tokens_per_head_with_earlier_turns_in_every_head(tiny_model, selection: str) -> None:
-    conversation = Conversation(tiny_model, "tiny", BOXES, PER_HEAD, selection=selection_named(selection))
+    conversation = Conversation(tiny_model, "tiny", BOXES, replace(PER_HEAD, select=selection))
     try:
         list(conversation.open())
         answers = []

@@ -79,9 +79,9 @@ def test_a_prompt_within_the_budget_is_kept_whole(name: str) -> None:
 @ALL
 def test_a_conversation_reports_the_method_that_ran(name: str, tiny_model) -> None:
     text = " ".join(f"Line {i}: the code for box {i} is {1000 + i * 7}." for i in range(60))
-    settings = AskSettings(method=method_named(name, budget=BUDGET, window=WINDOW), max_tokens=4, threads=2)
-    conversation = Conversation(tiny_model, "tiny", Document(Path("boxes.txt"), "text", text), settings,
-                                stream=StreamSettings(chunk=128, recent=16))
+    settings = AskSettings(method=method_named(name, budget=BUDGET, window=WINDOW), max_tokens=4, threads=2,
+                           stream=StreamSettings(chunk=128, recent=16))
+    conversation = Conversation(tiny_model, "tiny", Document(Path("boxes.txt"), "text", text), settings)
     try:
         events = list(conversation.open(question="What is the code for box 3?"))
         events += list(route.answer(conversation, "What is the code for box 3?"))

@@ -27,7 +27,7 @@ import pytest
 from tests.conftest import REPO_DIR
 from tests.fake_engine import WAIT_S, FakeEngine, Script
 from kvchat.cli.serve import PYTHON_EXAMPLE
-from kvchat.engine import KvLayout, UserSettings
+from kvchat.engine import KvLayout, UserSettings, ask_settings
 from kvchat.engine.answering import elsewhere
 from kvchat.errors import DecodeError, SettingsError
 from kvchat.events import Event, LaterReading, Notice, Progress
@@ -736,6 +736,17 @@ def test_the_page_is_served_and_other_origins_are_refused_unless_allowed(tiny_mo
     with running_server(tiny_model_path, allowed_origins=["https://app.example"], budget=64, max_tokens=8, sequences=1) as (url, _):
         allowed = httpx.options(f"{url}/v1/chat/completions", headers=preflight)
         assert allowed.status_code == 200 and allowed.headers["access-control-allow-origin"] == "https://app.example"
+
+
+def test_a_requests_method_and_stream_are_made_as_every_front_end_makes_them(tiny_model_path: Path) -> None:
+    from kvchat.server.schemas import ChatCompletionRequest
+
+    with running_server(tiny_model_path, defaults=UserSettings(chunk=128, recent=16), budget=64, max_tokens=8, sequences=1) as (_, service):
+        asked = [ChatCompletionRequest(model=MODEL, messages=[{"role": "user", "content": "Hi"}], kv_budget=budget, kv_method=method)
+                 for budget, method in ((16, None), (64, "full"))]
+        small, full = (service.settings_for(request) for request in asked)
+        assert (small.method, full.method) == (ask_settings(UserSettings(budget=16)).method, ask_settings(UserSettings(method="full", budget=64)).method)
+        assert (small.method.window, small.stream.chunk, small.stream.recent, small.select) == (8, 128, 16, "question")
 
 
 def test_a_requests_system_message_or_else_the_servers_is_the_document_prompts_system(tiny_model_path: Path) -> None:

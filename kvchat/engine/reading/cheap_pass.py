@@ -65,6 +65,13 @@ def pays(n_prompt: int, settings: AskSettings, with_draft: bool) -> bool:
     return reread_tokens(settings, with_draft) < PAYS_BELOW * n_prompt
 
 
+def question_reads_fast(n_prompt: int, settings: AskSettings, with_draft: bool, whole: bool) -> bool:
+    """Whether a question of an `n_prompt`-token prompt reads fast, a whole reading under way
+    aside (fast_is_sooner weighs it): where the settings ask for it, and it pays, or the document
+    cannot be read whole (`whole` False: sizing.reads_whole), so that nothing else would read it."""
+    return settings.reads_fast(with_draft) and (not whole or pays(n_prompt, settings, with_draft))
+
+
 def fast_reading_s(n_prompt: int, settings: AskSettings, speeds: ReadingSpeeds | None) -> float | None:
     """How long a fast reading of `n_prompt` tokens takes here, at its last measured speed; None
     before one was measured."""

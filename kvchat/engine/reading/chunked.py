@@ -22,45 +22,27 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Generator
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import numpy as np
 
 from kvchat.engine.kvcache.cache import KvCache
-from kvchat.engine.settings import USER, AskSettings
+from kvchat.engine.settings import AskSettings
 from kvchat.errors import SettingsError, raise_if_cancelled
 from kvchat.events import Event, Evicted, Progress
 from kvchat.llama import LlamaModel
 from kvchat.policy import HeadReduction
 
 
-@dataclass(frozen=True)
-class StreamSettings:
-    """How streamed reading proceeds. Errors name settings, not CLI flags: the TUI and server build these too."""
-
-    chunk: int = USER.chunk
-    recent: int = USER.recent
-    query_aware: bool = True
-    carry: float = 0.0  # weight of a surviving cell's earlier votes in the next scoring
-
-    def __post_init__(self) -> None:
-        if self.chunk < 1:  # the reading advances by a chunk: 0 would never finish
-            raise SettingsError(f"chunk must be at least 1 token, got {self.chunk}", "use a chunk of e.g. 512 tokens")
-        if self.recent < 1:  # the recent ring is the observation window of each eviction
-            raise SettingsError(f"recent must be at least 1 token, got {self.recent}", "keep e.g. 64 recent tokens")
-        if not 0 <= self.carry <= 1:
-            raise SettingsError(f"carry must be between 0 and 1, got {self.carry}", "use 0 to score each eviction afresh")
-
-
-def stream_context_size(settings: AskSettings, stream: StreamSettings, n_question: int, n_ctx_train: int) -> int:
+def stream_context_size(settings: AskSettings, n_question: int, n_ctx_train: int) -> int:
     """budget + chunk + the question (or observer) + the answer's share; never the document.
 
     Longer answers run on the decode ring; the whole stays within the trained context.
     """
-    reading = settings.method.budget + stream.chunk + max(n_question, settings.method.window) + 64
+    reading = settings.method.budget + settings.stream.chunk + max(n_question, settings.method.window) + 64
     if reading + 64 > n_ctx_train:
         raise SettingsError(
-            f"budget {settings.method.budget} + chunk {stream.chunk} do not fit the model's {n_ctx_train} positions",
+            f"budget {settings.method.budget} + chunk {settings.stream.chunk} do not fit the model's {n_ctx_train} positions",
             "lower `budget` or `chunk`",
         )
     if settings.n_ctx is not None:
@@ -97,12 +79,11 @@ def stream_read(
     start: int,
     question_window: list[int] | None,
     settings: AskSettings,
-    stream: StreamSettings,
     cancel: threading.Event | None = None,
 ) -> Generator[Event, None, None]:
     """Read tokens[start:] into `cache` within budget + chunk cells (+ the temporary observer);
     each Progress says how far the reading got (PromptRun.stream keeps count)."""
-    total, method, read_upto = len(tokens), settings.method, start
+    total, method, read_upto, stream = len(tokens), settings.method, start, settings.stream
     recency_only = not method.scores  # StreamingLLM: evict by position, no observation
     if method.per_head:  # see the module's docstring
         method = replace(method, heads=HeadReduction.SUM)

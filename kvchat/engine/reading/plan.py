@@ -11,8 +11,7 @@ from kvchat.engine.prompt import document_part
 from kvchat.engine.prompt_text import prompt_text
 from kvchat.engine.settings import AskSettings
 from kvchat.events import LaterReading
-from kvchat.engine.reading.cheap_pass import fast_is_sooner, fast_reading_s, pays
-from kvchat.engine.reading.chunked import StreamSettings
+from kvchat.engine.reading.cheap_pass import fast_is_sooner, fast_reading_s, question_reads_fast
 from kvchat.engine.reading.sizing import reads_whole
 from kvchat.engine.reading.speeds import PASSAGES_SPEED, ReadingSpeeds
 from kvchat.engine.reading.ways.registry import reading_of
@@ -55,10 +54,10 @@ def reading_plan(
 ) -> ReadingPlan:
     """`with_draft`: a draft model does fast readings' cheap pass (AskSettings.reads_fast)."""
     tokens = len(document_part(model, prompt_text(document).text, settings.system).tokens(model))
-    read_with, _, reading = reading_of(model, tokens, settings, StreamSettings(), with_draft)
+    read_with, _, reading = reading_of(model, tokens, settings, with_draft)
     speed = speeds.tokens_per_s("stream" if read_with.method.streams else "read") if speeds else None
     whole = reads_whole(model, tokens)
-    reads_fast = read_with.reads_fast(with_draft) and (pays(tokens, read_with, with_draft) or not whole)
+    reads_fast = question_reads_fast(tokens, read_with, with_draft, whole)
     fast_s = fast_reading_s(tokens, read_with, speeds) if reads_fast else None
     est_read_s = round(tokens / speed, 1) if speed and (whole or read_with.method.streams) else None
     later = reading.later if reads_fast else LaterReading.WHOLE

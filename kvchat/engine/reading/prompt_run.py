@@ -25,7 +25,7 @@ from kvchat.engine.reading.generate import Generation, answer_stats, generate
 from kvchat.engine.reading.selected import Selected
 from kvchat.engine.settings import AskSettings
 from kvchat.engine.kvcache.states import DocumentStates
-from kvchat.engine.reading.chunked import StreamSettings, stream_read
+from kvchat.engine.reading.chunked import stream_read
 from kvchat.errors import DecodeError
 from kvchat.events import Done, Event, Notice, Progress, timed
 from kvchat.llama import LlamaContext, LlamaModel, Sampler
@@ -78,11 +78,10 @@ class PromptRun:
         tokens: list[int],
         question_window: list[int] | None,
         settings: AskSettings,
-        stream: StreamSettings,
         cancel: threading.Event | None = None,
     ) -> Iterator[Event]:
         """Read tokens[read_upto:] within the budget (streamed reading, see chunked.py)."""
-        for event in timed(stream_read(self.cache, self.model, tokens, self.read_upto, question_window, settings, stream, cancel),
+        for event in timed(stream_read(self.cache, self.model, tokens, self.read_upto, question_window, settings, cancel),
                            self._add_read_s):
             if isinstance(event, Progress):
                 self.read_upto = event.done

@@ -16,8 +16,3 @@ def selection_named(name: str) -> Selection:
     if selection is None:
         raise SettingsError(f"unknown selection {name!r}", f"use one of: {', '.join(SELECTIONS)}")
     return selection()
-
-
-def selections_help() -> str:
-    """`question (select for each question …), …` for a --select help text."""
-    return ", ".join(f"{name} ({selection.summary})" for name, selection in SELECTIONS.items())

@@ -8,7 +8,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from kvchat.engine.reading.prompt_run import PromptRun
-from kvchat.engine.reading.chunked import StreamSettings
 from kvchat.engine.reading.ways.reading import DocumentPrompt, Observer, Reading
 from kvchat.engine.settings import AskSettings
 from kvchat.events import Event
@@ -19,12 +18,10 @@ class StreamedReading(Reading):
     name = "streamed"
     speed = "stream"
 
-    stream: StreamSettings = StreamSettings()
-
     def read(
         self, document: DocumentPrompt, run: PromptRun, settings: AskSettings, cancel: threading.Event | None,
         observer: Observer,
     ) -> Iterator[Event]:
-        window = observer() if self.stream.query_aware else None  # query-aware streaming, when the question is known
-        yield from run.stream(document.tokens, window, settings, self.stream, cancel)
+        window = observer() if settings.stream.query_aware else None  # query-aware streaming, when the question is known
+        yield from run.stream(document.tokens, window, settings, cancel)
         run.save()
