@@ -8,12 +8,10 @@ import typer
 
 from kvchat.cli.options import MODEL, check_draft, gpu_layers_warning, with_settings
 from kvchat.documents import SUPPORTED
-from kvchat.engine import UserSettings, ask_settings, draft_at_start, draft_for
+from kvchat.engine import UserSettings, ask_settings, draft_at_start, draft_for, setting_names
 
 
-@with_settings("budget", "window", "heads", "method", "chunk", "recent", "select", "temperature", "threads", "n_batch",
-               "gpu_layers", "flash_attn", "cache_type_k", "cache_type_v", "cache", "draft", "read", "in_parts", "max_tokens",
-               "system")
+@with_settings(*setting_names())
 def chat_command(
     paths: list[Path] | None = typer.Argument(
         None, help=f"The document, or several to ask about together ({SUPPORTED}); a file picker opens without one.",

@@ -85,6 +85,14 @@ def with_settings(*names: str) -> Callable[[Callable[..., None]], Callable[..., 
     return decorate
 
 
+def every_setting_but(**not_taken: str) -> list[str]:
+    """The settings' names but those a command does not take, each named with the reason why not:
+    a command takes every setting (a new one too) unless it says why it cannot honour it."""
+    if unknown := set(not_taken) - set(UserSettings.model_fields):
+        raise ValueError(f"not settings: {', '.join(sorted(unknown))}")
+    return [name for name in UserSettings.model_fields if name not in not_taken]
+
+
 def _called(ctx: typer.Context | None, name: str) -> str | None:
     """Where the setting `name` came from, where not the command line (nor a test's direct call)."""
     setting = source_of(ctx, name) if ctx is not None else None

@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from kvchat.cli.options import MODEL, warn_about_gpu_layers, with_settings
+from kvchat.cli.options import MODEL, every_setting_but, warn_about_gpu_layers, with_settings
 from kvchat.documents.limits import SERVER_DOCUMENTS_BYTES
 from kvchat.engine import MOST_TOKENS, Engine, UserSettings, ask_settings, draft_for
 from kvchat.errors import ModelError, SettingsError
@@ -65,8 +65,11 @@ def _check_port(host: str, port: int) -> None:
         raise SettingsError(f"cannot listen on {host}:{port} ({error.strerror})", "choose another --port or --host") from None
 
 
-@with_settings("budget", "heads", "chunk", "recent", "threads", "gpu_layers", "flash_attn", "cache_type_k", "cache_type_v",
-               "cache", "draft", "read", "in_parts", "sources", "max_tokens", "system")
+@with_settings(*every_setting_but(
+    method="a request names its own (kv_method: snapkv or full), unset the default",
+    select="each request is answered anew from its messages (a selection per question)",
+    n_ctx="each conversation's cells are --budget, --room and --max-tokens",
+))
 def serve_command(
     host: str = typer.Option("127.0.0.1", help="Address to listen on; 0.0.0.0 exposes the server to your network."),
     port: int = typer.Option(8080, min=1, max=65535, help="Port to listen on."),

@@ -130,8 +130,9 @@ class ChatService:
         seed = limits.defaults.seed if body.seed is None else body.seed
         sampler = SamplerSettings(temperature=temperature, top_p=body.top_p or SamplerSettings.top_p, seed=seed)
         try:
-            # the server's heads serve every method: those that choose by heads take them
-            method = method_of(user.model_copy(update={"budget": budget, "heads": None}), {"heads": limits.heads})
+            # the server's options of a method serve every method a request names: each goes to one that has it
+            every_method = {"heads": limits.heads, **{name: getattr(user, name) for name in ("kernel", "pool", "spans") if getattr(user, name) is not None}}
+            method = method_of(user.model_copy(update={"budget": budget, **dict.fromkeys(every_method)}), every_method)
             return ask_settings(user, method=method, max_tokens=max_tokens, sampler=sampler, threads=self.threads, layout=limits.layout,
                                 system=_system(body.messages) or user.system, kept_cells=limits.sequence_cells - 1)
         except KvchatError as error:

@@ -153,6 +153,12 @@ def test_the_cli_settings_make_the_settings_of_an_ask() -> None:
     assert settings.held_settings()["chunk"] == 256 and tuple(SELECTIONS) == choices("select")
 
 
+def test_chat_takes_every_setting_and_serve_every_one_but_those_it_says_why_not() -> None:
+    assert [param.name for param in COMMAND.commands["chat"].params if param.name in FIELDS] == list(FIELDS)  # type: ignore[attr-defined]
+    served = {param.name for param in COMMAND.commands["serve"].params} & set(FIELDS)  # type: ignore[attr-defined]
+    assert set(FIELDS) - served == {"method", "select", "n_ctx"}
+
+
 def test_an_unset_window_is_the_default_one_or_the_longest_a_small_budget_holds() -> None:
     assert [ask_settings(UserSettings(budget=budget)).method.window for budget in (16, 39, 40, 1024)] == [8, 31, 32, 32]
     assert ask_settings(UserSettings(budget=16, window=4)).method.window == 4
