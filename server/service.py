@@ -160,7 +160,7 @@ class ChatService:
         load what was read. Not where the server's questions read retrieval's way: they load nothing."""
         settings = AskSettings(threads=self.threads, layout=self.limits.layout, system=self.limits.defaults.system,
                                read=self.limits.defaults.read)
-        later = self.engine.later_reading(stored.tokens, settings)
+        later = self.engine.later_reading(stored.document, settings)
         if later is not None:
             self.scheduler.read_later(ChatRequest(settings, document=stored.document), later)
 

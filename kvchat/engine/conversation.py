@@ -25,8 +25,8 @@ from kvchat.engine.text.document_text import DocumentText
 from kvchat.engine.text.sources import SourceFinder
 from kvchat.engine.kvcache.in_progress import ReadingsInProgress, WholeReadingDone, read_alone
 from kvchat.engine.kvcache.states import DocumentStates
-from kvchat.engine.prompt import PromptPart, Turn, chat_messages, document_part, split_rendered
-from kvchat.engine.prompt_text import document_runs, prompt_text
+from kvchat.engine.prompt import PromptPart, Turn, chat_messages, split_rendered
+from kvchat.engine.prompt_text import document_prompt, prompt_text
 from kvchat.engine.reading.cheap_pass import (
     CheapPass, fast_is_sooner, fast_reading_s, question_reads_fast, reread_tokens, speed_kind,
 )
@@ -77,9 +77,7 @@ class Conversation(LaterReadings):
         self.turns: list[Turn] = []
         self._system = settings.system  # the conversation's: its document part (and saved reading) holds it
         self._prompt_text = prompt_text(document)  # the document's text with its pages' marks
-        part = document_part(model, self._prompt_text.text, self._system)
-        runs = document_runs(model, document, self._prompt_text, part)
-        self.document_tokens = [token for run in runs for token in run] if runs else part.tokens(model)
+        part, self.document_tokens = document_prompt(model, document, self._prompt_text, self._system)
         self._cheap_pass = cheap_pass
         self.settings, self._notice, self.reading = reading_of(model, len(self.document_tokens), settings, cheap_pass.drafted)
         self.states = None if self.settings.method.streams or states is None else states.for_settings(self.settings)

@@ -15,6 +15,7 @@ from kvchat.engine.drafts import Draft
 from kvchat.engine.kvcache.in_progress import ReadingsInProgress, WholeReadingDone
 from kvchat.engine.kvcache.states import DocumentStates
 from kvchat.engine.kvcache.store import DEFAULT_MAX_BYTES, StateStore
+from kvchat.engine.prompt_text import document_prompt, prompt_text
 from kvchat.engine.reading.cheap_pass import CheapPass
 from kvchat.engine.reading.plan import ReadingPlan, reading_plan
 from kvchat.engine.reading.speeds import ReadingSpeeds
@@ -172,12 +173,13 @@ class Engine:
         finally:
             conversation.close()
 
-    def later_reading(self, n_document: int, settings: AskSettings) -> LaterReading | None:
-        """What a document of `n_document` tokens asked about with `settings` is read as after its
-        first answer, for the questions after (Done.read_later): as the way of reading its
-        conversation takes says (registry.reading_of: its passages by default, and where it is
-        too long to read whole; whole; None for retrieval)."""
-        return reading_of(self.model, n_document, settings, self.cheap_pass.drafted)[2].later
+    def later_reading(self, document: Document, settings: AskSettings) -> LaterReading | None:
+        """What `document` asked about with `settings` is read as after its first answer, for the
+        questions after (Done.read_later): as the way of reading its conversation takes says
+        (registry.reading_of, by the tokens of its prompt: its passages by default, and where it
+        is too long to read whole; whole; None for retrieval)."""
+        _, tokens = document_prompt(self.model, document, prompt_text(document), settings.system)
+        return reading_of(self.model, len(tokens), settings, self.cheap_pass.drafted)[2].later
 
     def read_later(
         self, document: Document, settings: AskSettings, later: LaterReading, cancel: threading.Event | None = None,

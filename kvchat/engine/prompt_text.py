@@ -18,7 +18,7 @@ import numpy as np
 from kvchat.documents import Document
 from kvchat.documents.bundle import BUNDLE_KIND, document_starts
 from kvchat.documents.model import Page, page_label
-from kvchat.engine.prompt import PromptPart
+from kvchat.engine.prompt import PromptPart, document_part
 from kvchat.llama import LlamaModel
 
 MARKED_KINDS = ("pdf", "epub")
@@ -87,6 +87,15 @@ def prompt_text(document: Document) -> PromptText:
     in_mark = np.concatenate([np.zeros(len(piece), dtype=bool) if index % 2 == 0 else np.ones(len(piece), dtype=bool)
                               for index, piece in enumerate(pieces)])
     return PromptText("".join(pieces), mapping, in_mark)
+
+
+def document_prompt(model: LlamaModel, document: Document, held: PromptText, system: str | None) -> tuple[PromptPart, list[int]]:
+    """The prompt's document part (`held`: the document's text with its pages' marks, after the
+    system prompt) and its tokens: what a conversation reads, and what the way it is read is
+    decided by (registry.reading_of), for a question, `kvchat inspect` and an upload alike."""
+    part = document_part(model, held.text, system)
+    runs = document_runs(model, document, held, part)
+    return part, [token for run in runs for token in run] if runs else part.tokens(model)
 
 
 def document_runs(model: LlamaModel, document: Document, held: PromptText, part: PromptPart) -> list[list[int]] | None:

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kvchat.documents import load_document
+from kvchat.documents import Document, load_document
 from kvchat.engine import AskSettings, Engine
 from kvchat.engine.kvcache.cache import KvCache
 from kvchat.engine.reading.cheap_pass import speed_kind
@@ -122,11 +122,13 @@ def test_a_passages_reading_stopped_part_way_goes_on_from_where_it_stopped(tiny_
 def test_the_engine_reads_a_documents_passages_for_later_and_a_new_question_loads_them(
     tiny_model_path: Path, draft_path: Path, topics: Path,
 ) -> None:
+    fits = load_document(topics)  # 3,966 tokens of text; its prompt too within the model's 4,096 positions
+    past = Document(Path("twice.txt"), "text", f"{fits.text}\n\n{fits.text}")
     with Engine(str(tiny_model_path), draft=str(draft_path)) as engine:
-        assert engine.later_reading(3000, SETTINGS) is LaterReading.PASSAGES
-        assert engine.later_reading(3000, AskSettings(read="fast")) is LaterReading.WHOLE
-        assert engine.later_reading(5000, AskSettings(read="fast")) is LaterReading.PASSAGES  # past the context: no whole reading
-        assert engine.later_reading(3000, AskSettings(read="retrieval")) is None
+        assert engine.later_reading(fits, SETTINGS) is LaterReading.PASSAGES
+        assert engine.later_reading(fits, AskSettings(read="fast")) is LaterReading.WHOLE
+        assert engine.later_reading(past, AskSettings(read="fast")) is LaterReading.PASSAGES  # past the context: no whole reading
+        assert engine.later_reading(fits, AskSettings(read="retrieval")) is None
         how = returned(engine.read_later(load_document(topics), SETTINGS, LaterReading.PASSAGES))
         again = list(engine.read_later(load_document(topics), SETTINGS, LaterReading.PASSAGES))
         done = _done(engine.ask(load_document(topics), "Which notes are on copper mines?", SETTINGS))
@@ -134,7 +136,23 @@ def test_the_engine_reads_a_documents_passages_for_later_and_a_new_question_load
     assert done.stats.read.endswith(f", {done.stats.loaded_tokens:,} loaded") and done.read_later is None
     assert done.stats.kept_tokens - done.stats.loaded_tokens < done.stats.loaded_tokens / 2  # most of what it holds: loaded, not read
     with Engine(str(tiny_model_path)) as engine:  # no draft: every question reads in full, and the document whole after
-        assert engine.later_reading(3000, SETTINGS) is LaterReading.WHOLE
+        assert engine.later_reading(fits, SETTINGS) is LaterReading.WHOLE
+
+
+def test_what_an_upload_is_read_as_later_is_decided_by_its_prompts_tokens_not_its_texts(
+    tiny_model_path: Path, draft_path: Path, topics: Path,
+) -> None:
+    with Engine(str(tiny_model_path), draft=str(draft_path)) as engine:
+        text = load_document(topics).text
+        while engine.model.count_tokens(text) < engine.model.shape.n_ctx_train - 8:
+            text += " ice"
+        document = Document(Path("edge.txt"), "text", text)  # its text fits the 4,096 positions; its prompt does not
+        conversation = engine.conversation(document, AskSettings(read="fast"))
+        try:
+            assert engine.model.count_tokens(text) <= engine.model.shape.n_ctx_train < len(conversation.document_tokens)
+            assert engine.later_reading(document, AskSettings(read="fast")) is conversation.reading.later is LaterReading.PASSAGES
+        finally:
+            conversation.close()
 
 
 @pytest.fixture(scope="module")
@@ -163,7 +181,7 @@ def test_a_document_longer_than_the_context_is_answered_fast_and_its_follow_ups_
             passages = conversation._text.passages
         finally:
             conversation.close()
-        assert engine.later_reading(n_document, AskSettings(read="fast")) is LaterReading.PASSAGES
+        assert engine.later_reading(load_document(topics), AskSettings(read="fast")) is LaterReading.PASSAGES
         plan = engine.plan(load_document(topics), SETTINGS)  # what `kvchat inspect` says
         assert (plan.fits_context, plan.method, plan.reads_fast, plan.later_reading, plan.est_read_s) == (
             False, "snapkv", True, "passages", None)

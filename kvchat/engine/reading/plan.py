@@ -7,8 +7,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from kvchat.documents import Document
-from kvchat.engine.prompt import document_part
-from kvchat.engine.prompt_text import prompt_text
+from kvchat.engine.prompt_text import document_prompt, prompt_text
 from kvchat.engine.settings import AskSettings
 from kvchat.events import LaterReading
 from kvchat.engine.reading.cheap_pass import fast_is_sooner, fast_reading_s, question_reads_fast
@@ -53,7 +52,7 @@ def reading_plan(
     model: LlamaModel, document: Document, settings: AskSettings, speeds: ReadingSpeeds | None, with_draft: bool
 ) -> ReadingPlan:
     """`with_draft`: a draft model does fast readings' cheap pass (AskSettings.reads_fast)."""
-    tokens = len(document_part(model, prompt_text(document).text, settings.system).tokens(model))
+    tokens = len(document_prompt(model, document, prompt_text(document), settings.system)[1])
     read_with, _, reading = reading_of(model, tokens, settings, with_draft)
     speed = speeds.tokens_per_s("stream" if read_with.method.streams else "read") if speeds else None
     whole = reads_whole(model, tokens)
