@@ -1,9 +1,10 @@
 """Later questions from a passage bank, beside the first answer's fresh reading of the same passages
-and the whole reading's selection (today's follow-up), on cuad's dev contracts.
+and the whole reading's selection (today's follow-up), on cuad's dev contracts (or L-Eval's documents).
 
 Usage: python bench/passage_bank.py [--skip 0] [--contracts 2] [--max-document-tokens 16000] [--cuad-data FOLDER]
        [--model default] [--draft small] [--budget 1024] [--bank-budgets 1024,2048] [--read auto] [--max-tokens 512]
        [--no-fresh] [--retrieval] [--no-whole] [--no-q8]
+       [--leval-data FOLDER --leval-tasks leval-legal,… --leval-part held-out --leval-skip 2 --leval-docs 1 --leval-questions 10]
 
 Each contract's questions are answered four ways, each question on its own (no earlier turn):
 `fresh`, the default first answer (the passages the question's words choose, read alone now);
@@ -14,7 +15,9 @@ as it is saved at about half the size; `bank@N`, the bank's questions at another
 (`--bank-budgets`: loading more passages costs little, reading none); `whole`, SnapKV at the budget from the contract's whole reading, saved once and loaded for each
 question as a later `kvchat ask` loads it (its first token counts the loading).
 One JSON line per answer, then one per contract with the readings' times, then the totals. Use a
-KVCHAT_HOME where the contracts' readings are not saved (else the whole reading is loaded).
+KVCHAT_HOME where the contracts' readings are not saved (else the whole reading is loaded). With
+--leval-data, the documents are L-Eval's (kvchat bench's selection: its options of the same names),
+each one a "contract" named task#document, scored by its task's metric.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from collections.abc import Iterator
 
 from kvchat.bench.compare import case_document, for_case
 from kvchat.bench.cuad import cuad_cases
+from kvchat.bench.leval import LevalSelection, leval_cases
 from kvchat.bench.tasks import Case, case_score
 from kvchat.engine import AskSettings, Conversation, Engine, PassageBank
 from kvchat.events import Done, Event
@@ -41,11 +45,26 @@ def _timed(events: Iterator[Event]) -> float:
     return round(time.perf_counter() - started, 1)
 
 
+def _document_of(case: Case) -> str:
+    return case.meta.get("contract") or f"{case.task}#{case.meta['document']}"
+
+
+def _id_of(case: Case) -> str:
+    return case.meta.get("id") or f"{case.task}#{case.meta['document']}.{case.meta['question']}"
+
+
+def _cases(args: argparse.Namespace, count_tokens) -> list[Case]:
+    if args.leval_data is None:
+        return cuad_cases(count_tokens, args.max_document_tokens, folder=args.cuad_data)
+    selection = LevalSelection(part=args.leval_part, skip=args.leval_skip, documents=args.leval_docs, questions=args.leval_questions)
+    return leval_cases(count_tokens, args.max_document_tokens, tuple(args.leval_tasks.split(",")), args.leval_data, selection)
+
+
 def _answers(engine: Engine, conversation: Conversation, cases: list[Case], settings: AskSettings, way: str) -> Iterator[dict]:
     for case in cases:
         conversation.reset()  # each question as a first one: the ways differ only in the reading
         done = [event for event in engine.answer(conversation, case.question, for_case(settings, case)) if isinstance(event, Done)][0]
-        yield {"way": way, "id": case.meta["id"], "score": case_score(case, done.answer), "ttft_s": round(done.stats.ttft_s, 2),
+        yield {"way": way, "id": _id_of(case), "score": case_score(case, done.answer), "ttft_s": round(done.stats.ttft_s, 2),
                "read": done.stats.read, "kept": done.stats.kept_tokens, "answer": done.answer.strip()[:300]}
 
 
@@ -65,13 +84,19 @@ def main() -> None:
     parser.add_argument("--retrieval", action="store_true", help="add retrieval's answers (--read retrieval), read fresh")
     parser.add_argument("--no-whole", action="store_true", help="leave out the whole reading's follow-ups")
     parser.add_argument("--no-q8", action="store_true", help="leave out the q8_0 bank's answers")
+    parser.add_argument("--leval-data", type=Path, help="L-Eval's LEval-data folder: its documents instead of cuad's")
+    parser.add_argument("--leval-tasks", default="leval-legal,leval-financial,leval-nq,leval-multidoc")
+    parser.add_argument("--leval-part", default="dev", choices=("dev", "held-out", "all"))
+    parser.add_argument("--leval-skip", type=int, default=0)
+    parser.add_argument("--leval-docs", type=int, default=1)
+    parser.add_argument("--leval-questions", type=int, default=10)
     args = parser.parse_args()
     totals: dict[str, list[float]] = {}
     with Engine(args.model, draft=None if args.draft == "none" else args.draft) as engine:
-        cases = cuad_cases(engine.model.count_tokens, args.max_document_tokens, folder=args.cuad_data)
-        contracts = list(dict.fromkeys(case.meta["contract"] for case in cases))[args.skip : args.skip + args.contracts]
+        cases = _cases(args, engine.model.count_tokens)
+        contracts = list(dict.fromkeys(_document_of(case) for case in cases))[args.skip : args.skip + args.contracts]
         for contract in contracts:
-            asked = [case for case in cases if case.meta["contract"] == contract]
+            asked = [case for case in cases if _document_of(case) == contract]
             record: dict[str, object] = {"contract": contract, "questions": len(asked)}
             settings = AskSettings(method=SnapKV(budget=args.budget), read=args.read, max_tokens=args.max_tokens)
             conversation = engine.conversation(case_document(asked[0]), for_case(settings, asked[0]))
