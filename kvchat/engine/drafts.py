@@ -50,9 +50,9 @@ def paired_draft(name: str) -> str | None:
 
 
 def draft_for(model: str, draft: str | None, read: str) -> str | None:
-    """The draft an engine loads for fast readings, the same for every front end: the one named, none for `--draft none`, else
-    unless the reading is full the registry's pair for `model` (small, for the default model) if
-    installed."""
+    """The draft an engine loads for fast readings, for every command alike: the one the `draft`
+    setting names, none for NO_DRAFT, else (unless the reading is full) the registry's pair for
+    `model` (small, for the default model) if installed."""
     if draft == NO_DRAFT:
         return None
     if draft is not None:
