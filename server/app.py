@@ -82,7 +82,7 @@ def create_app(service: ChatService, api_key: str | None = None, allowed_origins
         stored = await _stoppable(
             request, stopping, lambda cancel: service.documents.add(file.filename, data, service.document_tokens, cancel)
         )
-        service.read_later(stored)
+        await run_in_threadpool(service.read_later, stored)  # it tokenizes the document's prompt: not on the event loop
         return stored.describe()
 
     @app.get("/v1/documents")
