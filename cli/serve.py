@@ -16,7 +16,6 @@ from kvchat.documents.limits import SERVER_DOCUMENTS_BYTES
 from kvchat.engine import MOST_TOKENS, Engine, UserSettings, ask_settings, draft_for
 from kvchat.errors import ModelError, SettingsError
 from kvchat.llama import max_sequences
-from kvchat.policy import HeadReduction, SnapKV
 from kvchat.serving.slots import DEFAULT_ROOM
 
 CURL_EXAMPLE = """\
@@ -109,7 +108,7 @@ def serve_command(
     model_id = served_name(model, engine.model_path)
     limits = ServerLimits(model_id=model_id, budget=budget, max_tokens=user.max_tokens, sequences=max_sessions,
                           max_waiting=max_waiting, max_readings=max_readings, max_document_bytes=documents_memory * 2**20,
-                          room=room, layout=layout, heads=HeadReduction(user.heads or SnapKV().heads), defaults=user)
+                          room=room, layout=layout, defaults=user)
     try:
         service = ChatService(engine, limits, threads)
     except ModelError as error:  # its hint names the context of one question (`n_ctx`), which serve does not set

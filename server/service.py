@@ -22,7 +22,7 @@ from kvchat.engine import (
 from kvchat.errors import KvchatError
 from kvchat.events import Done, Event
 from kvchat.llama import SamplerSettings
-from kvchat.policy import DEFAULT_BUDGET, MIN_BUDGET, HeadReduction, SnapKV
+from kvchat.policy import DEFAULT_BUDGET, MIN_BUDGET
 from kvchat.server.documents import DocumentLibrary, StoredDocument
 from kvchat.server.errors import REQUEST_FIELDS, ApiError, api_error
 from kvchat.server.schemas import REQUEST_SETTINGS, SETTING_FIELDS, ChatCompletionRequest, ChatMessage, value_schemas
@@ -49,7 +49,6 @@ class ServerLimits:
     max_document_bytes: int = SERVER_DOCUMENTS_BYTES  # memory the uploaded documents may hold, all together
     room: int = DEFAULT_ROOM
     layout: KvLayout = KvLayout()  # flash attention and KV cache types of every context
-    heads: HeadReduction = SnapKV().heads  # how snapkv's heads choose
     # the settings of a request that does not set them (its kv_<setting> fields; system: one that sends no system message)
     defaults: UserSettings = UserSettings()
 
@@ -131,7 +130,7 @@ class ChatService:
         sampler = SamplerSettings(temperature=temperature, top_p=body.top_p or SamplerSettings.top_p, seed=seed)
         try:
             # the server's options of a method serve every method a request names: each goes to one that has it
-            every_method = {"heads": limits.heads, **{name: getattr(user, name) for name in ("kernel", "pool", "spans") if getattr(user, name) is not None}}
+            every_method = {name: getattr(user, name) for name in ("heads", "kernel", "pool", "spans") if getattr(user, name) is not None}
             method = method_of(user.model_copy(update={"budget": budget, **dict.fromkeys(every_method)}), every_method)
             return ask_settings(user, method=method, max_tokens=max_tokens, sampler=sampler, threads=self.threads, layout=limits.layout,
                                 system=_system(body.messages) or user.system, kept_cells=limits.sequence_cells - 1)

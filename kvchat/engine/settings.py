@@ -229,10 +229,12 @@ def method_of(user: UserSettings, carried: Mapping[str, object] | None = None) -
     window is the default one, or the longest a small budget has room for (window_for), on every
     front end alike."""
     options: dict[str, object] = {name: getattr(user, name) for name in METHOD_OPTIONS if getattr(user, name) is not None}
-    if "heads" in options:
-        options["heads"] = HeadReduction(options["heads"])
     options.setdefault("window", window_for(user.budget))
-    return method_carrying(user.method or SnapKV.name, dict(carried or {}), **options)
+    carried = dict(carried or {})
+    for held in (options, carried):
+        if isinstance(held.get("heads"), str):
+            held["heads"] = HeadReduction(held["heads"])
+    return method_carrying(user.method or SnapKV.name, carried, **options)
 
 
 @cache
