@@ -108,7 +108,8 @@ def test_a_signal_during_a_streamed_answer_ends_it_and_the_server_exits_0(
     assert KEY not in stderr and "Bearer $KVCHAT_API_KEY" in stderr  # the banner never shows the key
 
 
-FLAT_MARGIN_MIB = 16  # what RSS may grow over 19 more cancelled readings (a leak of one reading's tokens: ~10 MiB each)
+FLAT_MARGIN_MIB = 16  # what RSS may grow over 15 more cancelled readings (a leak of one reading's tokens: ~10 MiB each)
+WARM_UP_ROUNDS = 5  # the allocator's pools grow over the first rounds, by up to 26 MiB at once (seen at round 5 on CI)
 
 
 def _rss_mib(pid: int) -> float:
@@ -127,13 +128,14 @@ def test_memory_stays_flat_over_twenty_readings_whose_clients_leave(tiny_model_p
         body = {"model": served.model, "messages": [{"role": "user", "content": "Sum it up."}], "stream": True,
                 "document_ids": ids}
         hi = {"model": served.model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
-        for _ in range(20):
+        for _ in range(WARM_UP_ROUNDS + 20):
             with httpx.stream("POST", f"{served.url}/v1/chat/completions", json=body, headers=auth, timeout=60) as response:
                 assert next(line for line in response.iter_lines() if line.startswith(": progress "))  # leave once it reads
             # one sequence: "hi" is read once the reading left behind stopped and freed it
             assert httpx.post(f"{served.url}/v1/chat/completions", json=hi, headers=auth, timeout=60).status_code == 200
             rss.append(_rss_mib(served.process.pid))
-    # the median of the first and of the last five: a reading still being let go of when RSS is read
-    # shows as a lone spike (~17 MiB), memory the allocator gives back as a lone dip (~25 MiB, seen
-    # once in the first five); a leak grows round after round
-    assert median(rss[-5:]) - median(rss[:5]) < FLAT_MARGIN_MIB, [round(value) for value in rss]
+    # past the warm-up, the median of the first and of the last five: a reading still being let go of
+    # when RSS is read shows as a lone spike (~17 MiB), memory the allocator gives back as a lone dip
+    # (~25 MiB); the allocator's pools step up early, then stay; a leak grows round after round
+    measured = rss[WARM_UP_ROUNDS:]
+    assert median(measured[-5:]) - median(measured[:5]) < FLAT_MARGIN_MIB, [round(value) for value in rss]
