@@ -158,7 +158,7 @@ class ChatService:
         fast reading (awaiting the rest of a whole reading where that is sooner), the ones after it
         load what was read. Not where the server's questions read retrieval's way: they load nothing."""
         settings = AskSettings(threads=self.threads, layout=self.limits.layout, system=self.limits.defaults.system,
-                               read=self.limits.defaults.read)
+                               read=self.limits.defaults.read, kept_cells=self.limits.sequence_cells - 1)  # as its requests
         later = self.engine.later_reading(stored.document, settings)
         if later is not None:
             self.scheduler.read_later(ChatRequest(settings, document=stored.document), later)

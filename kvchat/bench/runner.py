@@ -227,7 +227,7 @@ def run_bench(engine: Engine, config: BenchConfig) -> Iterator[tuple[int, int, d
                         engine.model.shape.n_ctx_train - PROMPT_ROOM)
     variants = config.variants()
     # every question answered from the entries kept, unless a variant says `whole=N`
-    base = AskSettings(max_tokens=config.decode_tokens, method=SnapKV(), auto_stream=False, sources=False, in_parts="off",
+    base = AskSettings(max_tokens=config.decode_tokens, method=SnapKV(), method_named=True, sources=False, in_parts="off",
                        layout=config.layout)
     all_settings = [variant.settings(base) for variant in variants]
     total, done = len(cases) * len(variants), 0

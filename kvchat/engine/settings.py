@@ -131,9 +131,10 @@ class AskSettings:
     n_batch: int = USER.n_batch  # tokens read per llama_decode call: a reading's chunk and the largest window
     threads: int | None = None
     layout: KvLayout = field(default_factory=KvLayout)  # flash attention on: scores from the query probe
-    # A document longer than the model's context is read streamed (SnapStream with the method's
-    # options) instead of refused; front ends turn it off when the user names the method.
-    auto_stream: bool = True
+    # The user named the method: kvchat keeps it. Unnamed (the default), kvchat reads a document
+    # longer than the model's context streamed (SnapStream with the method's options) rather than
+    # refuse it, and answers from the whole cache on a GPU (reading/sizing.reading_settings).
+    method_named: bool = False
     sources: bool = USER.sources  # after the answer, its tokens are decoded once more with the attention probe on
     read: str = USER.read
     fast: FastSettings = field(default_factory=FastSettings)
@@ -217,7 +218,7 @@ def ask_settings(user: UserSettings, **engine: Any) -> AskSettings:
         engine["method"] = method_of(user)
     answer = {name: getattr(user, name) for name in _held_as_they_are()}
     layout = KvLayout(flash_attention(user.flash_attn, user.gpu_layers), user.cache_type_k, user.cache_type_v)
-    return AskSettings(**{**answer, "auto_stream": user.method is None, "layout": layout, "stream": StreamSettings(user.chunk, user.recent),
+    return AskSettings(**{**answer, "method_named": user.method is not None, "layout": layout, "stream": StreamSettings(user.chunk, user.recent),
                           "sampler": SamplerSettings(temperature=user.temperature, seed=user.seed), **engine})
 
 

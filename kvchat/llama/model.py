@@ -61,6 +61,7 @@ class LlamaModel:
         backend_ready()
         params = raw.llama_model_default_params()
         params.n_gpu_layers = gpu_layers
+        self.gpu_layers = gpu_layers
         self.weight_layout = weight_layout()
         apply_weight_layout(params, self.weight_layout)
         self.path = Path(path)
@@ -113,6 +114,11 @@ class LlamaModel:
         except UnicodeDecodeError as error:
             raise ModelError(f"{self.path}: its chat template (tokenizer.chat_template) is not UTF-8 (byte {error.start:,})",
                              "use another GGUF of the model: this one was written damaged") from None
+
+    @property
+    def on_gpu(self) -> bool:
+        """Whether every layer runs on a GPU: a GPU build given at least the model's layers."""
+        return self.gpu_layers >= self.shape.n_layer and gpu_offload_supported()
 
     @property
     def handle(self) -> object:

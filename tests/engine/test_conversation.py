@@ -131,7 +131,7 @@ def test_a_document_longer_than_the_context_is_read_and_answered_streamed(tiny_m
 def test_a_named_method_is_kept_and_a_long_document_refused(tiny_model) -> None:
     document = Document(path=Path("boxes.txt"), kind="text", text="Box 3 holds code 1021. " * 400)
     with pytest.raises(PromptTooLongError, match="the model was trained on 4,096"):
-        Conversation(tiny_model, "tiny", document, replace(SETTINGS, auto_stream=False))
+        Conversation(tiny_model, "tiny", document, replace(SETTINGS, method_named=True))
 
 
 def test_a_system_prompt_is_part_of_the_documents_prompt_and_of_every_question(tiny_model) -> None:

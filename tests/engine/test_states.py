@@ -19,6 +19,7 @@ from kvchat.engine.kvcache.states import DocumentStates, tokens_sha256
 from kvchat.engine.kvcache.store import STATE_SUFFIX, DamagedState, StateStore, new_header
 from kvchat.engine.answering import route
 from kvchat.events import Done, Notice, Progress
+from kvchat.llama import LlamaModel
 from kvchat.policy import SnapKV
 
 from tests.inspect_helpers import last_logits
@@ -59,6 +60,22 @@ def test_save_then_load_gives_identical_logits(tiny_model, document, tmp_path) -
     assert np.array_equal(next_logits(second), with_read)
     second.close()
 
+
+
+def test_on_a_gpu_the_defaults_read_the_document_again_for_its_whole_cache_and_save_nothing(
+    tiny_model, document, tmp_path, monkeypatch,
+) -> None:
+    """Reading again is sooner there than loading a saved reading (ways' decision: sizing.answers_whole_on_gpu)."""
+    monkeypatch.setattr(LlamaModel, "on_gpu", True)
+    states = states_for(tmp_path / "states")
+    for _ in range(2):
+        conversation = Conversation(tiny_model, "tiny", document, AskSettings(max_tokens=8, threads=2), states=states)
+        events = list(conversation.open())
+        read = [event for event in events if isinstance(event, Progress)][-1]
+        assert (conversation.settings.method.name, read.read_from, read.done) == ("full", 0, len(conversation.document_tokens))
+        assert not [event for event in events if isinstance(event, Notice)]  # nothing loaded
+        conversation.close()
+    assert not list((tmp_path / "states").rglob(f"*{STATE_SUFFIX}"))
 
 
 def test_a_whole_reading_awaits_another_processs_reading_of_the_document_and_loads_it(

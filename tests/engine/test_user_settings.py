@@ -145,7 +145,7 @@ def test_the_server_bounds_a_setting_further_in_the_same_words(field, value, sai
 def test_the_cli_settings_make_the_settings_of_an_ask() -> None:
     values = {name: value for name, value in OTHER_VALUE.items() if name not in ("kernel", "pool", "heads", "spans")}  # not full's
     settings = ask_settings(user_settings({**values, "read": "full"}))
-    assert (settings.method.name, settings.method.budget, settings.method.window, settings.auto_stream) == ("full", 512, 16, False)
+    assert (settings.method.name, settings.method.budget, settings.method.window, settings.method_named) == ("full", 512, 16, True)
     assert (settings.sampler.temperature, settings.sampler.seed, settings.threads, settings.n_ctx, settings.n_batch) == (0.5, 3, 1, 4096, 256)
     assert (settings.layout.flash_attn, settings.layout.type_k, settings.layout.type_v) == (True, "q8_0", "q8_0")
     assert (settings.max_tokens, settings.read, settings.in_parts, settings.sources, settings.system) == (7, "full", "off", False, "Be brief.")

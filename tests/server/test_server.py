@@ -27,7 +27,7 @@ import pytest
 from tests.conftest import REPO_DIR
 from tests.fake_engine import WAIT_S, FakeEngine, Script
 from kvchat.cli.serve import PYTHON_EXAMPLE
-from kvchat.engine import KvLayout, UserSettings, ask_settings
+from kvchat.engine import AskSettings, KvLayout, UserSettings, ask_settings
 from kvchat.engine.answering import elsewhere
 from kvchat.errors import DecodeError, SettingsError
 from kvchat.events import Event, LaterReading, Notice, Progress
@@ -477,6 +477,18 @@ def test_an_upload_is_read_in_the_background_as_its_follow_ups_need_it(read: str
         uploaded = httpx.post(f"{url}/v1/documents", files={"file": ("notes.txt", b"The boat was named the Grey Heron.")},
                               timeout=WAIT_S)
     assert uploaded.status_code == 200 and asked_to_read == read_later
+
+
+def test_an_uploads_later_reading_is_decided_with_its_requests_bounded_cells() -> None:
+    """As a request's (kept_cells): a GPU's whole cache, which a server's sequence cannot hold, is not
+    what an upload is read as (sizing.answers_whole_on_gpu)."""
+    fake = FakeEngine(saves_readings=True)
+    service = fake.service()
+    decided_with: list[AskSettings] = []
+    fake.later_reading = lambda _document, settings: decided_with.append(settings)
+    with serving(service) as url:
+        httpx.post(f"{url}/v1/documents", files={"file": ("notes.txt", b"The boat was named the Grey Heron.")}, timeout=WAIT_S)
+    assert [settings.kept_cells for settings in decided_with] == [service.limits.sequence_cells - 1]
 
 
 @pytest.mark.parametrize(("filename", "shown"), [("..", "document"), ("/etc/../notes.txt", "notes.txt"),

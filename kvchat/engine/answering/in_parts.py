@@ -74,7 +74,7 @@ def part_settings(settings: AskSettings) -> AskSettings:
     """The settings a part is answered with: read whole (nothing pruned), at most PART_TOKENS,
     kvchat's part instruction unless the user gave a system prompt; on a context of its own, what
     a server's sequence holds (`kept_cells`) does not bound it."""
-    return replace(settings, method=Full(), read="full", auto_stream=False, in_parts="off",
+    return replace(settings, method=Full(), read="full", method_named=True, in_parts="off",
                    max_tokens=min(settings.max_tokens, PART_TOKENS), system=settings.system or PART_SYSTEM, kept_cells=None)
 
 

@@ -7,7 +7,7 @@ from dataclasses import replace
 from kvchat.engine.settings import AskSettings
 from kvchat.errors import PromptTooLongError
 from kvchat.llama import LlamaModel
-from kvchat.policy import SnapStream, method_carrying, method_options
+from kvchat.policy import Full, SnapStream, method_carrying, method_options
 
 CTX_ROUNDING = 256
 RING_MIN = 64  # the least room an answer needs besides the prompt
@@ -81,22 +81,36 @@ def reading_settings(
     model: LlamaModel, n_document: int, settings: AskSettings, drafted: bool,
 ) -> tuple[AskSettings, str | None]:
     """The settings a document of `n_document` tokens is read with, and the notice when they are
-    not the ones asked for. A document longer than the model's trained context is never read
+    not the ones asked for. On a GPU, by default, a document that fits is answered from its whole
+    cache (answers_whole_on_gpu). A document longer than the model's trained context is never read
     whole: where its questions read fast (`drafted`: with a draft's cheap pass), each reads the
     passages it chooses at consecutive positions, and its follow-ups load them from its passage
     bank (reads_whole()); otherwise it is read streamed (SnapStream with the method's budget and
-    options) unless the method was named (`auto_stream` off). A context size asked for (`n_ctx`)
-    that is too small stays an error."""
+    options) unless the method was named. A context size asked for (`n_ctx`) that is too small
+    stays an error."""
+    if answers_whole_on_gpu(model, n_document, settings):
+        return replace(settings, method=Full(), read="full"), None
     if settings.method.streams or reads_whole(model, n_document):
         return settings, None
     too_long = f"the document is {n_document:,} tokens, more than the {model.shape.n_ctx_train:,} the model was trained on"
     if settings.reads_fast(drafted):
         consecutive = replace(settings, fast=replace(settings.fast, positions="consecutive"))
         return consecutive, f"{too_long}: each question reads the passages it chooses"
-    if not settings.auto_stream:
+    if settings.method_named:
         return settings, None
     streamed = replace(settings, method=method_carrying(SnapStream.name, method_options(settings.method)), read="full")
     return streamed, f"{too_long}: reading it streamed (snapstream), keeping {streamed.method.budget:,} entries"
+
+
+def answers_whole_on_gpu(model: LlamaModel, n_document: int, settings: AskSettings) -> bool:
+    """Whether a document is read whole and answered from all of its cache because the model runs
+    on a GPU: there reading it again is sooner than choosing what to keep (an H200 reads 24K tokens
+    in 1.3 s; SnapKV's choice after it takes 2.3-3.1 s more, on the host) and the whole cache
+    answered held-out questions best (docs/bench.md, "On a GPU"). Only where kvchat chooses (the
+    defaults: `read` auto, no method named), the document fits the model's context, and the
+    context holds it (not a server's sequence of `kept_cells`)."""
+    return (settings.read == "auto" and not settings.method_named and settings.kept_cells is None
+            and model.on_gpu and reads_whole(model, n_document))
 
 
 def reads_whole(model: LlamaModel, n_document: int) -> bool:
