@@ -5,7 +5,6 @@ from __future__ import annotations
 import importlib
 import inspect
 import sys
-from importlib.metadata import version
 from typing import NoReturn
 
 import typer
@@ -37,6 +36,8 @@ app = typer.Typer(
 
 def _show_version(shown: bool) -> None:
     if shown:
+        from importlib.metadata import version  # here: 30 ms to import, for --version alone
+
         typer.echo(f"kvchat {version('kvchat')} (llama-cpp-python {version('llama-cpp-python')})")
         raise typer.Exit()
 

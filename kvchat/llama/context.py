@@ -7,11 +7,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from kvchat.errors import DecodeError, KvCacheFullError, ModelError, SettingsError
 from kvchat.llama._lib import raw
-from kvchat.llama.model import CACHE_TYPE_BYTES, LlamaModel
+from kvchat.llama.model import CACHE_TYPE_BLOCK, CACHE_TYPE_BYTES, LlamaModel
 from kvchat.llama.composite import composite_state
 from kvchat.llama.cpu import available_cpus
 from kvchat.llama.probe import AttentionProbe
@@ -57,7 +56,7 @@ def _check_cache_type(cache_type: str, head_dim: int) -> None:
     q8_0's 32-value blocks) and aborts on CUDA (`GGML_ASSERT(d_64 != 0)`)."""
     if cache_type not in CACHE_TYPE_BYTES:
         raise SettingsError(f"unknown cache type {cache_type!r}", "use f16 or q8_0")
-    block = GGML_QUANT_SIZES[GGMLQuantizationType(CACHE_TYPE_BYTES[cache_type][0])][0]
+    block = CACHE_TYPE_BLOCK[cache_type]
     if head_dim % block:
         raise SettingsError(
             f"a {cache_type} KV cache needs attention heads a multiple of {block} values wide; this model's are {head_dim}",

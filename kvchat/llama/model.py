@@ -17,6 +17,7 @@ from kvchat.llama.shape_limits import checked
 
 # Bytes per element of the KV cache types kvchat offers (ggml_type ids).
 CACHE_TYPE_BYTES = {"f16": (1, 2.0), "q8_0": (8, 34 / 32), "f32": (0, 4.0)}  # ggml type id, bytes per element
+CACHE_TYPE_BLOCK = {"f16": 1, "q8_0": 32, "f32": 1}  # values per block (gguf's GGML_QUANT_SIZES)
 CACHE_TYPES = tuple(CACHE_TYPE_BYTES)
 LOAD_ERROR = "error loading model: "  # llama.cpp's log line that says why a model did not load
 

@@ -10,19 +10,20 @@ of the layout).
 from __future__ import annotations
 
 import numpy as np
-from gguf import GGMLQuantizationType
-from gguf.quants import dequantize, quantize
 
 from kvchat.llama.state import StateBuffer, StateParts
 
 PACKED_MAGIC = b"KVQ8"
-_F16 = int(GGMLQuantizationType.F16)
+_F16 = 1  # ggml's type id of f16 (GGMLQuantizationType.F16)
 _BLOCK = 32  # q8_0's values per block
 _BLOCK_BYTES = 34
 
 
 def packed_state(state: StateBuffer) -> bytes:
     """`state` with its f16 layers as q8_0 blocks."""
+    from gguf import GGMLQuantizationType  # here: gguf takes 65 ms to import, and few banks are packed
+    from gguf.quants import quantize
+
     piece = StateParts(state)
     out = [PACKED_MAGIC, bytes(memoryview(state)[: piece.layers_start])]
     for header, data in zip(piece.layer_headers, piece.layers):
@@ -55,6 +56,9 @@ class _Unpacker:
         self.view = view
 
     def state(self) -> bytes:
+        from gguf import GGMLQuantizationType  # here: gguf takes 65 ms to import, and few banks are packed
+        from gguf.quants import dequantize
+
         # The prefix (header, cell table, layout) parses as a state of no layers' data: read its
         # layer count and walk the layers from there.
         prefix_end, n_cells, n_layer, v_trans = StateParts.prefix(self.view)

@@ -11,8 +11,6 @@ import os
 import struct
 
 import numpy as np
-from gguf import GGMLQuantizationType
-from gguf.quants import dequantize
 
 STATE_MAGIC = 0xAF143CD8
 HEADER = struct.Struct("<IiII")
@@ -74,6 +72,9 @@ def _float_keys(rows: np.ndarray, type_id: int, head_dim: int) -> np.ndarray:
     ships in 0.3.36) stores a quantized K multiplied per head by an orthonormal Walsh-Hadamard
     matrix, so that outliers quantize better, and rotates the queries alike: q·k is unchanged. The
     keys are rotated back here because the probe pairs them with the unrotated `Qcur` queries."""
+    from gguf import GGMLQuantizationType  # here: gguf takes 65 ms to import, and only flash attention's scoring reads keys back
+    from gguf.quants import dequantize
+
     try:
         quant_type = GGMLQuantizationType(type_id)
         keys = dequantize(rows, quant_type).reshape(len(rows), -1).astype(np.float32, copy=False)

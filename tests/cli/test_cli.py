@@ -818,3 +818,12 @@ def test_the_stats_line_says_each_figure_and_no_speed_for_an_answer_of_one_token
     )
     one_token = replace(stats, generated_tokens=1, decode_tokens_per_s=0.0)
     assert "· decode – · TTFT" in stats_line(one_token)
+
+
+@pytest.mark.system
+def test_the_command_starts_without_importing_what_only_some_commands_use() -> None:
+    """gguf (65 ms: flash attention's keys and packed banks) and importlib.metadata at the top
+    (30 ms: --version) are imported where they are used, not by every `kvchat` start."""
+    probe = "import sys, kvchat.cli.app; print('gguf' in sys.modules, 'version' in vars(kvchat.cli.app))"
+    started = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert started.stdout.split() == ["False", "False"]

@@ -136,3 +136,11 @@ def test_readings_of_each_cache_type_are_saved_apart_and_reloaded(wide_model_pat
         assert notices[1] == [] and any("loaded the saved reading" in text for text in notices[2])
         f16_bytes = engine.model.shape.kv_bytes_per_token() * events[-1].stats.prompt_tokens
         assert kv_bytes < f16_bytes  # q8_0 keys are counted at their size
+
+
+def test_each_cache_types_block_is_ggmls() -> None:
+    from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+
+    from kvchat.llama.model import CACHE_TYPE_BLOCK, CACHE_TYPE_BYTES
+
+    assert CACHE_TYPE_BLOCK == {name: GGML_QUANT_SIZES[GGMLQuantizationType(type_id)][0] for name, (type_id, _) in CACHE_TYPE_BYTES.items()}
