@@ -20,6 +20,7 @@ from kvchat.cli.logs import configure_logging
 from kvchat.cli.options import flag
 from kvchat.cli.models import models_command
 from kvchat.cli.read import read_command
+from kvchat.cli.resident import resident_command
 from kvchat.cli.serve import serve_command
 from kvchat.errors import CancelledError, KvchatError
 from kvchat.paths import as_home_error
@@ -56,6 +57,7 @@ app.command("bench")(bench_command)
 app.command("serve")(serve_command)
 app.command("doctor")(doctor_command)
 app.command("config")(config_command)
+app.command("resident", hidden=True)(resident_command)  # what `kvchat ask` leaves to keep its model loaded
 app.add_typer(cache_app, name="cache")
 
 

@@ -8,10 +8,11 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from kvchat.cli.background import background_reading_on, start_background_reading
+from kvchat.cli.background import background_reading_on, log_path, start_background_reading
 from kvchat.cli.interrupt import interrupt_as_cancel, signals_stop_reading
 from kvchat.cli.options import MODEL, as_text, check_draft, warn_about_gpu_layers, with_settings
 from kvchat.cli.render import OcrBar, render
+from kvchat.cli.resident import DEFAULT_KEEP_ALIVE_S, KEEP_ALIVE_ENV, Kept, asked_of_kept, keep_alive_s, start_kept
 from kvchat.cli.files import files_named
 from kvchat.documents import SUPPORTED, Document, bundle, load_document
 from kvchat.engine import Engine, UserSettings, ask_settings, draft_at_start, draft_for, readings_in_progress, setting_names
@@ -50,6 +51,14 @@ def _load(names: list[str], console: Console) -> Document:
         return bundle([load_document(path, ocr_progress, stop) for path in files])
 
 
+def _keep_loaded(kept: Kept, keep_s: int, console: Console) -> None:
+    """Leave the model loaded for the next ask (resident.py); the answer stands if it cannot be."""
+    try:
+        start_kept(kept, keep_s, log_path())
+    except OSError as error:
+        _tell(console, f"could not keep the model loaded for the next question ({error})")
+
+
 def _tell(console: Console, line: str) -> None:
     console.print(f"kvchat: {printable(line)}", markup=False, highlight=False, soft_wrap=True)
 
@@ -62,6 +71,10 @@ def ask_command(
     question: str = typer.Argument(None, help="What to ask about it (them).", show_default=False, callback=as_text),
     model: str = MODEL,
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object with the answer and stats."),
+    keep_alive: int | None = typer.Option(
+        None, "--keep-alive", min=0, show_default=False,
+        help=f"Seconds the model stays loaded after the answer, for the next ask (default {DEFAULT_KEEP_ALIVE_S}, or "
+        f"{KEEP_ALIVE_ENV}); 0: not at all."),
     user: UserSettings = UserSettings(),
 ) -> None:
     """Ask a question about a document (or several: `kvchat ask a.pdf b.docx "…"`); the answer
@@ -76,16 +89,26 @@ def ask_command(
     draft = draft_for(model, user.draft, settings.read)
     cache, gpu_layers = user.cache, user.gpu_layers
     in_background = cache and background_reading_on()
+    kept, keep_s = Kept(model, gpu_layers, cache, draft, draft_at_start(user.draft, settings.read)), keep_alive_s(keep_alive)
     # background readings pause from now on: the document's loading and the models' are the question's too
     with readings_in_progress().foreground.answering(told=lambda line: _tell(console, f"{line}, or press Ctrl-C to stop")):
         document = _load(names, console)
-        with Engine(model, gpu_layers=gpu_layers, use_cache=cache, draft=draft,
-                    draft_at_start=draft_at_start(user.draft, settings.read)) as engine, interrupt_as_cancel() as cancel:
-            # closed here, whatever render() raises: the conversation's context goes before the model
-            with closing(engine.ask(document, question, settings, cancel=cancel)) as events:
-                done = render(events, as_json, console)
+        with interrupt_as_cancel() as cancel:
+            events = asked_of_kept(kept, document, question, settings, keep_s, cancel)
+            answered_here = events is None
+            if events is not None:
+                with closing(events):
+                    done = render(events, as_json, console)
+        if answered_here:
+            with Engine(model, gpu_layers=gpu_layers, use_cache=cache, draft=draft,
+                        draft_at_start=kept.draft_at_start) as engine, interrupt_as_cancel() as cancel:
+                # closed here, whatever render() raises: the conversation's context goes before the model
+                with closing(engine.ask(document, question, settings, cancel=cancel)) as events:
+                    done = render(events, as_json, console)
     if cancel.is_set():
         raise CancelledError("stopped", "")
+    if answered_here and keep_s:
+        _keep_loaded(kept, keep_s, console)
     if done is not None and done.read_later and in_background:
         try:
             start_background_reading(document, model, settings, gpu_layers, done.read_later)

@@ -75,6 +75,7 @@ def isolated_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.
     """Every test gets its own KVCHAT_HOME except for the assembled small model (shared, see below)."""
     home = tmp_path_factory.mktemp("kvchat-home")
     monkeypatch.setenv("KVCHAT_HOME", str(home))
+    monkeypatch.setenv("KVCHAT_KEEP_ALIVE", "0")  # an ask keeps no model loaded past its test (tests/cli/test_resident.py do)
     return home
 
 
