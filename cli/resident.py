@@ -155,11 +155,11 @@ def _pass_on_cancel(connection: Connection, cancel: threading.Event) -> None:
 
 def start_kept(kept: Kept, keep_alive: int, log: Path) -> None:
     """Leave a detached `kvchat resident` keeping the model loaded for the next asks."""
-    command = [sys.executable, "-m", "kvchat.cli", "resident", "--model", kept.model, "--gpu-layers", str(kept.gpu_layers),
-               "--keep-alive", str(keep_alive), "--cache" if kept.use_cache else "--no-cache",
-               "--draft", kept.draft or NO_DRAFT, "--draft-at-start" if kept.draft_at_start else "--draft-when-needed"]
-    with open(log, "ab") as stderr:
-        subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr,
+    command = [sys.executable, "-m", "kvchat.cli", "resident", "--model", _file_or_name(kept.model),
+               "--gpu-layers", str(kept.gpu_layers), "--keep-alive", str(keep_alive), "--cache" if kept.use_cache else "--no-cache",
+               "--draft", _file_or_name(kept.draft) or NO_DRAFT, "--draft-at-start" if kept.draft_at_start else "--draft-when-needed"]
+    with open(log, "ab") as stderr:  # in / : it holds no folder of the user's open (a model named by its file is named whole)
+        subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr, cwd="/",
                          start_new_session=True, close_fds=True)
 
 
@@ -225,8 +225,11 @@ class _IdleStop:
             self._timer.cancel()
 
     def _stop(self) -> None:
-        with closing(Client(str(self._path), family="AF_UNIX")) as connection:
-            connection.send(("stop",))
+        try:
+            with closing(Client(str(self._path), family="AF_UNIX")) as connection:
+                connection.send(("stop",))
+        except OSError:  # it stopped meanwhile
+            pass
 
 
 def _answer(engine: Engine, connection: Connection, document: Document, question: str, settings: AskSettings) -> None:

@@ -21,12 +21,11 @@ from collections.abc import Generator, Iterable, Iterator
 from functools import cached_property
 
 from kvchat.documents import Document
-from kvchat.engine.text.document_text import DocumentText
+from kvchat.engine.text.document_text import PreparedDocument, prepare
 from kvchat.engine.text.sources import SourceFinder
 from kvchat.engine.kvcache.in_progress import ReadingsInProgress, WholeReadingDone, read_alone
 from kvchat.engine.kvcache.states import DocumentStates
 from kvchat.engine.prompt import PromptPart, Turn, chat_messages, split_rendered
-from kvchat.engine.prompt_text import document_prompt, prompt_text
 from kvchat.engine.reading.cheap_pass import (
     CheapPass, fast_is_sooner, fast_reading_s, question_reads_fast, reread_tokens, speed_kind,
 )
@@ -67,9 +66,11 @@ class Conversation(LaterReadings):
         speeds: ReadingSpeeds | None = None,
         cheap_pass: CheapPass = CheapPass(),
         in_progress: ReadingsInProgress | None = None,
+        prepared: PreparedDocument | None = None,
     ) -> None:
-        """`in_progress`: the readings other
-        processes are doing, so that read_on() never reads the document beside one of them."""
+        """`in_progress`: the readings other processes are doing, so that read_on() never reads
+        the document beside one of them; `prepared`: the document as prepare() makes it with
+        the settings' system prompt, where an earlier conversation made it."""
         self.model = model
         self.model_name = model_name
         self.document = document
@@ -78,8 +79,10 @@ class Conversation(LaterReadings):
         self.in_progress = in_progress
         self.turns: list[Turn] = []
         self._system = settings.system  # the conversation's: its document part (and saved reading) holds it
-        self._prompt_text = prompt_text(document)  # the document's text with its pages' marks
-        part, self.document_tokens = document_prompt(model, document, self._prompt_text, self._system)
+        prepared = prepared or prepare(model, document, self._system)
+        self._prompt_text = prepared.held  # the document's text with its pages' marks
+        self.document_tokens = prepared.tokens
+        self._text = prepared.text
         self._cheap_pass = cheap_pass
         self.settings, self._notice, self.reading = reading_of(model, len(self.document_tokens), settings, cheap_pass.drafted)
         # nothing saved is loaded where reading again is sooner: streamed, or the whole cache on a GPU
@@ -95,7 +98,6 @@ class Conversation(LaterReadings):
         self._reading_s = 0.0
         self.opened = False  # open() (done) or skip_reading() was called
         self._unread = False  # the whole reading was deferred: questions read fast meanwhile (select())
-        self._text = DocumentText(model, document, self._prompt_text, part.text, self.document_tokens)
 
     @cached_property
     def run(self) -> PromptRun:

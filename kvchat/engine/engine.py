@@ -15,13 +15,13 @@ from kvchat.engine.drafts import Draft
 from kvchat.engine.kvcache.in_progress import ReadingsInProgress, WholeReadingDone
 from kvchat.engine.kvcache.states import DocumentStates
 from kvchat.engine.kvcache.store import DEFAULT_MAX_BYTES, StateStore
-from kvchat.engine.prompt_text import document_prompt, prompt_text
 from kvchat.engine.reading.cheap_pass import CheapPass
 from kvchat.engine.reading.plan import ReadingPlan, reading_plan
 from kvchat.engine.reading.speeds import ReadingSpeeds
 from kvchat.engine.reading.ways.registry import reading_of
 from kvchat.engine.selections import PerQuestion
 from kvchat.engine.settings import AskSettings
+from kvchat.engine.text.document_text import PreparedDocument, PreparedDocuments
 from kvchat.events import Done, Event, LaterReading, Notice, Source
 from kvchat.errors import SettingsError
 from kvchat.llama import LlamaModel, Sampler
@@ -85,6 +85,7 @@ class Engine:
             self.speeds = ReadingSpeeds(cache_dir() / "reading-speeds.json", f"{model_sha}|gpu_layers={gpu_layers}")
         self.in_progress = readings_in_progress()
         self.foreground = self.in_progress.foreground  # the questions answered now: background readings pause for them
+        self.prepared = PreparedDocuments(self.model)
 
     def conversation(
         self,
@@ -95,16 +96,20 @@ class Engine:
     ) -> Conversation:
         """A conversation about `document`, asked about through answer() (which opens it unless it
         is open). The settings choose the reading. `saves` False: its reading is not saved (a document made for one answer)."""
-        return self._conversation(document, settings or AskSettings(), self.states if saves else None)
+        settings = settings or AskSettings()
+        return self._conversation(document, settings, self.states if saves else None, self.prepared(document, settings.system))
 
     def conversation_for_part(self, document: Document, settings: AskSettings, saves: bool) -> Conversation:
         """A conversation about a part of a document (answering/in_parts.py), its reading saved with
         the parts'. Its one question selects from the whole part, whatever `select` says."""
         return self._conversation(document, replace(settings, select=PerQuestion.name), self.part_states if saves else None)
 
-    def _conversation(self, document: Document, settings: AskSettings, states: DocumentStates | None) -> Conversation:
+    def _conversation(
+        self, document: Document, settings: AskSettings, states: DocumentStates | None, prepared: PreparedDocument | None = None,
+    ) -> Conversation:
         return Conversation(self.model, self.model_name, document, settings, states=states,
-                            in_progress=self.in_progress if states is not None else None, speeds=self.speeds, cheap_pass=self.cheap_pass)
+                            in_progress=self.in_progress if states is not None else None, speeds=self.speeds,
+                            cheap_pass=self.cheap_pass, prepared=prepared)
 
     def plan(self, document: Document, settings: AskSettings | None = None) -> ReadingPlan:
         """How `document` would be read with `settings`, and how long that would take here."""
@@ -178,7 +183,7 @@ class Engine:
         questions after (Done.read_later): as the way of reading its conversation takes says
         (registry.reading_of, by the tokens of its prompt: its passages by default, and where it
         is too long to read whole; whole; None for retrieval)."""
-        _, tokens = document_prompt(self.model, document, prompt_text(document), settings.system)
+        tokens = self.prepared(document, settings.system).tokens  # its first question's conversation prepared already
         return reading_of(self.model, len(tokens), settings, self.cheap_pass.drafted)[2].later
 
     def read_later(

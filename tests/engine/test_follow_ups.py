@@ -17,7 +17,7 @@ from kvchat.engine.reading.cheap_pass import speed_kind
 from kvchat.engine.reading.passage_bank import BANK, load_chosen, opening_end
 from kvchat.errors import CancelledError
 from kvchat.events import Done, LaterReading, Notice, Progress, Pruned
-from kvchat.llama import ContextSettings, LlamaContext
+from kvchat.llama import ContextSettings, LlamaContext, LlamaModel
 from kvchat.policy import SnapKV
 
 from tests.inspect_helpers import last_logits, returned
@@ -207,3 +207,24 @@ def test_a_document_longer_than_the_context_is_answered_fast_and_its_follow_ups_
     second_pass = [event for event in events if isinstance(event, Progress)][-1]
     assert second_pass.total == len(kept) - len(loaded) - SETTINGS.method.window  # only the question's part is read
     assert len(kept) < 1024  # all of it within the trained positions
+
+
+def test_an_engine_prepares_a_document_once_for_the_conversations_about_it(
+    tiny_model_path: Path, topics: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Its tokens, passages and token ranges (text/document_text.PreparedDocuments): a kept model
+    and the server answer one document again and again; another system prompt is another prompt."""
+    document = load_document(topics)
+    with Engine(str(tiny_model_path), use_cache=False) as engine:
+        first = engine.conversation(document, SETTINGS)
+        passages = first.passages
+        tokenized: list[str] = []
+        tokenize = LlamaModel.tokenize
+        monkeypatch.setattr(LlamaModel, "tokenize", lambda model, text, special=False: tokenized.append(text) or tokenize(model, text, special))
+        again = engine.conversation(document, SETTINGS)
+        assert tokenized == [] and again.document_tokens is first.document_tokens and again.passages is passages
+        assert engine.later_reading(document, SETTINGS) is LaterReading.WHOLE and tokenized == []
+        other = engine.conversation(document, AskSettings(system="Answer in French.", threads=2))
+        assert tokenized and other.document_tokens != first.document_tokens
+        for conversation in (first, again, other):
+            conversation.close()

@@ -7,8 +7,10 @@ are that string's UTF-8 bytes: a token's byte range maps back to the document's 
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Generator, Iterable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 import numpy as np
@@ -16,7 +18,7 @@ import numpy as np
 from kvchat.documents import Document
 from kvchat.documents.bundle import BUNDLE_KIND, kept_by_source
 from kvchat.engine.text.sources import SourceFinder
-from kvchat.engine.prompt_text import PromptText
+from kvchat.engine.prompt_text import PromptText, document_prompt, prompt_text
 from kvchat.engine.text.passages import Passages
 from kvchat.events import Event, Pruned
 from kvchat.llama import LlamaModel
@@ -137,3 +139,42 @@ class DocumentText:
                 kept = kept_by_source(self.document, spans) if self.document.kind == BUNDLE_KIND else {}
                 event = replace(event, kept_spans=tuple(spans), kept_by_document=tuple(kept.items()))
             yield event
+
+
+@dataclass(frozen=True)
+class PreparedDocument:
+    """What every conversation about one document with one system prompt starts from: its text
+    with its pages' marks (`held`), its prompt's document part's tokens, and their DocumentText,
+    whose passages and token ranges are found once for all of them."""
+
+    held: PromptText
+    tokens: list[int]
+    text: DocumentText
+
+
+def prepare(model: LlamaModel, document: Document, system: str | None) -> PreparedDocument:
+    held = prompt_text(document)
+    part, tokens = document_prompt(model, document, held, system)
+    return PreparedDocument(held, tokens, DocumentText(model, document, held, part.text, tokens))
+
+
+class PreparedDocuments:
+    """The last `most` documents prepared (prepare()), for the conversations about them after: a
+    kept model (cli/resident.py) and the server answer one document again and again, and its
+    tokens, passages and token ranges take a quarter of a second at 16K tokens."""
+
+    def __init__(self, model: LlamaModel, most: int = 4) -> None:
+        self.model, self.most = model, most
+        self._prepared: OrderedDict[tuple, PreparedDocument] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __call__(self, document: Document, system: str | None) -> PreparedDocument:
+        key = (document.path, document.kind, document.text, tuple(document.pages), system)
+        with self._lock:
+            prepared = self._prepared.pop(key, None)
+        prepared = prepared or prepare(self.model, document, system)
+        with self._lock:
+            self._prepared[key] = prepared
+            while len(self._prepared) > self.most:
+                self._prepared.popitem(last=False)
+        return prepared
