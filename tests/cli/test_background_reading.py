@@ -29,13 +29,6 @@ from tests.documents.test_normalize import make_text_pdf
 from tests.tiny_gguf import write_tiny_gguf
 
 
-@pytest.fixture
-def document(tmp_path: Path) -> Path:
-    path = tmp_path / "notes.txt"
-    path.write_text(" ".join(f"Item {i} costs {i * 3} dollars." for i in range(120)))
-    return path
-
-
 def background_readers(home: Path) -> list[int]:
     """The `kvchat read --job` processes whose job lies under `home` (ask detaches them)."""
     pids = []

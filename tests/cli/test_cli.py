@@ -41,13 +41,6 @@ def run_kvchat(*args: str, home: Path, timeout: float = 300, env: dict[str, str]
     )
 
 
-@pytest.fixture
-def document(tmp_path: Path) -> Path:
-    path = tmp_path / "notes.txt"
-    path.write_text(" ".join(f"Item {i} costs {i * 3} dollars." for i in range(120)))
-    return path
-
-
 def ask_args(document: Path, model: Path, *extra: str) -> list[str]:
     return ["ask", str(document), "How much is item 7?", "--model", str(model),
             "--budget", "64", "--window", "16", "--max-tokens", "12", "--threads", "2", *extra]

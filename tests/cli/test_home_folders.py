@@ -22,13 +22,6 @@ from tests.system_tools import on_tmpfs, read_only_home
 pytestmark = pytest.mark.system
 
 
-@pytest.fixture
-def document(tmp_path: Path) -> Path:
-    path = tmp_path / "notes.txt"
-    path.write_text(" ".join(f"Item {i} costs {i * 3} dollars." for i in range(120)))
-    return path
-
-
 def run_in(prefix: list[str], *args: str, home: Path, timeout: float = 180) -> subprocess.CompletedProcess[str]:
     """`kvchat args` run through `prefix` (system_tools.on_tmpfs), KVCHAT_HOME `home`."""
     env = {**os.environ, "KVCHAT_HOME": str(home)}

@@ -27,13 +27,6 @@ from tests.tiny_gguf import write_tiny_gguf
 TIMEOUT_S = 120
 
 
-@pytest.fixture
-def document(tmp_path: Path) -> Path:
-    path = tmp_path / "notes.txt"
-    path.write_text(" ".join(f"Item {i} costs {i * 3} dollars." for i in range(120)))
-    return path
-
-
 def ask_args(document: Path, model: Path, *more: str) -> list[str]:
     return ["ask", str(document), "What does item 7 cost?", "-m", str(model), "--no-cache", "--max-tokens", "6", "--json", *more]
 
