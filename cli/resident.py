@@ -194,11 +194,17 @@ def _serve(engine: Engine, listener: Listener, path: Path, keep_alive: int, told
             idle.cancel()
             try:
                 request = connection.recv()
-            except (EOFError, OSError):
-                continue
-            if request[0] != "ask":
+            except Exception as error:  # an asker gone at once, or one of another kvchat version (what it pickled)
+                told(f"could not read a request: {error!r}")
+                request = None
+            if request == ("stop",):
                 told("let go after its keep-alive")
                 return
+            if not (isinstance(request, tuple) and len(request) == 5 and request[0] == "ask"):
+                if request is not None:
+                    told("left a request it does not know unanswered")
+                idle.renew(keep_alive)
+                continue
             _, document, question, settings, keep_alive = request
             _answer(engine, connection, document, question, settings)
             told(f"answered a question about {document.path}")

@@ -13,7 +13,8 @@ import signal
 import subprocess
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
+from multiprocessing.connection import Client
 from pathlib import Path
 
 import pytest
@@ -115,12 +116,18 @@ def _read_or_closed(terminal: int) -> bytes:
 def test_a_kept_model_lets_go_after_its_keep_alive_and_only_one_process_keeps_it(
     tiny_model_path: Path, isolated_home: Path,
 ) -> None:
-    with kept_loaded(tiny_model_path, isolated_home, keep_alive=1) as kept:
+    with kept_loaded(tiny_model_path, isolated_home, keep_alive=3) as kept:
         second = subprocess.run([sys.executable, "-m", "kvchat.cli", "resident", "--model", str(tiny_model_path),
-                                 "--keep-alive", "1", "--no-cache", "--draft", "none", "--draft-when-needed"],
+                                 "--keep-alive", "3", "--no-cache", "--draft", "none", "--draft-when-needed"],
                                 capture_output=True, text=True, env={**os.environ, "KVCHAT_HOME": str(isolated_home)},
                                 timeout=TIMEOUT_S)
         assert second.returncode == 0 and second.stderr == ""  # the first keeps it: the second leaves at once
+        socket_path = str(Kept(str(tiny_model_path), 0, False, None, False).socket_path())
+        Client(socket_path, family="AF_UNIX").close()  # gone before it asked
+        assert "could not read a request: EOFError()" in next_line(kept)
+        with closing(Client(socket_path, family="AF_UNIX")) as stranger:
+            stranger.send(("hello",))
+            assert "left a request it does not know unanswered" in next_line(kept)
         assert kept.wait(TIMEOUT_S) == 0 and "let go after its keep-alive" in kept.stderr.read().decode()
 
 
