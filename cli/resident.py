@@ -154,7 +154,10 @@ def _pass_on_cancel(connection: Connection, cancel: threading.Event) -> None:
 
 
 def start_kept(kept: Kept, keep_alive: int, log: Path) -> None:
-    """Leave a detached `kvchat resident` keeping the model loaded for the next asks."""
+    """Leave a detached `kvchat resident` keeping the model loaded for the next asks; none where no
+    folder of this user's alone can hold its socket (it would only say so and end)."""
+    if kept.socket_path() is None:
+        return
     command = [sys.executable, "-m", "kvchat.cli", "resident", "--model", _file_or_name(kept.model),
                "--gpu-layers", str(kept.gpu_layers), "--keep-alive", str(keep_alive), "--cache" if kept.use_cache else "--no-cache",
                "--draft", _file_or_name(kept.draft) or NO_DRAFT, "--draft-at-start" if kept.draft_at_start else "--draft-when-needed"]
