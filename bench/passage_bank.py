@@ -3,7 +3,7 @@ and the whole reading's selection (today's follow-up), on cuad's dev contracts (
 
 Usage: python bench/passage_bank.py [--skip 0] [--contracts 2] [--max-document-tokens 16000] [--cuad-data FOLDER]
        [--model default] [--draft small] [--budget 1024] [--bank-budgets 1024,2048] [--read auto] [--max-tokens 512]
-       [--no-fresh] [--retrieval] [--no-whole] [--no-q8]
+       [--no-fresh] [--retrieval] [--no-whole] [--no-q8 | --packs q8_0/q8_0,q8_0/q4_0] [--saved]
        [--leval-data FOLDER --leval-tasks leval-legal,… --leval-part held-out --leval-skip 2 --leval-docs 1 --leval-questions 10]
 
 Each contract's questions are answered four ways, each question on its own (no earlier turn):
@@ -11,11 +11,12 @@ Each contract's questions are answered four ways, each question on its own (no e
 `retrieval` (`--retrieval`), what a user would pick instead: `--read retrieval`, read alone now;
 `bank`, the same choice loaded from the contract's passage bank, read once before
 (engine/reading/passage_bank.py); `bank-q8`, that bank with its entries stored as q8_0 (llama/packed.py),
-as it is saved at about half the size; `bank@N`, the bank's questions at another budget N
+as it is saved at about half the size (`--packs`: other block types for K and V, `bank-q8_0-q4_0`); `bank@N`, the bank's questions at another budget N
 (`--bank-budgets`: loading more passages costs little, reading none); `whole`, SnapKV at the budget from the contract's whole reading, saved once and loaded for each
 question as a later `kvchat ask` loads it (its first token counts the loading).
 One JSON line per answer, then one per contract with the readings' times, then the totals. Use a
-KVCHAT_HOME where the contracts' readings are not saved (else the whole reading is loaded). With
+KVCHAT_HOME where the contracts' readings are not saved (else the whole reading is loaded), or
+--saved to answer again from the readings an earlier run saved there (its bank_read_s null). With
 --leval-data, the documents are L-Eval's (kvchat bench's selection: its options of the same names),
 each one a "contract" named task#document, scored by its task's metric.
 """
@@ -83,7 +84,10 @@ def main() -> None:
     parser.add_argument("--no-fresh", action="store_true", help="leave out the fresh readings' answers")
     parser.add_argument("--retrieval", action="store_true", help="add retrieval's answers (--read retrieval), read fresh")
     parser.add_argument("--no-whole", action="store_true", help="leave out the whole reading's follow-ups")
-    parser.add_argument("--no-q8", action="store_true", help="leave out the q8_0 bank's answers")
+    parser.add_argument("--no-q8", action="store_true", help="leave out the packed banks' answers")
+    parser.add_argument("--packs", default="q8_0/q8_0", help="the packed banks answered from, K's/V's block types (llama/packed.py)")
+    parser.add_argument("--saved", action="store_true",
+                        help="load a bank (and a whole reading) KVCHAT_HOME has saved instead of reading it again: the answers only")
     parser.add_argument("--leval-data", type=Path, help="L-Eval's LEval-data folder: its documents instead of cuad's")
     parser.add_argument("--leval-tasks", default="leval-legal,leval-financial,leval-nq,leval-multidoc")
     parser.add_argument("--leval-part", default="dev", choices=("dev", "held-out", "all"))
@@ -106,24 +110,27 @@ def main() -> None:
                 rows = [] if args.no_fresh else list(_answers(engine, conversation, asked, settings, "fresh"))
                 if args.retrieval:
                     rows += _answers(engine, conversation, asked, replace(settings, read="retrieval"), "retrieval")
-                record["bank_read_s"] = _timed(conversation.read_bank())
-                record["bank_mib"] = round(conversation.bank.n_bytes / 2**20, 1)
+                loads = args.saved and conversation.bank_saved
+                record["bank_read_s"] = None if loads else _timed(conversation.read_bank())
                 rows += _answers(engine, conversation, asked, settings, "bank")
+                record["bank_mib"] = round(conversation.bank.n_bytes / 2**20, 1)
                 for budget in [int(budget) for budget in args.bank_budgets.split(",") if budget]:
                     wider = replace(settings, method=SnapKV(budget=budget))
                     rows += _answers(engine, conversation, asked, wider, f"bank@{budget}")
-                if not args.no_q8:
-                    packed, _ = conversation.bank.to_payload(packed=True)  # as saved at half the size
-                    record["bank_q8_mib"] = round(len(packed) / 2**20, 1)
+                bank = conversation.bank
+                for pack in [] if args.no_q8 else [tuple(pack.split("/")) for pack in args.packs.split(",")]:
+                    way = "bank-q8" if pack == ("q8_0", "q8_0") else f"bank-{pack[0]}-{pack[1]}"
+                    packed, _ = bank.to_payload(pack)  # as saved at half the size or less
+                    record[f"{way}_mib"] = round(len(packed) / 2**20, 1)
                     conversation.bank = PassageBank.from_payload(packed)
-                    rows += _answers(engine, conversation, asked, settings, "bank-q8")
+                    rows += _answers(engine, conversation, asked, settings, way)
             finally:
                 conversation.close()
             if not args.no_whole:
                 whole = AskSettings(method=SnapKV(budget=args.budget), read="full", max_tokens=args.max_tokens)
                 conversation = engine.conversation(case_document(asked[0]), for_case(whole, asked[0]))
                 try:
-                    record["whole_read_s"] = _timed(conversation.open())  # and saved
+                    record["whole_read_s"] = _timed(conversation.open())  # and saved (loaded with --saved)
                 finally:
                     conversation.close()
                 for case in asked:  # each loads the saved reading, as a later question does

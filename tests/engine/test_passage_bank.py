@@ -142,20 +142,22 @@ def test_a_question_read_fast_after_the_bank_loads_its_passages_and_reads_only_t
     assert second_pass.total == len(read) - len(loaded) - settings.method.window  # read: the closing template and the question's start
 
 
-def test_a_window_that_begins_inside_the_last_passage_loads_the_passage_up_to_it(tiny_model) -> None:
-    window = 96  # longer than the question's part of the prompt: it reaches back into the document
+def test_a_follow_up_reads_only_its_question_where_the_window_would_reach_into_the_document(tiny_model) -> None:
+    window = 96  # longer than the question's part of the prompt: it would reach back into the last passage
     settings = AskSettings(method=SnapKV(budget=256, window=window), max_tokens=4, threads=2, sources=False, read="retrieval")
     question = "Tea gardens?"
     conversation, events = _answered_from_its_bank(tiny_model, settings, question)
     passages = conversation._text.passages
-    window_start = len(conversation.prompt_tokens) - window
-    assert passages.starts[-1] < window_start < passages.ends[-1]
+    n_prompt, n_document = len(conversation.prompt_tokens), len(conversation.document_tokens)
+    assert passages.starts[-1] < n_prompt - window < passages.ends[-1]
     (pruned,) = [event for event in events if isinstance(event, Pruned)]
     read = np.asarray(pruned.kept_positions)
-    loaded = read[read < window_start]
-    assert events[-1].stats.read.endswith(f", {len(loaded):,} loaded")  # the last passage up to the window too
+    loaded = read[read < passages.ends[-1]]
+    assert set(range(passages.starts[-1], passages.ends[-1])) <= set(loaded.tolist())  # the last passage, tea gardens, loaded whole
+    assert events[-1].stats.read.endswith(f", {len(loaded):,} loaded")
+    np.testing.assert_array_equal(read[len(loaded):], np.arange(passages.ends[-1], n_prompt))  # then the rest of the prompt, in order
     progress = [event for event in events if isinstance(event, Progress)]
-    assert [event.total for event in progress] == [len(conversation.prompt_tokens)]  # the opening's alone: no second pass
+    assert [event.total for event in progress] == [n_prompt, n_document - passages.ends[-1]]  # read before the question: the closing template
 
 
 def test_a_saved_bank_is_loaded_by_a_later_conversation_and_answers_as_the_bank_it_saved(tiny_model, tmp_path: Path) -> None:
@@ -185,8 +187,8 @@ def test_a_bank_payload_gives_back_every_piece_and_refuses_what_is_not_one(banke
     assert bytes(again.opening) == bytes(bank.opening) and list(again.marks) == list(bank.marks)
     assert [bytes(piece) for piece in again.passages] == [bytes(piece) for piece in bank.passages]
     assert bytes(payload[index_bytes : index_bytes + len(bank.opening)]) == bytes(bank.opening)  # the pieces follow the index
-    packed = PassageBank.from_payload(bank.to_payload(packed=True)[0])
-    assert packed.packed and len(bank.to_payload(packed=True)[0]) < 0.56 * len(payload)
+    packed = PassageBank.from_payload(bank.to_payload(("q8_0", "q8_0"))[0])
+    assert packed.packed and len(bank.to_payload(("q8_0", "q8_0"))[0]) < 0.56 * len(payload)
     assert bytes(packed.passage_state(3))[:64] == bytes(bank.passages[3])[:64]  # the same cells, f16 again
     for payload in (b"", b"\x05\x00\x00\x00{}", b"\x02\x00\x00\x00{}" + b"x" * 8, payload[:-1]):
         with pytest.raises(ValueError, match="not a passage bank|runs past"):

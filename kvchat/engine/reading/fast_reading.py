@@ -41,6 +41,8 @@ def fast_select(
     ctx, n_prompt = cache.ctx, len(tokens)
     reread = reread_tokens(settings, cheap_pass.drafted)
     window_start = max(n_prompt - settings.method.window, 0)  # the question's window observes from here
+    if bank is not None and question is not None:
+        window_start = max(window_start, question.start)  # a follow-up reads its question only: the rest is loaded
     yield Progress(done=0, total=n_prompt, elapsed_s=0.0)
     body, read = yield from _choose(cache, tokens, window_start, settings, reread, cheap_pass, question, cancel)
     make_room(cache, len(body) + n_prompt - window_start + settings.max_tokens)  # the answer may use the ring past that

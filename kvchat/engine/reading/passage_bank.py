@@ -52,7 +52,7 @@ class PassageBank:
     opening: StateBytes
     marks: dict[tuple[int, int], StateBytes]
     passages: tuple[StateBytes, ...]
-    packed: bool = False  # the pieces' f16 layers are q8_0 (llama/packed.py), unpacked as they load
+    packed: bool = False  # the pieces' f16 layers are smaller blocks (llama/packed.py), unpacked as they load
     # Each piece's crc32 in to_payload()'s order (the opening, the marks, the passages), where the
     # bank was saved: a piece is checked as it loads, so that a question reads only what it loads.
     checksums: tuple[int, ...] | None = None
@@ -77,14 +77,15 @@ class PassageBank:
             raise DamagedBank(f"piece {number} of a passage bank does not match its checksum")
         return unpacked_state(piece) if self.packed else piece
 
-    def to_payload(self, packed: bool = False) -> tuple[bytes, int]:
+    def to_payload(self, pack: tuple[str, str] | None = None) -> tuple[bytes, int]:
         """The bank as one saved payload: the length of a JSON index, the index (each piece's
         [offset, length] in what follows it, a mark's with its token range, and each piece's
-        crc32), then the pieces, `packed` (q8_0) or as they are; and the length of what precedes
-        the pieces (what the store's own checksum covers)."""
+        crc32), then the pieces, packed with `pack`'s (K's, V's) block types (llama/packed.py) or
+        as they are; and the length of what precedes the pieces (what the store's own checksum covers)."""
         pieces = [self.opening, *self.marks.values(), *self.passages]
+        packed = pack is not None
         if packed and not self.packed:
-            pieces = [packed_state(piece) for piece in pieces]
+            pieces = [packed_state(piece, *pack) for piece in pieces]
         offsets = [0]
         for piece in pieces:
             offsets.append(offsets[-1] + len(piece))

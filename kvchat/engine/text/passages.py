@@ -169,6 +169,11 @@ class Question:
     n_earlier: int = 0
 
     @property
+    def start(self) -> int:
+        """The prompt index where the question's own part begins (after the document's and the earlier turns')."""
+        return self.passages.n_tokens + self.n_earlier
+
+    @property
     def earlier_turns(self) -> np.ndarray:
         """The prompt indices of the earlier turns' tokens."""
         start = self.passages.n_tokens
