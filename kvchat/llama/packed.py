@@ -59,7 +59,11 @@ class _Unpacker:
 
     def state(self) -> bytes:
         from gguf import GGML_QUANT_SIZES, GGMLQuantizationType  # here: gguf takes 65 ms to import, and few banks are packed
-        from gguf.quants import dequantize
+        from gguf.quants import Q4_0, Q5_0, Q8_0
+
+        # The types' own block readers, on every block at once: gguf's dequantize() reads rows in
+        # groups, five times slower on a follow-up's passages (0.2 s against 1.1 s for 14M values).
+        readers = {PACK_TYPES["q8_0"]: Q8_0, PACK_TYPES["q5_0"]: Q5_0, PACK_TYPES["q4_0"]: Q4_0}
 
         # The prefix (header, cell table, layout) parses as a state of no layers' data: read its
         # layer count and walk the layers from there.
@@ -71,12 +75,12 @@ class _Unpacker:
             header = bytes(self.view[offset + 1 : offset + 1 + header_size])
             offset += 1 + header_size
             if kind:
-                if kind not in PACK_TYPES.values():
+                if kind not in readers:
                     raise ValueError(f"a packed layer of unknown type {kind}")
                 block_bytes = GGML_QUANT_SIZES[GGMLQuantizationType(kind)][1]
                 stored = size // 2 // _BLOCK * block_bytes
                 blocks = np.frombuffer(self.view, dtype=np.uint8, count=stored, offset=offset).reshape(-1, block_bytes)
-                out += [header, dequantize(blocks, GGMLQuantizationType(kind)).astype(np.float16).tobytes()]
+                out += [header, readers[kind].dequantize_blocks(blocks).astype(np.float16).tobytes()]
             else:
                 stored = size
                 out += [header, bytes(self.view[offset : offset + size])]
