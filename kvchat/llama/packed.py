@@ -15,7 +15,7 @@ import numpy as np
 from kvchat.llama.state import StateBuffer, StateParts
 
 PACKED_MAGIC = b"KVQ8"
-PACK_TYPES = {"q8_0": 8, "q5_0": 6, "q4_0": 2}  # the name, and its ggml type id (GGMLQuantizationType)
+PACK_TYPES = ("q8_0", "q5_0", "q4_0")  # gguf's names (GGMLQuantizationType, gguf.quants) in lower case
 _F16 = 1  # ggml's type id of f16
 _BLOCK = 32  # the values per block of each type above
 
@@ -25,6 +25,8 @@ def packed_state(state: StateBuffer, k_type: str = "q8_0", v_type: str = "q8_0")
     from gguf import GGMLQuantizationType  # here: gguf takes 65 ms to import, and few banks are packed
     from gguf.quants import quantize
 
+    if not {k_type, v_type} <= set(PACK_TYPES):
+        raise ValueError(f"packs only as {', '.join(PACK_TYPES)}")
     piece = StateParts(state)
     out = [PACKED_MAGIC, bytes(memoryview(state)[: piece.layers_start])]
     for layer, (header, data) in enumerate(zip(piece.layer_headers, piece.layers)):
@@ -32,9 +34,9 @@ def packed_state(state: StateBuffer, k_type: str = "q8_0", v_type: str = "q8_0")
         if values is None:
             out += [b"\0", header, data.tobytes()]
         else:
-            kind = PACK_TYPES[k_type if layer < piece.n_layer else v_type]
-            blocks = quantize(values.astype(np.float32).reshape(-1, _BLOCK), GGMLQuantizationType(kind))
-            out += [bytes([kind]), header, blocks.tobytes()]
+            kind = GGMLQuantizationType[(k_type if layer < piece.n_layer else v_type).upper()]
+            blocks = quantize(values.astype(np.float32).reshape(-1, _BLOCK), kind)
+            out += [bytes([kind.value]), header, blocks.tobytes()]
     return b"".join(out)
 
 
@@ -59,11 +61,11 @@ class _Unpacker:
 
     def state(self) -> bytes:
         from gguf import GGML_QUANT_SIZES, GGMLQuantizationType  # here: gguf takes 65 ms to import, and few banks are packed
-        from gguf.quants import Q4_0, Q5_0, Q8_0
+        from gguf import quants
 
         # The types' own block readers, on every block at once: gguf's dequantize() reads rows in
         # groups, five times slower on a follow-up's passages (0.2 s against 1.1 s for 14M values).
-        readers = {PACK_TYPES["q8_0"]: Q8_0, PACK_TYPES["q5_0"]: Q5_0, PACK_TYPES["q4_0"]: Q4_0}
+        readers = {GGMLQuantizationType[name.upper()].value: getattr(quants, name.upper()) for name in PACK_TYPES}
 
         # The prefix (header, cell table, layout) parses as a state of no layers' data: read its
         # layer count and walk the layers from there.
