@@ -3,15 +3,14 @@ and the whole reading's selection (today's follow-up), on cuad's dev contracts (
 
 Usage: python bench/passage_bank.py [--skip 0] [--contracts 2] [--max-document-tokens 16000] [--cuad-data FOLDER]
        [--model default] [--draft small] [--budget 1024] [--bank-budgets 1024,2048] [--read auto] [--max-tokens 512]
-       [--no-fresh] [--retrieval] [--no-whole] [--no-q8 | --packs q8_0/q8_0,q8_0/q4_0] [--saved]
+       [--no-fresh] [--retrieval] [--no-whole] [--saved]
        [--leval-data FOLDER --leval-tasks leval-legal,… --leval-part held-out --leval-skip 2 --leval-docs 1 --leval-questions 10]
 
 Each contract's questions are answered four ways, each question on its own (no earlier turn):
 `fresh`, the default first answer (the passages the question's words choose, read alone now);
 `retrieval` (`--retrieval`), what a user would pick instead: `--read retrieval`, read alone now;
 `bank`, the same choice loaded from the contract's passage bank, read once before
-(engine/reading/passage_bank.py); `bank-q8`, that bank with its entries stored as q8_0 (llama/packed.py),
-as it is saved at about half the size (`--packs`: other block types for K and V, `bank-q8_0-q4_0`); `bank@N`, the bank's questions at another budget N
+(engine/reading/passage_bank.py, its entries packed as it holds and saves them); `bank@N`, the bank's questions at another budget N
 (`--bank-budgets`: loading more passages costs little, reading none); `whole`, SnapKV at the budget from the contract's whole reading, saved once and loaded for each
 question as a later `kvchat ask` loads it (its first token counts the loading).
 One JSON line per answer, then one per contract with the readings' times, then the totals. Use a
@@ -34,7 +33,7 @@ from kvchat.bench.compare import case_document, for_case
 from kvchat.bench.cuad import cuad_cases
 from kvchat.bench.leval import LevalSelection, leval_cases
 from kvchat.bench.tasks import Case, case_score
-from kvchat.engine import AskSettings, Conversation, Engine, PassageBank
+from kvchat.engine import AskSettings, Conversation, Engine
 from kvchat.events import Done, Event
 from kvchat.policy import SnapKV
 
@@ -84,8 +83,6 @@ def main() -> None:
     parser.add_argument("--no-fresh", action="store_true", help="leave out the fresh readings' answers")
     parser.add_argument("--retrieval", action="store_true", help="add retrieval's answers (--read retrieval), read fresh")
     parser.add_argument("--no-whole", action="store_true", help="leave out the whole reading's follow-ups")
-    parser.add_argument("--no-q8", action="store_true", help="leave out the packed banks' answers")
-    parser.add_argument("--packs", default="q8_0/q8_0", help="the packed banks answered from, K's/V's block types (llama/packed.py)")
     parser.add_argument("--saved", action="store_true",
                         help="load a bank (and a whole reading) KVCHAT_HOME has saved instead of reading it again: the answers only")
     parser.add_argument("--leval-data", type=Path, help="L-Eval's LEval-data folder: its documents instead of cuad's")
@@ -117,13 +114,6 @@ def main() -> None:
                 for budget in [int(budget) for budget in args.bank_budgets.split(",") if budget]:
                     wider = replace(settings, method=SnapKV(budget=budget))
                     rows += _answers(engine, conversation, asked, wider, f"bank@{budget}")
-                bank = conversation.bank
-                for pack in [] if args.no_q8 else [tuple(pack.split("/")) for pack in args.packs.split(",")]:
-                    way = "bank-q8" if pack == ("q8_0", "q8_0") else f"bank-{pack[0]}-{pack[1]}"
-                    packed, _ = bank.to_payload(pack)  # as saved at half the size or less
-                    record[f"{way}_mib"] = round(len(packed) / 2**20, 1)
-                    conversation.bank = PassageBank.from_payload(packed)
-                    rows += _answers(engine, conversation, asked, settings, way)
             finally:
                 conversation.close()
             if not args.no_whole:

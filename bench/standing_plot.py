@@ -22,7 +22,7 @@ SETS = {
     "passage-bank-heldout-cuad.jsonl": ("held-out: 18 questions, 23.5K–24.0K tokens", "full", {1}),
     "passage-bank-long-cuad.jsonl": ("past the context: 11 questions, 56,145 and 56,644 tokens", "left", {1, 2}),
 }
-WAYS = {  # the ways docs/bench.md's tables show; the variants left off (bank-q8, bank@2048) are not drawn
+WAYS = {  # the ways docs/bench.md's tables show; the variants left off (the packed banks' bank-q8 and bank-q8_0-q4_0 of earlier runs, bank@2048) are not drawn
     "fresh": ("the first answer (--read auto)", "o", "tab:blue"),
     "bank": ("a follow-up from the passage bank (default)", "s", "tab:green"),
     "whole": ("a follow-up from the whole reading (snapkv@1024)", "^", "tab:orange"),

@@ -69,6 +69,36 @@ def ggml_base() -> ctypes.CDLL:
 
 
 @cache
+def ggml_blocks() -> ctypes.CDLL:
+    """libggml-base's block types as ggml itself writes and reads them (llama/packed.py): f32
+    values to blocks (ggml_quantize_chunk), each type's blocks back to f32 (dequantize_row_<type>),
+    and a type's name and size."""
+    lib = ggml_base()
+    for reader in ("dequantize_row_q8_0", "dequantize_row_q5_0", "dequantize_row_q4_0"):
+        getattr(lib, reader).argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]  # blocks, values, their count
+        getattr(lib, reader).restype = None
+    lib.ggml_quantize_chunk.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
+                                        ctypes.c_void_p]
+    lib.ggml_quantize_chunk.restype = ctypes.c_size_t
+    lib.ggml_type_name.argtypes = [ctypes.c_int]
+    lib.ggml_type_name.restype = ctypes.c_char_p
+    lib.ggml_type_size.argtypes = [ctypes.c_int]
+    lib.ggml_type_size.restype = ctypes.c_size_t
+    return lib
+
+
+@cache
+def ggml_cpu_rows() -> ctypes.CDLL:
+    """libggml-cpu's f16 <-> f32 rows, with the CPU's own instructions (F16C, NEON): ten times
+    libggml-base's portable ones (6 ms against 71 ms for 20M values, 2 x86 cores)."""
+    lib = ctypes.CDLL(str(_library_path("ggml-cpu")))
+    for convert in ("ggml_cpu_fp16_to_fp32", "ggml_cpu_fp32_to_fp16"):
+        getattr(lib, convert).argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]  # from, to, the values
+        getattr(lib, convert).restype = None
+    return lib
+
+
+@cache
 def ggml_registry() -> ctypes.CDLL:
     """libggml: the backend registry, which finds the CPU device."""
     lib = ctypes.CDLL(str(_library_path("ggml")))

@@ -1,6 +1,7 @@
 """A passage bank on the tiny model: what a later question holds after loading chosen passages
-(cells, positions, origins), and that a passage loaded from the bank gives the logits of the same
-passage read fresh at its place after the opening."""
+(cells, positions, origins), that a passage loaded from the bank as read gives the logits of the
+same passage read fresh at its place after the opening, and that the bank a conversation holds and
+saves is packed, within its blocks' rounding of that."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from kvchat.engine.answering import route
 from kvchat.engine.kvcache.cache import KvCache
 from kvchat.engine.kvcache.states import DocumentStates
 from kvchat.engine.kvcache.store import StateStore
-from kvchat.engine.reading.passage_bank import PassageBank, load_chosen, opening_end, read_bank
+from kvchat.engine.reading.passage_bank import HELD_AS, PassageBank, load_chosen, opening_end, read_bank
 from kvchat.engine.text.passages import Passages
 from kvchat.events import Notice, Progress, Pruned
 from kvchat.llama import ContextSettings, LlamaContext
@@ -120,6 +121,28 @@ def test_a_passage_loaded_from_the_bank_gives_the_logits_of_the_passage_read_fre
     assert np.abs(logits[1] - expected).max() > 100 * SHIFT_NOISE  # another passage is no near miss
 
 
+def test_a_conversation_holds_and_saves_its_bank_packed_and_its_passages_answer_within_the_blocks_rounding(tiny_model, banked,
+                                                                                                           tmp_path: Path) -> None:
+    tokens, passages, bank, _ = banked
+    settings = AskSettings(method=SnapKV(budget=256, window=16), max_tokens=4, threads=2, sources=False, read="retrieval")
+    states = DocumentStates(StateStore(tmp_path), "sha-of-the-tiny-model", "tiny")
+    conversation, _ = _answered_from_its_bank(tiny_model, settings, "Which law governs this?", states)
+    held = conversation.bank
+    k_blocks, v_blocks = (34, 18) if HELD_AS == ("q8_0", "q4_0") else pytest.fail(f"blocks of {HELD_AS}")
+    assert held.packed and len(held.passages) == len(bank.passages)
+    assert (k_blocks + v_blocks) / 128 < held.n_bytes / bank.n_bytes < (k_blocks + v_blocks) / 128 + 0.05  # the blocks and the cell tables
+    (entry,) = states.store.entries()
+    assert held.n_bytes < entry.size < held.n_bytes + 4096  # saved as held: the index and the store's header beside
+    logits = []
+    for held_as in (bank, held):  # the passage as read, and as held
+        loaded = _cache(tiny_model)
+        with loaded.ctx:
+            load_chosen(loaded, held_as, passages, np.array([4]), tokens)
+            loaded.decode(QUESTION, want_logits=True)
+            logits.append(last_logits(loaded.ctx))
+    assert 0 < np.abs(logits[1] - logits[0]).max() < 0.2 * np.abs(logits[0]).max()  # rounded, no more (llama/packed.py's tests)
+
+
 def test_a_question_read_fast_after_the_bank_loads_its_passages_and_reads_only_the_rest(tiny_model) -> None:
     settings = AskSettings(method=SnapKV(budget=256, window=16), max_tokens=4, threads=2, sources=False, read="retrieval")
     conversation = Conversation(tiny_model, "tiny", PAGED, settings)
@@ -187,8 +210,8 @@ def test_a_bank_payload_gives_back_every_piece_and_refuses_what_is_not_one(banke
     assert bytes(again.opening) == bytes(bank.opening) and list(again.marks) == list(bank.marks)
     assert [bytes(piece) for piece in again.passages] == [bytes(piece) for piece in bank.passages]
     assert bytes(payload[index_bytes : index_bytes + len(bank.opening)]) == bytes(bank.opening)  # the pieces follow the index
-    packed = PassageBank.from_payload(bank.to_payload(("q8_0", "q8_0"))[0])
-    assert packed.packed and len(bank.to_payload(("q8_0", "q8_0"))[0]) < 0.56 * len(payload)
+    packed = PassageBank.from_payload(bank.packed_as("q8_0", "q8_0").to_payload()[0])
+    assert packed.packed and len(packed.to_payload()[0]) < 0.56 * len(payload)
     assert bytes(packed.passage_state(3))[:64] == bytes(bank.passages[3])[:64]  # the same cells, f16 again
     for payload in (b"", b"\x05\x00\x00\x00{}", b"\x02\x00\x00\x00{}" + b"x" * 8, payload[:-1]):
         with pytest.raises(ValueError, match="not a passage bank|runs past"):

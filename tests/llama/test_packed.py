@@ -8,8 +8,8 @@ import pytest
 
 from kvchat.engine.kvcache.cache import KvCache
 from kvchat.llama import ContextSettings, LlamaContext
-from kvchat.llama.packed import packed_state, unpacked_state
-from kvchat.llama.state import cell_positions
+from kvchat.llama.packed import PACK_TYPES, PACKED_MAGIC, packed_state, unpacked_state
+from kvchat.llama.state import StateParts, cell_positions
 
 from tests.inspect_helpers import last_logits
 
@@ -57,3 +57,25 @@ def test_what_is_not_a_packed_state_is_refused(tiny_model) -> None:
         packed = packed_state(cache.state())
     with pytest.raises(ValueError, match="wrong length"):
         unpacked_state(packed + b"\0")
+
+
+@pytest.mark.parametrize("name", PACK_TYPES)
+def test_a_layer_is_packed_into_the_blocks_gguf_writes_and_read_back_as_gguf_reads_them(tiny_model, name) -> None:
+    from gguf import GGMLQuantizationType
+    from gguf.quants import dequantize, quantize
+
+    cache = _cache(tiny_model)
+    with cache.ctx:
+        cache.decode(PROMPT)
+        state = cache.state()
+    parts = StateParts(state)
+    kind = GGMLQuantizationType[name.upper()]
+    values = parts.layers[0].view(np.float16).reshape(-1)  # the first K layer
+    expected = quantize(values.astype(np.float32).reshape(-1, 32), kind)
+    packed = packed_state(state, name, name)
+    flag = len(PACKED_MAGIC) + parts.layers_start
+    assert packed[flag] == PACK_TYPES[name] == kind.value
+    start = flag + 1 + len(parts.layer_headers[0])
+    assert packed[start : start + expected.nbytes] == expected.tobytes()
+    unpacked = StateParts(unpacked_state(packed)).layers[0].view(np.float16).reshape(-1)
+    np.testing.assert_array_equal(unpacked, dequantize(expected, kind).astype(np.float16).reshape(-1))

@@ -10,7 +10,7 @@ from collections.abc import Generator, Iterator
 
 from kvchat.engine.kvcache.in_progress import ReadingsInProgress, WholeReadingDone, read_alone
 from kvchat.engine.kvcache.states import DocumentStates
-from kvchat.engine.reading.passage_bank import BANK, BankPieces, PassageBank, read_bank, save_bank, saved_bank
+from kvchat.engine.reading.passage_bank import BANK, HELD_AS, BankPieces, PassageBank, read_bank, save_bank, saved_bank
 from kvchat.engine.text.passages import Passages
 from kvchat.engine.reading.speeds import PASSAGES_SPEED, ReadingSpeeds
 from kvchat.engine.settings import AskSettings
@@ -67,7 +67,7 @@ class BankReading:
         return WholeReadingDone.UNSAVED if how is WholeReadingDone.READ and not self.saved else how
 
     def read(self, cancel: threading.Event | None = None) -> Iterator[Event]:
-        """Read the bank (from where a stop left it) and save it."""
+        """Read the bank (from where a stop left it), pack it as HELD_AS, hold it and save it."""
         context = self.settings.layout.context(0, self.settings.n_batch, self.settings.threads)  # read_bank sizes it
         reading = read_bank(self.model, context, self.tokens, self.passages, cancel, self._pieces)
         from_start, reading_s = self._pieces.opening is None, 0.0  # the time spent reading, not paused for a question
@@ -82,10 +82,10 @@ class BankReading:
             finally:
                 reading_s += time.perf_counter() - started
             yield event
-        self.bank, self._pieces = bank, BankPieces()
+        self.bank, self._pieces = bank.packed_as(*HELD_AS), BankPieces()
         if self.speeds is not None and from_start:
             self.speeds.record(PASSAGES_SPEED, len(self.tokens), reading_s)
-        yield from save_bank(self.states, self.tokens, bank, self.label)
+        yield from save_bank(self.states, self.tokens, self.bank, self.label)
 
     def loaded(self) -> Generator[Event, None, PassageBank | None]:
         """The bank read here or saved by an earlier process; None where there is none."""

@@ -79,10 +79,6 @@ class LaterReadings:
         """The passage bank read_bank() read, or a question loaded; None before."""
         return self._bank.bank
 
-    @bank.setter
-    def bank(self, bank: PassageBank | None) -> None:
-        self._bank.bank = bank  # another copy of it (the bench's q8_0 one)
-
     def read_on(self, cancel: threading.Event | None = None) -> Iterator[Event]:
         """After a fast answer, read the whole document (and save it): the questions after it are
         selected from that reading. The chat and the server run it in the background; stopped by

@@ -10,6 +10,8 @@ the document: the cells of any passages of one document then have distinct posit
 one state (llama/joined.py); once loaded they are moved to consecutive positions (llama.cpp
 re-rotates K), as a fast reading reads them. A page's mark is read once, after the opening, and
 each of its passages after both; a question that chooses two passages of a page loads the mark once.
+A conversation holds and saves its bank packed (HELD_AS): its answers are the same in the process
+that read it and in a later one.
 """
 
 from __future__ import annotations
@@ -36,6 +38,10 @@ from kvchat.llama.packed import packed_state, unpacked_state
 # What a bank is saved as beside the document's whole reading (states.py): its layout and the
 # passages' size are part of what it holds.
 BANK = f"passage-bank-1-{PASSAGE_TOKENS}"
+# The block types of K and V a bank is held and saved as (llama/packed.py): 2.5 times the documents
+# f16 holds in the same store, the same right answers on cuad's dev questions, and 20-30 ms to
+# unpack a follow-up's passages (docs/bench.md).
+HELD_AS = ("q8_0", "q4_0")
 _INDEX_BYTES = struct.Struct("<I")
 
 
@@ -52,7 +58,7 @@ class PassageBank:
     opening: StateBytes
     marks: dict[tuple[int, int], StateBytes]
     passages: tuple[StateBytes, ...]
-    packed: bool = False  # the pieces' f16 layers are smaller blocks (llama/packed.py), unpacked as they load
+    packed: bool = False  # the pieces' f16 layers are smaller blocks (packed_as()), unpacked as they load
     # Each piece's crc32 in to_payload()'s order (the opening, the marks, the passages), where the
     # bank was saved: a piece is checked as it loads, so that a question reads only what it loads.
     checksums: tuple[int, ...] | None = None
@@ -77,22 +83,26 @@ class PassageBank:
             raise DamagedBank(f"piece {number} of a passage bank does not match its checksum")
         return unpacked_state(piece) if self.packed else piece
 
-    def to_payload(self, pack: tuple[str, str] | None = None) -> tuple[bytes, int]:
+    def packed_as(self, k_type: str, v_type: str) -> PassageBank:
+        """This bank with its pieces' f16 layers as blocks of K's and V's types (llama/packed.py); itself if packed."""
+        if self.packed:
+            return self
+        return PassageBank(packed_state(self.opening, k_type, v_type),
+                           {mark: packed_state(piece, k_type, v_type) for mark, piece in self.marks.items()},
+                           tuple(packed_state(piece, k_type, v_type) for piece in self.passages), packed=True)
+
+    def to_payload(self) -> tuple[bytes, int]:
         """The bank as one saved payload: the length of a JSON index, the index (each piece's
-        [offset, length] in what follows it, a mark's with its token range, and each piece's
-        crc32), then the pieces, packed with `pack`'s (K's, V's) block types (llama/packed.py) or
-        as they are; and the length of what precedes the pieces (what the store's own checksum covers)."""
+        [offset, length] in what follows it, a mark's with its token range, whether they are
+        packed, and each piece's crc32), then the pieces; and the length of what precedes the
+        pieces (what the store's own checksum covers)."""
         pieces = [self.opening, *self.marks.values(), *self.passages]
-        packed = pack is not None
-        if packed and not self.packed:
-            pieces = [packed_state(piece, *pack) for piece in pieces]
         offsets = [0]
         for piece in pieces:
             offsets.append(offsets[-1] + len(piece))
         spans = [[offset, len(piece)] for offset, piece in zip(offsets, pieces)]
         index = {"opening": spans[0], "marks": [[*mark, *span] for mark, span in zip(self.marks, spans[1:])],
-                 "passages": spans[1 + len(self.marks) :], "packed": packed or self.packed,
-                 "crc32": [zlib.crc32(piece) for piece in pieces]}
+                 "passages": spans[1 + len(self.marks) :], "packed": self.packed, "crc32": [zlib.crc32(piece) for piece in pieces]}
         encoded = json.dumps(index).encode()
         return b"".join([_INDEX_BYTES.pack(len(encoded)), encoded, *pieces]), _INDEX_BYTES.size + len(encoded)
 
@@ -165,7 +175,7 @@ def read_bank(
     model: LlamaModel, settings: ContextSettings, tokens: list[int], passages: Passages, cancel: threading.Event | None = None,
     pieces: BankPieces | None = None,
 ) -> Generator[Progress, None, PassageBank]:
-    """Read the document prompt `tokens` as a bank (the module's doc), with progress over the
+    """Read the document prompt `tokens` as a bank (the module's doc), f16, with progress over the
     prompt's tokens up to the document's end (a question reads the closing template), on a context of its own with `settings` but as large as the opening, a mark and
     a passage need: whatever the caller's context holds stays. `pieces`: where an earlier call
     stopped (CancelledError), filled as the reading goes on."""
