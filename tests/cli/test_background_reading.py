@@ -99,7 +99,11 @@ def test_after_a_first_answer_read_auto_the_passages_are_read_in_the_background_
                                                              "reading the document's passages", "--draft", str(draft))
     assert fast["read"].startswith("bm25") and fast["loaded_tokens"] == 0
     assert loaded["read"] == f"{fast['read']}, {loaded['loaded_tokens']:,} loaded" and loaded["loaded_tokens"] > 0
-    assert loaded["answer"] == fast["answer"]  # the same reading of the same passages
+    # The same passages, loaded packed (the fresh answer may differ by the blocks' rounding: tests/engine/
+    # test_passage_bank.py bounds it); loaded again, the same answer.
+    again = run_kvchat(*ask_args(document, tiny_model_path, "--draft", str(draft), "--json"), home=isolated_home)
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["answer"] == loaded["answer"] and json.loads(again.stdout)["read"] == loaded["read"]
     listed = json.loads(run_kvchat("cache", "list", "--json", home=isolated_home).stdout)
     assert [(row["state"], row["document"]) for row in listed] == [("saved", f"{document} (passages)")]
 
