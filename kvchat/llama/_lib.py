@@ -72,7 +72,7 @@ def ggml_base() -> ctypes.CDLL:
 def ggml_blocks() -> ctypes.CDLL:
     """libggml-base's block types as ggml itself writes and reads them (llama/packed.py): f32
     values to blocks (ggml_quantize_chunk), each type's blocks back to f32 (dequantize_row_<type>),
-    and a type's name and size."""
+    and a type's block size."""
     lib = ggml_base()
     for reader in ("dequantize_row_q8_0", "dequantize_row_q5_0", "dequantize_row_q4_0"):
         getattr(lib, reader).argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]  # blocks, values, their count
@@ -80,8 +80,6 @@ def ggml_blocks() -> ctypes.CDLL:
     lib.ggml_quantize_chunk.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
                                         ctypes.c_void_p]
     lib.ggml_quantize_chunk.restype = ctypes.c_size_t
-    lib.ggml_type_name.argtypes = [ctypes.c_int]
-    lib.ggml_type_name.restype = ctypes.c_char_p
     lib.ggml_type_size.argtypes = [ctypes.c_int]
     lib.ggml_type_size.restype = ctypes.c_size_t
     return lib

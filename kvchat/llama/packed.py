@@ -19,6 +19,7 @@ from kvchat.llama.state import StateBuffer, StateParts
 
 PACKED_MAGIC = b"KVQ8"
 PACK_TYPES = {"q8_0": 8, "q5_0": 6, "q4_0": 2}  # ggml's names and type ids (enum ggml_type)
+_NAMES = {kind: name for name, kind in PACK_TYPES.items()}
 _F16 = 1  # ggml's type id of f16
 _BLOCK = 32  # the values per block of each type above
 
@@ -45,42 +46,38 @@ def unpacked_state(packed: StateBuffer) -> bytearray:
     if bytes(view[:4]) != PACKED_MAGIC:
         raise ValueError("not a packed state")
     prefix_end, layers = _layers(view)
-    out = bytearray(prefix_end - 4 + sum(header_size + size for _, _, header_size, size in layers))
+    out = bytearray(prefix_end - 4 + sum(header_size + size for _, _, header_size, size, _ in layers))
     out[: prefix_end - 4] = view[4:prefix_end]
     at = prefix_end - 4
-    for kind, offset, header_size, size in layers:
+    for kind, offset, header_size, size, stored in layers:
         out[at : at + header_size] = view[offset : offset + header_size]
         at, offset = at + header_size, offset + header_size
         if kind == 0:
             out[at : at + size] = view[offset : offset + size]
         else:
-            _unpack(view[offset : offset + _stored(kind, size)], kind, np.frombuffer(out, dtype=np.float16, count=size // 2, offset=at))
+            _unpack(view[offset : offset + stored], kind, np.frombuffer(out, dtype=np.float16, count=size // 2, offset=at))
         at += size
     return out
 
 
-def _layers(view: memoryview) -> tuple[int, list[tuple[int, int, int, int]]]:
+def _layers(view: memoryview) -> tuple[int, list[tuple[int, int, int, int, int]]]:
     """Where a packed state's layers begin, and each layer's type flag, offset (of its header),
-    header size and unpacked size; ValueError where they do not fill the state."""
+    header size, unpacked size and stored size; ValueError where they do not fill the state."""
     # The prefix (header, cell table, layout) parses as a state of no layers' data: read its layer
     # count and walk the layers from there.
     prefix_end, n_cells, n_layer, v_trans = StateParts.prefix(view[4:])
     layers, offset = [], 4 + prefix_end
     for layer in range(2 * n_layer):
         kind = view[offset]
-        if kind and kind not in PACK_TYPES.values():
+        if kind and kind not in _NAMES:
             raise ValueError(f"a packed layer of unknown type {kind}")
         header_size, size = StateParts.layer_size(view, offset + 1, n_cells, transposed=bool(v_trans) and layer >= n_layer)
-        layers.append((kind, offset + 1, header_size, size))
-        offset += 1 + header_size + (_stored(kind, size) if kind else size)
+        stored = size // 2 // _BLOCK * ggml_blocks().ggml_type_size(kind) if kind else size
+        layers.append((kind, offset + 1, header_size, size, stored))
+        offset += 1 + header_size + stored
     if offset != len(view):
         raise ValueError("a packed state of the wrong length")
     return 4 + prefix_end, layers
-
-
-def _stored(kind: int, size: int) -> int:
-    """The bytes of the blocks of type `kind` that hold `size` bytes of f16 values."""
-    return size // 2 // _BLOCK * ggml_blocks().ggml_type_size(kind)
 
 
 def _packs(header: bytes, data: np.ndarray) -> bool:
@@ -98,8 +95,7 @@ def _blocks(values: np.ndarray, kind: int) -> bytes:
 
 def _unpack(blocks: memoryview, kind: int, values: np.ndarray) -> None:
     """ggml's blocks of type `kind` into the f16 `values` they hold."""
-    lib = ggml_blocks()
     wide = np.empty(len(values), dtype=np.float32)
-    getattr(lib, f"dequantize_row_{lib.ggml_type_name(kind).decode()}")(np.frombuffer(blocks, dtype=np.uint8).ctypes.data,
-                                                                          wide.ctypes.data, len(values))
+    read = getattr(ggml_blocks(), f"dequantize_row_{_NAMES[kind]}")
+    read(np.frombuffer(blocks, dtype=np.uint8).ctypes.data, wide.ctypes.data, len(values))
     ggml_cpu_rows().ggml_cpu_fp32_to_fp16(wide.ctypes.data, values.ctypes.data, len(values))
